@@ -1,0 +1,13 @@
+"""POET: energy-optimal rematerialization and paging for on-device training.
+
+Data flows one way: model -> graph -> costs -> solver -> schedule -> (validate) -> execute / report.
+"""
+from .graph import CostedGraph, Graph, load_graph, save_graph
+from .hardware import list_devices, load_device
+from .schedule import Budget, Schedule, ScheduleError, load_schedule, save_schedule, validate
+from .solve import STRATEGIES, solve
+
+__version__ = "0.1.0"
+
+__all__ = ["Budget", "CostedGraph", "Graph", "STRATEGIES", "Schedule", "ScheduleError", "list_devices",
+           "load_device", "load_graph", "load_schedule", "save_graph", "save_schedule", "solve", "validate"]

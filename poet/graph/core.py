@@ -1,0 +1,228 @@
+"""The training dataflow graph: plain data, shared by every later stage.
+
+Two layers of the same shape:
+
+* :class:`Graph` is structural: what each node computes (FLOPs), how many bytes
+  its output occupies, which outputs it reads.  Builders (the benchmark zoo,
+  PyTorch extraction) produce it.
+* :class:`CostedGraph` is what solvers see: the same nodes with the device's
+  time and energy for computing, paging in and paging out each one.  It is
+  also the user-facing ``poet-graph/1`` file, so a graph profiled on real
+  hardware can be scheduled without any model code.
+
+Node ids are positions in a fixed topological order (``edges`` only go from a
+lower id to a higher one); builders must produce that order deterministically.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Iterable, Sequence
+
+FORWARD = "forward"
+BACKWARD = "backward"
+KINDS = (FORWARD, BACKWARD)
+
+
+class GraphError(ValueError):
+    """A graph that cannot be scheduled as given (cycle, bad id, bad number)."""
+
+
+@dataclass(frozen=True)
+class Node:
+    """One operation of the training iteration and the tensor it produces."""
+
+    name: str
+    kind: str
+    output_bytes: int
+    flops: float = 0.0
+    param_bytes: int = 0
+    op: str = ""
+
+
+@dataclass(frozen=True)
+class CostedNode:
+    """A node with the device costs a solver needs (seconds, joules, bytes)."""
+
+    name: str
+    kind: str
+    ram_bytes: int
+    compute_time_s: float
+    compute_energy_j: float
+    pagein_time_s: float
+    pagein_energy_j: float
+    pageout_time_s: float
+    pageout_energy_j: float
+
+
+def _check_edges(n: int, edges: Sequence[tuple[int, int]]) -> tuple[tuple[int, int], ...]:
+    out = []
+    seen = set()
+    for e in edges:
+        if len(e) != 2:
+            raise GraphError(f"edge {e!r} must be a pair [u, v]")
+        u, v = int(e[0]), int(e[1])
+        if not (0 <= u < n and 0 <= v < n):
+            raise GraphError(f"edge [{u}, {v}] names a node outside 0..{n - 1}")
+        if u >= v:
+            raise GraphError(
+                f"edge [{u}, {v}] goes backwards: node ids must be a topological order "
+                f"(every edge [u, v] needs u < v)"
+            )
+        if (u, v) not in seen:
+            seen.add((u, v))
+            out.append((u, v))
+    out.sort()
+    return tuple(out)
+
+
+class _Topology:
+    """Adjacency derived from ``edges``; mixed into both graph classes."""
+
+    nodes: tuple
+    edges: tuple[tuple[int, int], ...]
+
+    @property
+    def size(self) -> int:
+        return len(self.nodes)
+
+    def __len__(self) -> int:
+        return len(self.nodes)
+
+    @cached_property
+    def preds(self) -> tuple[tuple[int, ...], ...]:
+        p: list[list[int]] = [[] for _ in self.nodes]
+        for u, v in self.edges:
+            p[v].append(u)
+        return tuple(tuple(sorted(x)) for x in p)
+
+    @cached_property
+    def succs(self) -> tuple[tuple[int, ...], ...]:
+        s: list[list[int]] = [[] for _ in self.nodes]
+        for u, v in self.edges:
+            s[u].append(v)
+        return tuple(tuple(sorted(x)) for x in s)
+
+    def forward_ids(self) -> list[int]:
+        return [i for i, nd in enumerate(self.nodes) if nd.kind == FORWARD]
+
+    def backward_ids(self) -> list[int]:
+        return [i for i, nd in enumerate(self.nodes) if nd.kind == BACKWARD]
+
+
+@dataclass(frozen=True)
+class Graph(_Topology):
+    """Structural training graph (no device costs yet)."""
+
+    name: str
+    nodes: tuple[Node, ...]
+    edges: tuple[tuple[int, int], ...]
+    meta: dict = field(default_factory=dict, compare=False, hash=False)
+
+    def __post_init__(self):
+        object.__setattr__(self, "nodes", tuple(self.nodes))
+        object.__setattr__(self, "edges", _check_edges(len(self.nodes), self.edges))
+        for i, nd in enumerate(self.nodes):
+            if nd.kind not in KINDS:
+                raise GraphError(f"node {i} ({nd.name}) has kind {nd.kind!r}; expected 'forward' or 'backward'")
+            if nd.output_bytes < 0 or nd.flops < 0 or nd.param_bytes < 0:
+                raise GraphError(f"node {i} ({nd.name}) has a negative size or FLOP count")
+
+    @property
+    def param_bytes(self) -> int:
+        return sum(nd.param_bytes for nd in self.nodes if nd.kind == FORWARD)
+
+    @property
+    def total_flops(self) -> float:
+        return sum(nd.flops for nd in self.nodes)
+
+
+@dataclass(frozen=True)
+class CostedGraph(_Topology):
+    """What every solver takes: topology, per-node costs, and fixed RAM.
+
+    ``fixed_ram_bytes`` is RAM that is occupied for the whole iteration and
+    not scheduled (parameters, gradients, optimizer state, workspace, runtime).
+    The paper's setting leaves it at 0 and counts only layer outputs.
+    """
+
+    name: str
+    nodes: tuple[CostedNode, ...]
+    edges: tuple[tuple[int, int], ...]
+    fixed_ram_bytes: int = 0
+    meta: dict = field(default_factory=dict, compare=False, hash=False)
+
+    def __post_init__(self):
+        object.__setattr__(self, "nodes", tuple(self.nodes))
+        object.__setattr__(self, "edges", _check_edges(len(self.nodes), self.edges))
+        if int(self.fixed_ram_bytes) != self.fixed_ram_bytes or self.fixed_ram_bytes < 0:
+            raise GraphError(f"fixed_ram_bytes must be a non-negative integer, got {self.fixed_ram_bytes!r}")
+        object.__setattr__(self, "fixed_ram_bytes", int(self.fixed_ram_bytes))
+        if not self.nodes:
+            raise GraphError("the graph has no nodes")
+        for i, nd in enumerate(self.nodes):
+            if nd.kind not in KINDS:
+                raise GraphError(f"node {i} ({nd.name}) has kind {nd.kind!r}; expected 'forward' or 'backward'")
+            if int(nd.ram_bytes) != nd.ram_bytes or nd.ram_bytes < 0:
+                raise GraphError(f"node {i} ({nd.name}): ram_bytes must be a non-negative integer, got {nd.ram_bytes!r}")
+            for f in ("compute_time_s", "compute_energy_j", "pagein_time_s", "pagein_energy_j",
+                      "pageout_time_s", "pageout_energy_j"):
+                x = getattr(nd, f)
+                if not (isinstance(x, (int, float)) and x >= 0 and x < float("inf")):
+                    raise GraphError(f"node {i} ({nd.name}): {f} must be a finite number >= 0, got {x!r}")
+
+    # convenient columns for solvers
+    def column(self, attr: str) -> list:
+        return [getattr(nd, attr) for nd in self.nodes]
+
+    @property
+    def ram(self) -> list[int]:
+        return [nd.ram_bytes for nd in self.nodes]
+
+    @property
+    def plain_runtime_s(self) -> float:
+        """One ordinary forward+backward pass: every node computed once."""
+        return float(sum(nd.compute_time_s for nd in self.nodes))
+
+    @property
+    def plain_energy_j(self) -> float:
+        return float(sum(nd.compute_energy_j for nd in self.nodes))
+
+    def min_ram_bytes(self) -> int:
+        """A necessary RAM budget: some node must hold its inputs and output at once.
+
+        With paging allowed and unlimited time this bound is also sufficient.
+        """
+        return self.fixed_ram_bytes + max(
+            nd.ram_bytes + sum(self.nodes[p].ram_bytes for p in self.preds[i])
+            for i, nd in enumerate(self.nodes)
+        )
+
+    def with_fixed_ram(self, fixed_ram_bytes: int) -> "CostedGraph":
+        return CostedGraph(self.name, self.nodes, self.edges, fixed_ram_bytes, dict(self.meta))
+
+
+def relabel_topological(names: Iterable[str], edges_by_name: Iterable[tuple[str, str]]) -> list[int]:
+    """A deterministic topological order (Kahn's algorithm, ties by first appearance)."""
+    import heapq
+
+    names = list(names)
+    index = {nm: i for i, nm in enumerate(names)}
+    indeg = [0] * len(names)
+    succ: list[list[int]] = [[] for _ in names]
+    for a, b in edges_by_name:
+        succ[index[a]].append(index[b])
+        indeg[index[b]] += 1
+    heap = [i for i, d in enumerate(indeg) if d == 0]
+    heapq.heapify(heap)
+    order = []
+    while heap:
+        i = heapq.heappop(heap)
+        order.append(i)
+        for j in succ[i]:
+            indeg[j] -= 1
+            if indeg[j] == 0:
+                heapq.heappush(heap, j)
+    if len(order) != len(names):
+        raise GraphError("the graph has a cycle")
+    return order

@@ -1,0 +1,40 @@
+"""The cost model: a structural graph on a device becomes a costed graph.
+
+Kept apart from the device data so it can be replaced (e.g. by a calibrated
+model fitted to measurements) without touching solvers: anything that maps a
+:class:`Graph` and a :class:`Device` to a :class:`CostedGraph` will do.
+"""
+from __future__ import annotations
+
+from typing import Protocol
+
+from ..graph.core import CostedGraph, CostedNode, Graph
+from .device import Device, load_device
+
+
+class CostModel(Protocol):
+    def __call__(self, graph: Graph, device: Device, fixed_ram_bytes: int = 0) -> CostedGraph: ...
+
+
+def linear_cost_model(graph: Graph, device: Device | str, fixed_ram_bytes: int = 0) -> CostedGraph:
+    """The paper's model.
+
+    compute time = FLOPs / speed; compute energy = FLOPs x joules-per-FLOP;
+    page time = latency + bytes / throughput; page energy = page time x storage power.
+    """
+    dev = load_device(device)
+    nodes = []
+    for nd in graph.nodes:
+        b = int(nd.output_bytes)
+        t_in = dev.read_latency_s + b / dev.read_bytes_per_s
+        t_out = dev.write_latency_s + b / dev.write_bytes_per_s
+        nodes.append(CostedNode(
+            name=nd.name, kind=nd.kind, ram_bytes=b,
+            compute_time_s=nd.flops / dev.flops_per_s,
+            compute_energy_j=nd.flops * dev.joules_per_flop,
+            pagein_time_s=t_in, pagein_energy_j=t_in * dev.storage_power_w,
+            pageout_time_s=t_out, pageout_energy_j=t_out * dev.storage_power_w,
+        ))
+    meta = {"device": dev.name, "param_bytes": graph.param_bytes, **graph.meta}
+    return CostedGraph(name=graph.name, nodes=tuple(nodes), edges=graph.edges,
+                       fixed_ram_bytes=fixed_ram_bytes, meta=meta)

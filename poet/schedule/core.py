@@ -1,0 +1,108 @@
+"""The one schedule representation: an ordered list of instructions on node ids.
+
+Instructions (``op``):
+
+* ``compute``  -- run node ``node``; every input must be in RAM; the output
+  occupies ``ram_bytes`` from now on.  Computing a node again is a recompute.
+* ``page_out`` -- copy a RAM-resident output to storage (it stays in RAM).
+* ``page_in``  -- copy a stored output back into RAM (occupies RAM again).
+* ``free``     -- drop a RAM-resident output.
+
+Steps may carry the solver ``stage`` they belong to; the ``overlap`` paging
+model (paging of a stage runs concurrently with its compute) needs it.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+from ..graph.core import CostedGraph
+
+OPS = ("compute", "page_out", "page_in", "free")
+
+# How paging time counts against the runtime budget.
+PAGING_SERIAL = "serial"      # paging stalls compute: times add (default; honest without DMA)
+PAGING_OVERLAP = "overlap"    # each stage takes max(compute, paging) time (DMA within a stage)
+PAGING_HIDDEN = "hidden"      # paging is free in time (the original POET assumption)
+PAGING_MODES = (PAGING_SERIAL, PAGING_OVERLAP, PAGING_HIDDEN)
+
+# Solver status vocabulary, shared by every strategy.
+OPTIMAL = "optimal"           # proven within the requested relative gap
+FEASIBLE = "feasible"         # a valid schedule; optimality not proven (gap reported)
+INFEASIBLE = "infeasible"     # proven: no schedule meets the budgets
+NO_SOLUTION = "no_solution"   # stopped (time limit) before any schedule was found
+HEURISTIC = "heuristic"       # a fixed-rule baseline: valid, no optimality claim
+STATUSES = (OPTIMAL, FEASIBLE, INFEASIBLE, NO_SOLUTION, HEURISTIC)
+
+
+@dataclass(frozen=True)
+class Step:
+    op: str
+    node: int
+    stage: int | None = None
+
+
+@dataclass(frozen=True)
+class Budget:
+    ram_bytes: int
+    runtime_s: float | None = None   # None: no deadline
+    paging_time: str = PAGING_SERIAL
+
+
+@dataclass(frozen=True)
+class Totals:
+    """What a schedule costs, as replayed by the validator."""
+
+    energy_j: float
+    compute_energy_j: float
+    paging_energy_j: float
+    runtime_s: float
+    compute_time_s: float
+    paging_time_s: float
+    peak_ram_bytes: int
+    computes: int
+    recomputes: int
+    page_ins: int
+    page_outs: int
+    bytes_paged_in: int
+    bytes_paged_out: int
+
+
+@dataclass
+class Schedule:
+    """A schedule for a costed graph under a budget, with its totals and solver facts.
+
+    ``steps`` is empty when ``status`` is infeasible or no_solution; then
+    ``solver`` explains why and, where computed, the smallest feasible budgets.
+    """
+
+    graph: CostedGraph
+    budget: Budget
+    steps: tuple[Step, ...]
+    status: str
+    strategy: str
+    totals: Totals | None = None
+    solver: dict = field(default_factory=dict)
+
+    @property
+    def feasible(self) -> bool:
+        return bool(self.steps) and self.status in (OPTIMAL, FEASIBLE, HEURISTIC)
+
+    @property
+    def energy_j(self) -> float:
+        return self.totals.energy_j if self.totals else float("nan")
+
+    def with_(self, **kw) -> "Schedule":
+        return replace(self, **kw)
+
+    def ram_trace(self) -> list[int]:
+        """RAM in use after each step (fixed bytes included)."""
+        from .validate import simulate
+        return simulate(self.graph, self.steps, self.budget).ram_after_step
+
+    def to_dict(self) -> dict:
+        from .io import schedule_to_dict
+        return schedule_to_dict(self)
+
+    def save(self, path) -> None:
+        from .io import save_schedule
+        save_schedule(self, path)

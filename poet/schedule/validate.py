@@ -1,0 +1,150 @@
+"""Independent validator: replays a schedule step by step and prices it.
+
+It shares nothing with the solvers but the costed graph, so a solver bug shows
+up here as a refused schedule instead of a wrong report.  Bytes are integers and
+compared exactly; times and energies are summed with ``math.fsum``.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from ..graph.core import CostedGraph
+from .core import (OPS, PAGING_HIDDEN, PAGING_MODES, PAGING_OVERLAP, Budget, Step,
+                   Totals)
+
+# Runtime is a modelled float quantity: allow one part per million of rounding.
+RUNTIME_RTOL = 1e-6
+
+
+class ScheduleError(ValueError):
+    """A schedule that cannot run as written, with the step at fault."""
+
+    def __init__(self, message: str, step_index: int | None = None):
+        super().__init__(message)
+        self.step_index = step_index
+
+
+@dataclass
+class Replay:
+    totals: Totals
+    ram_after_step: list[int] = field(default_factory=list)
+
+
+def _node_label(g: CostedGraph, v: int) -> str:
+    return f"node {v} ({g.nodes[v].name})"
+
+
+def simulate(g: CostedGraph, steps, budget: Budget | None = None) -> Replay:
+    """Replay ``steps``; raise :class:`ScheduleError` at the first invalid one.
+
+    With a budget, RAM is checked after every step and runtime at the end.
+    """
+    n = len(g.nodes)
+    ram = g.ram
+    in_ram: set[int] = set()
+    on_storage: set[int] = set()
+    computed = [0] * n
+    used = g.fixed_ram_bytes
+    peak = used
+    trace: list[int] = []
+    e_compute, e_page, t_compute, t_page = [], [], [], []
+    stage_compute: dict[int, list[float]] = {}
+    stage_page: dict[int, list[float]] = {}
+    page_ins = page_outs = b_in = b_out = 0
+    ram_limit = budget.ram_bytes if budget is not None else None
+    if budget is not None and budget.paging_time not in PAGING_MODES:
+        raise ScheduleError(f"unknown paging_time {budget.paging_time!r}; use one of {', '.join(PAGING_MODES)}")
+
+    for idx, s in enumerate(steps):
+        if not isinstance(s, Step):
+            s = Step(**s) if isinstance(s, dict) else Step(*s)
+        op, v = s.op, s.node
+
+        def fail(msg: str):
+            raise ScheduleError(f"step {idx} ({op} {_node_label(g, v) if 0 <= v < n else v}): {msg}", idx)
+
+        if op not in OPS:
+            raise ScheduleError(f"step {idx}: unknown op {op!r}; expected one of {', '.join(OPS)}", idx)
+        if not isinstance(v, int) or not 0 <= v < n:
+            raise ScheduleError(f"step {idx}: node {v!r} is not a node id 0..{n - 1}", idx)
+        nd = g.nodes[v]
+        if op == "compute":
+            missing = [p for p in g.preds[v] if p not in in_ram]
+            if missing:
+                fail("input " + ", ".join(_node_label(g, p) for p in missing) + " not in RAM")
+            if v in in_ram:
+                fail("output already in RAM (free it before recomputing)")
+            in_ram.add(v)
+            used += ram[v]
+            computed[v] += 1
+            e_compute.append(nd.compute_energy_j)
+            t_compute.append(nd.compute_time_s)
+            stage_compute.setdefault(s.stage, []).append(nd.compute_time_s)
+        elif op == "page_out":
+            if v not in in_ram:
+                fail("output not in RAM, nothing to page out")
+            on_storage.add(v)
+            page_outs += 1
+            b_out += ram[v]
+            e_page.append(nd.pageout_energy_j)
+            t_page.append(nd.pageout_time_s)
+            stage_page.setdefault(s.stage, []).append(nd.pageout_time_s)
+        elif op == "page_in":
+            if v not in on_storage:
+                fail("output was never paged out, nothing to page in")
+            if v in in_ram:
+                fail("output already in RAM")
+            in_ram.add(v)
+            used += ram[v]
+            page_ins += 1
+            b_in += ram[v]
+            e_page.append(nd.pagein_energy_j)
+            t_page.append(nd.pagein_time_s)
+            stage_page.setdefault(s.stage, []).append(nd.pagein_time_s)
+        else:  # free
+            if v not in in_ram:
+                fail("output not in RAM, nothing to free")
+            in_ram.discard(v)
+            used -= ram[v]
+        peak = max(peak, used)
+        trace.append(used)
+        if ram_limit is not None and used > ram_limit:
+            fail(f"RAM in use {used} B exceeds the budget {ram_limit} B")
+
+    never = [v for v in range(n) if computed[v] == 0]
+    if never:
+        raise ScheduleError(
+            f"{len(never)} node(s) never computed, first {_node_label(g, never[0])}", len(steps))
+
+    tc, tp = math.fsum(t_compute), math.fsum(t_page)
+    mode = budget.paging_time if budget is not None else "serial"
+    if mode == PAGING_HIDDEN:
+        runtime = tc
+    elif mode == PAGING_OVERLAP:
+        stages = set(stage_compute) | set(stage_page)
+        if None in stages and len(stages) > 1:
+            raise ScheduleError("the overlap paging model needs every step to carry its stage")
+        runtime = math.fsum(max(math.fsum(stage_compute.get(k, [])), math.fsum(stage_page.get(k, [])))
+                            for k in stages)
+    else:
+        runtime = tc + tp
+    if budget is not None and budget.runtime_s is not None:
+        if runtime > budget.runtime_s * (1 + RUNTIME_RTOL):
+            raise ScheduleError(
+                f"runtime {runtime:.6g} s exceeds the budget {budget.runtime_s:.6g} s "
+                f"(paging time counted as {mode!r})", len(steps))
+
+    ec, ep = math.fsum(e_compute), math.fsum(e_page)
+    totals = Totals(
+        energy_j=ec + ep, compute_energy_j=ec, paging_energy_j=ep, runtime_s=runtime,
+        compute_time_s=tc, paging_time_s=tp, peak_ram_bytes=peak,
+        computes=sum(computed), recomputes=sum(computed) - n,
+        page_ins=page_ins, page_outs=page_outs, bytes_paged_in=b_in, bytes_paged_out=b_out,
+    )
+    return Replay(totals=totals, ram_after_step=trace)
+
+
+def validate(g: CostedGraph, steps, budget: Budget) -> Totals:
+    """Totals of a valid schedule; :class:`ScheduleError` for an invalid one."""
+    return simulate(g, steps, budget).totals
