@@ -1,0 +1,242 @@
+"""The ``poet`` command line."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+from .graph.core import GraphError
+from .hardware.device import DeviceError
+from .schedule.validate import ScheduleError
+from .units import BudgetError, fmt_energy
+
+USER_ERRORS = (BudgetError, GraphError, DeviceError, ScheduleError, FileExistsError)
+
+EXAMPLE = "poet solve --model resnet18_cifar --device a72 --memory 3MB --runtime 7.6x"
+
+
+class Progress:
+    """One status line on stderr, refreshed while a solve runs."""
+
+    def __init__(self, enabled: bool):
+        self.enabled = enabled
+        self.t0 = time.perf_counter()
+        self.shown = False
+
+    def __call__(self, d: dict):
+        if not self.enabled:
+            return
+        parts = [f"solving... {d.get('elapsed_s', time.perf_counter() - self.t0):5.0f} s"]
+        unit = d.get("energy_unit_j")
+        if d.get("objective") is not None:
+            obj = d["objective"] * unit if unit else d["objective"]
+            parts.append(f"best {fmt_energy(obj) if unit else f'{obj:.6g}'}")
+        if d.get("bound") is not None and d["bound"] == d["bound"]:
+            bnd = d["bound"] * unit if unit else d["bound"]
+            parts.append(f"bound {fmt_energy(bnd) if unit else f'{bnd:.6g}'}")
+        if d.get("gap") is not None and d["gap"] != float("inf"):
+            parts.append(f"gap {d['gap']:.2%}")
+        sys.stderr.write("\r" + ", ".join(parts) + " " * 10)
+        sys.stderr.flush()
+        self.shown = True
+
+    def done(self):
+        if self.shown:
+            sys.stderr.write("\n")
+            sys.stderr.flush()
+
+
+def _refuse_overwrite(path: str | None, force: bool):
+    if path and Path(path).exists() and not force:
+        raise FileExistsError(f"{path} exists; pass --force to overwrite it, or choose another --out")
+
+
+def _fixed_ram(value: str | None, g) -> int | None:
+    """Bytes, or a multiple of the model's parameters: params, sgd (+grads), adam (+grads, 2 moments)."""
+    if value is None:
+        return None
+    mult = {"params": 1, "sgd": 2, "adam": 4}.get(value.lower())
+    if mult is None:
+        from .units import parse_bytes
+        return parse_bytes(value) if value not in ("0",) else 0
+    pb = g.meta.get("param_bytes")
+    if not pb:
+        raise BudgetError(f"--fixed-ram {value} needs the model's parameter bytes, which this graph does not "
+                          f"carry; give bytes instead (e.g. --fixed-ram 1.2MB)")
+    return mult * int(pb)
+
+
+def cmd_solve(a) -> int:
+    from .report.text import summary_text
+    from .schedule.io import save_schedule
+    from .solve.api import costed_graph, make_budget, solve_costed, SolveOptions
+
+    if (a.graph is None) == (a.model is None):
+        raise BudgetError("give either --model NAME --device DEVICE or --graph FILE.json")
+    if a.model is not None and a.device is None:
+        raise BudgetError(f"--model {a.model} needs --device (one of: see `poet devices`)")
+    _refuse_overwrite(a.out, a.force)
+    g = costed_graph(a.graph or a.model, a.device, batch_size=a.batch_size)
+    fixed = _fixed_ram(a.fixed_ram, g)
+    if fixed is not None:
+        g = g.with_fixed_ram(fixed)
+    paging_time = "hidden" if a.paging_overlap else a.paging_time
+    budget = make_budget(g, a.memory, a.runtime, paging_time)
+    from .solve.api import STRATEGIES
+    if a.strategy not in STRATEGIES:
+        raise BudgetError(f"unknown strategy {a.strategy!r}; choose one of {', '.join(STRATEGIES)}")
+    prog = Progress(enabled=not a.quiet and not a.json)
+    opts = SolveOptions(time_limit_s=a.time_limit, threads=a.threads, gap=a.gap, method=a.method,
+                        progress=prog, verbose=a.verbose)
+    try:
+        s = solve_costed(g, budget, a.strategy, opts)
+    finally:
+        prog.done()
+    if a.out and s.feasible:
+        save_schedule(s, a.out)
+    if a.json:
+        from .schedule.io import schedule_to_dict
+        d = schedule_to_dict(s)
+        d.pop("graph")
+        d.pop("steps")
+        d["graph_name"], d["nodes"], d["num_steps"] = g.name, len(g), len(s.steps)
+        print(json.dumps(d, indent=1))
+    else:
+        print(summary_text(s))
+        if a.out and s.feasible:
+            print(f"Schedule written to {a.out} (poet-schedule/1)")
+    return 0 if s.feasible else 2
+
+
+def cmd_models(a) -> int:
+    from .graph.zoo import MODELS, build_model
+    print(f"{'model':<16}{'nodes':>7}{'params':>14}  description")
+    for name, desc in MODELS.items():
+        g = build_model(name)
+        print(f"{name:<16}{len(g.nodes):>7}{g.param_bytes // 4:>14,}  {desc}")
+    return 0
+
+
+def cmd_devices(a) -> int:
+    from .hardware.device import list_devices, load_device
+    from .units import fmt_bytes
+    print(f"{'device':<12}{'RAM':>10}{'GFLOP/s':>10}{'nJ/FLOP':>10}{'read MB/s':>11}{'write MB/s':>11}  part")
+    for name in list_devices():
+        d = load_device(name)
+        print(f"{name:<12}{fmt_bytes(d.ram_bytes):>10}{d.flops_per_s / 1e9:>10.4g}{d.joules_per_flop * 1e9:>10.3g}"
+              f"{d.read_bytes_per_s / 1e6:>11.4g}{d.write_bytes_per_s / 1e6:>11.4g}  {d.part}")
+    print("Profiles are TOML files; pass --device PATH.toml for your own (see docs/devices.md).")
+    return 0
+
+
+def cmd_export(a) -> int:
+    from .graph.io import save_graph
+    from .solve.api import costed_graph
+    _refuse_overwrite(a.out, a.force)
+    g = costed_graph(a.model, a.device, batch_size=a.batch_size)
+    save_graph(g, a.out)
+    print(f"Wrote {a.out}: {g.name} on {a.device}, {len(g)} nodes, {len(g.edges)} edges (poet-graph/1)")
+    return 0
+
+
+def cmd_validate(a) -> int:
+    from .schedule.io import load_schedule
+    from .units import fmt_bytes, fmt_seconds
+    s = load_schedule(a.schedule)   # parsing re-validates; raises with the step at fault
+    t = s.totals
+    if t is None:
+        print(f"{a.schedule}: no steps (status {s.status})")
+        return 2
+    print(f"{a.schedule}: valid. {len(s.steps)} steps, energy {fmt_energy(t.energy_j)}, runtime "
+          f"{fmt_seconds(t.runtime_s)}, peak RAM {fmt_bytes(t.peak_ram_bytes)} <= budget {fmt_bytes(s.budget.ram_bytes)}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="poet", description="Energy-optimal rematerialization + paging schedules for on-device training.",
+        epilog=f"Example: {EXAMPLE}")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+
+    s = sub.add_parser("solve", help="find the minimum-energy schedule within RAM and runtime budgets",
+                       epilog=f"Example: {EXAMPLE}")
+    src = s.add_argument_group("what to schedule")
+    src.add_argument("--model", help="a built-in network (see `poet models`)")
+    src.add_argument("--device", help="a device name (see `poet devices`) or a .toml profile")
+    src.add_argument("--graph", help="a costed graph file (poet-graph/1 JSON) instead of --model/--device")
+    src.add_argument("--batch-size", type=int, default=1)
+    bud = s.add_argument_group("budgets")
+    bud.add_argument("--memory", required=True,
+                     help="RAM budget: bytes (3000000), with units (3MB, 256KiB) or a percentage of the "
+                          "keep-everything peak (40%%)")
+    bud.add_argument("--runtime", default=None,
+                     help="deadline: a multiple of one plain forward+backward (7.6x) or seconds (2.5s, 800ms); "
+                          "default: none")
+    bud.add_argument("--paging-time", choices=["serial", "overlap", "hidden"], default="serial",
+                     help="how paging counts against the deadline: added to compute (serial, default), "
+                          "overlapped with the compute of its stage (overlap), or free (hidden)")
+    bud.add_argument("--paging-overlap", action="store_true",
+                     help="the original POET assumption: paging fully hidden behind compute (= --paging-time hidden)")
+    bud.add_argument("--fixed-ram", default=None,
+                     help="RAM held all iteration and not scheduled: bytes, or params / sgd (params+grads) / "
+                          "adam (params+grads+2 moments) from the model's parameter count; default 0 "
+                          "(the paper's setting: only activations count)")
+    sol = s.add_argument_group("solver")
+    sol.add_argument("--strategy", default="poet",
+                     help="poet (default), remat, paging, keep-all, chen, capuchin")
+    sol.add_argument("--time-limit", type=float, default=None, help="seconds; the best schedule found is returned")
+    sol.add_argument("--threads", type=int, default=None)
+    sol.add_argument("--gap", type=float, default=1e-3, help="relative gap that counts as optimal (default 1e-3)")
+    sol.add_argument("--method", default="auto", help="MILP formulation (auto, faithful, ...; docs/solver.md)")
+    out = s.add_argument_group("output")
+    out.add_argument("--out", help="write the schedule (poet-schedule/1 JSON) here")
+    out.add_argument("--force", action="store_true", help="overwrite --out if it exists")
+    out.add_argument("--json", action="store_true", help="print a machine-readable summary")
+    out.add_argument("--quiet", action="store_true", help="no progress line")
+    out.add_argument("--verbose", action="store_true", help="show the solver's own log")
+    s.set_defaults(func=cmd_solve)
+
+    sub.add_parser("models", help="list the built-in networks").set_defaults(func=cmd_models)
+    sub.add_parser("devices", help="list the built-in device profiles").set_defaults(func=cmd_devices)
+
+    e = sub.add_parser("export-graph", help="write a zoo network's costed graph as poet-graph/1 JSON")
+    e.add_argument("--model", required=True)
+    e.add_argument("--device", required=True)
+    e.add_argument("--batch-size", type=int, default=1)
+    e.add_argument("--out", required=True)
+    e.add_argument("--force", action="store_true")
+    e.set_defaults(func=cmd_export)
+
+    v = sub.add_parser("validate", help="replay a saved schedule and check it against its budgets")
+    v.add_argument("schedule")
+    v.set_defaults(func=cmd_validate)
+
+    for mod in ("poet.report.commands", "poet.execute.commands"):
+        try:
+            module = __import__(mod, fromlist=["register"])
+        except ImportError:
+            continue
+        module.register(sub)
+    return p
+
+
+def main(argv=None) -> int:
+    p = build_parser()
+    a = p.parse_args(argv)
+    if not getattr(a, "func", None):
+        p.print_help()
+        return 1
+    try:
+        return a.func(a)
+    except USER_ERRORS as e:
+        print(f"poet: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("\npoet: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

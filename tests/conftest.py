@@ -1,0 +1,37 @@
+import random
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from poet.graph.core import CostedGraph, CostedNode  # noqa: E402
+
+
+def training_chain(n_layers: int, seed: int = 0, *, skip: bool = False) -> CostedGraph:
+    """A tiny forward chain with its backward chain; conv-like grads read the layer input.
+
+    With ``skip``, the last backward node also reads the first forward output.
+    """
+    rnd = random.Random(seed)
+
+    def node(name, kind):
+        size = rnd.randint(1, 6) * 100
+        return CostedNode(name, kind, size, compute_time_s=rnd.uniform(0.5, 2.0),
+                          compute_energy_j=rnd.uniform(1.0, 3.0),
+                          pagein_time_s=rnd.uniform(0.05, 0.6), pagein_energy_j=rnd.uniform(0.05, 1.5),
+                          pageout_time_s=rnd.uniform(0.05, 0.6), pageout_energy_j=rnd.uniform(0.05, 1.5))
+
+    nodes, edges = [], []
+    for i in range(n_layers):
+        nodes.append(node(f"f{i}", "forward"))
+        if i:
+            edges.append((i - 1, i))
+    for j in range(n_layers):
+        b, f = n_layers + j, n_layers - 1 - j
+        nodes.append(node(f"b{f}", "backward"))
+        edges.append((f, b) if j == 0 else (b - 1, b))
+        if j and f >= 0:
+            edges.append((f, b))
+    if skip and n_layers > 2:
+        edges.append((0, 2 * n_layers - 1))
+    return CostedGraph(f"chain{n_layers}", tuple(nodes), tuple(edges))

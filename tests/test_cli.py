@@ -1,0 +1,119 @@
+"""The command line as a user meets it: results, files, and clear errors."""
+import json
+
+import pytest
+
+from poet.cli import main
+from poet.hardware import load_device
+from poet.hardware.cost import linear_cost_model
+from poet.graph.zoo import build_model
+from poet.schedule import load_schedule
+from poet.units import BudgetError, parse_bytes, parse_runtime
+
+
+def run(capsys, *argv):
+    rc = main(list(argv))
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+def test_solve_writes_a_valid_schedule_and_reports_it(capsys, tmp_path):
+    out = tmp_path / "s.json"
+    rc, text, _ = run(capsys, "solve", "--model", "linear", "--device", "m4", "--memory", "1600",
+                      "--runtime", "1.5x", "--out", str(out), "--quiet")
+    assert rc == 0
+    assert "optimal" in text and "peak RAM" in text and "Validated" in text
+    s = load_schedule(out)
+    assert s.totals.peak_ram_bytes <= 1600 and s.status == "optimal"
+
+
+def test_existing_output_is_not_overwritten_without_force(capsys, tmp_path):
+    out = tmp_path / "mine.json"
+    out.write_text("precious")
+    rc, _, err = run(capsys, "solve", "--model", "linear", "--device", "m4", "--memory", "4kB", "--out", str(out))
+    assert rc == 2 and "--force" in err and out.read_text() == "precious"
+
+
+def test_infeasible_reports_smallest_budget(capsys):
+    rc, text, _ = run(capsys, "solve", "--model", "linear", "--device", "m4", "--memory", "1000", "--json")
+    assert rc == 2
+    d = json.loads(text)
+    assert d["status"] == "infeasible"
+    g = linear_cost_model(build_model("linear"), "m4")
+    assert d["solver"]["min_ram_bytes_lower_bound"] == g.min_ram_bytes()
+
+
+def test_infeasible_deadline_reports_computed_minimum_ram(capsys):
+    # remat-only at the paging bound: RAM too small for any remat schedule at this deadline
+    g = linear_cost_model(build_model("linear"), "m4")
+    rc, text, _ = run(capsys, "solve", "--model", "linear", "--device", "m4", "--memory", str(g.min_ram_bytes()),
+                      "--runtime", "1.0x", "--strategy", "remat", "--json", "--time-limit", "60")
+    d = json.loads(text)
+    if rc == 0:
+        pytest.skip("remat fits at the bound for this graph")
+    assert d["status"] == "infeasible"
+    assert d["solver"]["min_ram_bytes"] > g.min_ram_bytes()
+    # the reported minimum really is feasible
+    rc2, text2, _ = run(capsys, "solve", "--model", "linear", "--device", "m4", "--memory",
+                        str(d["solver"]["min_ram_bytes"]), "--runtime", "1.0x", "--strategy", "remat", "--json")
+    assert rc2 == 0 and json.loads(text2)["status"] in ("optimal", "feasible")
+
+
+@pytest.mark.parametrize("argv, msg", [
+    (["solve", "--model", "resnet99", "--device", "a72", "--memory", "1MB"], "unknown model 'resnet99'; known models"),
+    (["solve", "--model", "linear", "--device", "z80", "--memory", "1MB"], "unknown device 'z80'; built-in devices"),
+    (["solve", "--model", "linear", "--device", "m4", "--memory", "0"], "must be positive"),
+    (["solve", "--model", "linear", "--device", "m4", "--memory", "lots"], "cannot read memory budget"),
+    (["solve", "--model", "linear", "--device", "m4", "--memory", "1MB", "--runtime", "0.5x"], "below one plain"),
+    (["solve", "--model", "linear", "--memory", "1MB"], "needs --device"),
+    (["solve", "--memory", "1MB"], "either --model"),
+    (["solve", "--model", "linear", "--device", "m4", "--memory", "1MB", "--strategy", "magic"], "unknown strategy"),
+    (["solve", "--graph", "/nonexistent/g.json", "--memory", "1MB"], "cannot read graph file"),
+])
+def test_bad_input_gives_a_clear_message(capsys, argv, msg):
+    rc, _, err = run(capsys, *argv)
+    assert rc == 2
+    assert msg in err and "Traceback" not in err
+
+
+def test_malformed_graph_json(capsys, tmp_path):
+    p = tmp_path / "g.json"
+    p.write_text('{"format": "poet-graph/1", "nodes": [}')
+    rc, _, err = run(capsys, "solve", "--graph", str(p), "--memory", "1MB")
+    assert rc == 2 and "not valid JSON" in err
+
+
+def test_export_graph_then_solve_from_file(capsys, tmp_path):
+    p = tmp_path / "g.json"
+    assert run(capsys, "export-graph", "--model", "linear", "--device", "m0", "--out", str(p))[0] == 0
+    rc, text, _ = run(capsys, "solve", "--graph", str(p), "--memory", "2kB", "--quiet")
+    assert rc == 0 and "optimal" in text
+
+
+def test_fixed_ram_counts_against_the_budget(capsys):
+    g = build_model("linear")          # 510,632 B of float32 parameters; Adam holds 4x that
+    rc, text, _ = run(capsys, "solve", "--model", "linear", "--device", "m4", "--memory", "600kB",
+                      "--fixed-ram", "adam", "--json")
+    assert rc == 2 and json.loads(text)["solver"]["min_ram_bytes_lower_bound"] > 4 * g.param_bytes
+    rc, text, _ = run(capsys, "solve", "--model", "linear", "--device", "m4", "--memory", "2.1MB",
+                      "--fixed-ram", "adam", "--json")
+    d = json.loads(text)
+    assert rc == 0 and d["totals"]["peak_ram_bytes"] >= 4 * g.param_bytes
+
+
+def test_units():
+    assert parse_bytes("3MB") == 3_000_000 and parse_bytes("256KiB") == 262_144 and parse_bytes(3000000) == 3_000_000
+    assert parse_runtime("7.6x", 2.0) == pytest.approx(15.2)
+    assert parse_runtime("800ms", 2.0) == pytest.approx(0.8)
+    assert parse_runtime(None, 2.0) is None
+    with pytest.raises(BudgetError):
+        parse_runtime("fast", 1.0)
+
+
+def test_device_profiles_match_the_paper_constants():
+    m4, a72 = load_device("m4"), load_device("a72")
+    assert m4.flops_per_s == pytest.approx(16283 * 100 * 1000 / 255.6237, rel=1e-6)
+    assert m4.compute_power_w == pytest.approx(3.328e-3 * 3.3)
+    assert a72.joules_per_flop == pytest.approx(13.53 * 0.6 * 5 / (16283 * 100 * 1000), rel=1e-6)
+    assert a72.write_latency_s == pytest.approx(0.0185314e-3)
+    assert load_device("a72nocache").write_bytes_per_s == pytest.approx(17.1e6)

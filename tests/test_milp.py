@@ -1,0 +1,113 @@
+"""The MILP strategies against an exhaustive oracle, each other, and the validator."""
+import random
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from bruteforce import brute_force_energy
+from conftest import training_chain
+from poet import solve
+from poet.graph.core import CostedGraph, CostedNode
+from poet.schedule import Budget, validate
+from poet.solve.baselines import keep_all_peak
+
+MILPS = {"poet": {}, "remat": {"paging": False}, "paging": {"remat": False}}
+
+
+def _budget(g, frac):
+    lo, hi = g.min_ram_bytes(), keep_all_peak(g)
+    return int(lo + frac * (hi - lo))
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 10_000), layers=st.integers(2, 4), frac=st.sampled_from([0.0, 0.3, 0.6, 1.0]),
+       slack=st.sampled_from([None, 1.05, 1.3, 2.0]), skip=st.booleans(),
+       strategy=st.sampled_from(sorted(MILPS)))
+def test_milp_optimum_equals_exhaustive_search(seed, layers, frac, slack, skip, strategy):
+    g = training_chain(layers, seed, skip=skip)
+    ram = _budget(g, frac)
+    rt = None if slack is None else slack * g.plain_runtime_s
+    expected = brute_force_energy(g, ram, rt, **MILPS[strategy])
+    s = solve(g, memory=ram, runtime=rt, strategy=strategy, gap=1e-9, find_min_budgets=False)
+    if expected is None:
+        assert s.status == "infeasible" and not s.steps
+    else:
+        assert s.status == "optimal", s.solver
+        assert s.totals.energy_j == pytest.approx(expected, rel=1e-7)
+
+
+def test_hidden_paging_time_matches_oracle_without_paging_time():
+    g = training_chain(4, 7)
+    ram = _budget(g, 0.0)
+    rt = 1.02 * g.plain_runtime_s   # too tight to page with serial paging time, fine when hidden
+    exp = brute_force_energy(g, ram, rt, count_paging_time=False)
+    s = solve(g, memory=ram, runtime=rt, paging_time="hidden", gap=1e-9, find_min_budgets=False)
+    assert exp is not None and s.status == "optimal"
+    assert s.totals.energy_j == pytest.approx(exp, rel=1e-7)
+    serial = solve(g, memory=ram, runtime=rt, paging_time="serial", gap=1e-9, find_min_budgets=False)
+    assert (not serial.feasible) or serial.totals.energy_j >= s.totals.energy_j - 1e-9
+
+
+def random_dag(seed: int, n: int) -> CostedGraph:
+    rnd = random.Random(seed)
+    nodes, edges = [], []
+    for v in range(n):
+        nodes.append(CostedNode(f"n{v}", "forward" if v < n // 2 else "backward", rnd.choice([0, 64, 128, 512, 1000]),
+                                rnd.uniform(0, 2), rnd.uniform(0, 2), rnd.uniform(0, 1), rnd.uniform(0, 1),
+                                rnd.uniform(0, 1), rnd.uniform(0, 1)))
+        if v:
+            for u in rnd.sample(range(v), k=min(v, rnd.randint(1, 3))):
+                edges.append((u, v))
+    return CostedGraph(f"dag{seed}", tuple(nodes), tuple(edges), fixed_ram_bytes=rnd.choice([0, 100]))
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 10_000), n=st.integers(3, 10), frac=st.floats(0.0, 1.0),
+       slack=st.sampled_from([None, 1.1, 1.5, 3.0]), mode=st.sampled_from(["serial", "overlap", "hidden"]),
+       strategy=st.sampled_from(["poet", "remat", "paging", "keep-all", "chen"]))
+def test_every_emitted_schedule_validates_within_budgets(seed, n, frac, slack, mode, strategy):
+    g = random_dag(seed, n)
+    ram = _budget(g, frac)
+    rt = None if slack is None else slack * g.plain_runtime_s
+    s = solve(g, memory=ram, runtime=rt, strategy=strategy, paging_time=mode, find_min_budgets=False)
+    if s.feasible:
+        # re-validate independently of what solve() did, against the stated budgets
+        t = validate(g, s.steps, Budget(ram, rt, mode))
+        assert t.peak_ram_bytes <= ram
+        assert rt is None or t.runtime_s <= rt * (1 + 1e-6)
+        assert t.energy_j >= g.plain_energy_j - 1e-9     # every node computed at least once
+        assert s.status in ("optimal", "feasible", "heuristic")
+    else:
+        assert s.status in ("infeasible", "no_solution") and s.solver.get("message")
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_joint_never_worse_than_either_technique_alone(seed):
+    g = training_chain(5, seed, skip=True)
+    for frac in (0.1, 0.4, 0.8):
+        ram = _budget(g, frac)
+        for slack in (1.2, 2.0):
+            res = {s: solve(g, memory=ram, runtime=f"{slack}x", strategy=s, gap=1e-9, find_min_budgets=False)
+                   for s in ("poet", "remat", "paging")}
+            for single in ("remat", "paging"):
+                if res[single].feasible:
+                    assert res["poet"].feasible
+                    assert res["poet"].totals.energy_j <= res[single].totals.energy_j * (1 + 1e-7)
+
+
+def test_keep_all_budget_gives_plain_energy():
+    g = training_chain(4, 3)
+    s = solve(g, memory=keep_all_peak(g), strategy="poet", gap=1e-9)
+    assert s.status == "optimal"
+    assert s.totals.energy_j == pytest.approx(g.plain_energy_j)
+    assert s.totals.recomputes == 0 and s.totals.page_outs == 0
+
+
+def test_tight_budget_forces_paging_or_remat_and_reports_both_in_totals():
+    g = training_chain(5, 11)
+    s = solve(g, memory=g.min_ram_bytes(), runtime=None, strategy="poet", gap=1e-9)
+    assert s.status == "optimal"
+    assert s.totals.peak_ram_bytes <= g.min_ram_bytes()
+    assert s.totals.recomputes + s.totals.page_ins > 0
+    assert s.totals.energy_j == pytest.approx(s.totals.compute_energy_j + s.totals.paging_energy_j)
