@@ -217,9 +217,10 @@ class TorchProgram:
         """Units of node ``v`` whose values outlive the node's instruction."""
         return self._exports[v]
 
-    def coarsen(self, by: str = "module", depth: int | None = None) -> "TorchProgram":
-        """A layer-level program: units grouped by owning module (see module doc)."""
-        return coarsen(self, by=by, depth=depth)
+    def coarsen(self, by: str = "module", depth: int | None = None,
+                max_nodes: int | None = None) -> "TorchProgram":
+        """A layer-level program: units grouped by owning module (see :func:`coarsen`)."""
+        return coarsen(self, by=by, depth=depth, max_nodes=max_nodes)
 
     def summary(self) -> str:
         g = self.graph
@@ -533,7 +534,8 @@ def _finish(prog: TorchProgram, granularity: str) -> None:
             nm = us[0].fx_name
             op = us[0].op
         else:
-            label = us[0].module or "<top>"
+            labels = getattr(prog, "group_labels", None)
+            label = (labels[v] if labels else us[0].module) or "<top>"
             nm = f"{label}:{'bwd' if kind == BACKWARD else 'fwd'}:{v}"
             op = "group(" + ",".join(sorted({x.op.split('.')[-2] if x.op.count('.') >= 2 else x.op for x in us})) + ")"
         nodes.append(Node(name=nm, kind=kind, output_bytes=int(sum(prog.units[u].bytes for u in ex)),
@@ -550,38 +552,61 @@ def _finish(prog: TorchProgram, granularity: str) -> None:
     prog.granularity = granularity
 
 
-def coarsen(prog: TorchProgram, by: str = "module", depth: int | None = None) -> TorchProgram:
+def coarsen(prog: TorchProgram, by: str = "module", depth: int | None = None,
+            max_nodes: int | None = None) -> TorchProgram:
     """Group consecutive units of the same module (and direction) into one poet node.
 
-    Grouping is over consecutive units in the topological order, so a group is
-    always a contiguous run of units and the grouped graph stays acyclic with
-    node ids in topological order.  ``depth`` truncates module paths (``1``:
-    top-level children only).
+    A unit's module is its ``nn_module_stack`` path (backward ops: the path of
+    the forward op with the same ``seq_nr``) truncated to ``depth`` components.
+    Ops of the top-level module join the preceding group of the same
+    direction.  Groups are runs of consecutive units in the topological order,
+    so the grouped graph stays acyclic with node ids in topological order.
+
+    Without ``depth`` the deepest depth giving at most ``max_nodes`` nodes is
+    used (default ``max_nodes``: a third of the aten units, at least 8).
     """
     if by != "module":
         raise ValueError("only by='module' is supported")
+    units = [u for grp in prog.groups for u in grp]
+    maxdepth = max((len(prog.units[u].module.split(".")) for u in units if prog.units[u].module), default=1)
 
-    def key(u: Unit):
-        m = u.module
-        if depth is not None and m:
-            m = ".".join(m.split(".")[:depth])
-        return (m, u.kind)
-
-    groups: list[list[int]] = []
-    last = None
-    for v in range(len(prog.groups)):
-        for u in prog.groups[v]:
-            k = key(prog.units[u])
+    def grouping(d: int | None) -> list[list[int]]:
+        groups: list[list[int]] = []
+        labels.clear()
+        last = None
+        for u in units:
+            un = prog.units[u]
+            m = un.module
+            if d is not None and m:
+                m = ".".join(m.split(".")[:d])
+            if not m and groups and last is not None and last[1] == un.kind:
+                groups[-1].append(u)       # top-level functional op: part of the preceding layer
+                continue
+            k = (m, un.kind)
             if groups and k == last:
                 groups[-1].append(u)
             else:
                 groups.append([u])
+                labels.append(m)
                 last = k
+        return groups
+
+    labels: list[str] = []
+
+    if depth is not None:
+        groups = grouping(depth)
+    else:
+        target = max_nodes if max_nodes is not None else max(8, len(units) // 3)
+        for d in range(maxdepth, 0, -1):
+            groups = grouping(d)
+            if len(groups) <= target:
+                break
     new = TorchProgram(name=prog.name, gm=prog.gm, units=prog.units, groups=[tuple(g) for g in groups],
                        graph=None, placeholders=prog.placeholders, bindings=prog.bindings, model=prog.model,
                        params=prog.params, buffers=prog.buffers, fixed_breakdown=dict(prog.fixed_breakdown),
                        unit_node=prog.unit_node, fx_info=prog.fx_info, aten_units=prog.aten_units,
                        example_batch=prog.example_batch)
+    new.group_labels = list(labels)
     _finish(new, "layer")
     return new
 

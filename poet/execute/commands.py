@@ -1,0 +1,181 @@
+"""``poet plan`` and ``poet train``: plan and run schedules of real PyTorch models.
+
+``register(subparsers)`` adds both subcommands; torch is imported only when
+one of them runs.
+"""
+from __future__ import annotations
+
+import sys
+import time
+
+TRAIN_EXAMPLE = "poet train --model cnn --device m4 --memory 256KB --strategy poet --steps 20 --check"
+PLAN_EXAMPLE = "poet plan --model bert --device m4 --memory 60% --strategy paging --run --out bert-plan.json"
+
+
+def _common(p) -> None:
+    src = p.add_argument_group("model")
+    src.add_argument("--model", default="cnn",
+                     help="cnn, bert, mlp (built-in, generated data) or module:function returning "
+                          "(model, loss_fn, data) where data.batch() -> (inputs, targets)")
+    src.add_argument("--batch-size", type=int, default=8)
+    src.add_argument("--dropout", type=float, default=0.1)
+    src.add_argument("--seed", type=int, default=0)
+    src.add_argument("--granularity", choices=["aten", "layer"], default="aten",
+                     help="aten: every aten op a node (default); layer: ops grouped by module")
+    b = p.add_argument_group("budgets")
+    b.add_argument("--device", default="m4", help="device profile for the cost model (see `poet devices`)")
+    b.add_argument("--memory", default="100%",
+                   help="RAM budget incl. params, grads, buffers, batch, optimizer state: 256KB, 1MB, or "
+                        "a percentage of the way from fixed bytes to the keep-everything peak (default 100%%)")
+    b.add_argument("--runtime", default=None, help="deadline: 2x (of one plain step), 2.5s; default none")
+    b.add_argument("--paging-time", choices=["serial", "overlap", "hidden"], default="serial")
+    b.add_argument("--strategy", default="poet", help="poet (default), remat, paging, keep-all, chen")
+    b.add_argument("--time-limit", type=float, default=60.0, help="solver seconds (default 60)")
+    r = p.add_argument_group("execution")
+    r.add_argument("--optimizer", choices=["sgd", "adam"], default="sgd")
+    r.add_argument("--lr", type=float, default=0.05)
+    r.add_argument("--paging-dir", default=None, help="directory for paged tensors (default: a temp dir)")
+    r.add_argument("--swap-file", default=None, help="one swap file instead of a directory of pages")
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser("plan", help="trace a PyTorch model, schedule its training step, optionally run it",
+                              epilog=f"Example: {PLAN_EXAMPLE}")
+    _common(p)
+    p.add_argument("--run", action="store_true", help="execute one step and print predicted vs measured")
+    p.add_argument("--out", help="write the schedule (poet-schedule/1 JSON) here")
+    p.add_argument("--force", action="store_true", help="overwrite --out")
+    p.set_defaults(func=cmd_plan)
+
+    t = subparsers.add_parser("train", help="fine-tune a model for N steps with the executed schedule",
+                              epilog=f"Example: {TRAIN_EXAMPLE}")
+    _common(t)
+    t.add_argument("--steps", type=int, default=20)
+    t.add_argument("--check", action="store_true",
+                   help="also train with plain PyTorch from the same seed and compare the loss curves bit for bit")
+    t.add_argument("--quiet", action="store_true")
+    t.set_defaults(func=cmd_train)
+
+
+def _load(a):
+    from . import models
+    if ":" in a.model:
+        import importlib
+        mod, fn = a.model.split(":", 1)
+        made = getattr(importlib.import_module(mod), fn)()
+        if not (isinstance(made, tuple) and len(made) == 3):
+            raise ValueError(f"{a.model} must return (model, loss_fn, data)")
+        return made
+    return models.build(a.model, batch_size=a.batch_size, seed=a.seed, dropout=a.dropout)
+
+
+def _optimizer(a, model):
+    import torch
+    if a.optimizer == "adam":
+        return torch.optim.Adam(model.parameters(), lr=a.lr)
+    return torch.optim.SGD(model.parameters(), lr=a.lr, momentum=0.9)
+
+
+def _make_plan(a, model, loss_fn, inputs, targets, optimizer):
+    from ..plan import plan
+    return plan(model, inputs, loss_fn, targets=targets, device=a.device, memory=a.memory, runtime=a.runtime,
+                strategy=a.strategy, granularity=a.granularity, paging_time=a.paging_time, optimizer=optimizer,
+                time_limit=a.time_limit, paging_dir=a.paging_dir, swap_file=a.swap_file)
+
+
+def _errors():
+    from ..graph.torch_export import ExtractionError
+    from .executor import ExecutionError
+    from .store import PagingError
+    from ..units import BudgetError
+    return (ExtractionError, ExecutionError, PagingError, BudgetError, ValueError, FileExistsError)
+
+
+def cmd_plan(a) -> int:
+    from pathlib import Path
+    try:
+        model, loss_fn, data = _load(a)
+        model.train()
+        inputs, targets = data.batch()
+        opt = _optimizer(a, model)
+        pl = _make_plan(a, model, loss_fn, inputs, targets, opt)
+        print(pl)
+        if a.out:
+            if Path(a.out).exists() and not a.force:
+                raise FileExistsError(f"{a.out} exists (use --force to overwrite)")
+            pl.save(a.out)
+            print(f"schedule written to {a.out}")
+        if not pl.feasible:
+            return 3
+        if a.run:
+            res = pl.run(apply=False)
+            print(f"executed {len(pl.steps)} instructions; loss {res.loss.item():.6g}")
+            print(res.table())
+        return 0
+    except _errors() as e:
+        print(f"poet: error: {e}", file=sys.stderr)
+        return 2
+
+
+def cmd_train(a) -> int:
+    import copy
+    import torch
+    from ..units import fmt_bytes
+    try:
+        model, loss_fn, data = _load(a)
+        model.train()
+        reference = copy.deepcopy(model) if a.check else None
+        data_state = data.g.get_state() if hasattr(data, "g") else None
+        rng_state = torch.get_rng_state()
+        opt = _optimizer(a, model)
+        inputs, targets = data.batch()
+        pl = _make_plan(a, model, loss_fn, inputs, targets, opt)
+        print(pl)
+        if not pl.feasible:
+            return 3
+        losses = []
+        peak = 0
+        t0 = time.perf_counter()
+        batch = (inputs, targets)
+        for step in range(a.steps):
+            if step > 0:
+                batch = data.batch()
+            res = pl.train_step(batch[0], batch[1], opt)
+            losses.append(res.loss.item())
+            peak = max(peak, res.measured_peak_bytes)
+            if not a.quiet:
+                print(f"step {step + 1:4d}/{a.steps}  loss {losses[-1]:.6f}  measured peak "
+                      f"{fmt_bytes(res.measured_peak_bytes)} (budget {fmt_bytes(res.budget_bytes)})  "
+                      f"paged {fmt_bytes(res.bytes_written)} out / {fmt_bytes(res.bytes_read)} in  "
+                      f"{res.seconds['total']:.3f} s", flush=True)
+        dt = time.perf_counter() - t0
+        print(f"trained {a.steps} steps in {dt:.2f} s; loss {losses[0]:.6f} -> {losses[-1]:.6f}; "
+              f"measured peak {fmt_bytes(peak)} <= budget {fmt_bytes(pl.schedule.budget.ram_bytes)}: "
+              f"{peak <= pl.schedule.budget.ram_bytes}")
+        if a.check:
+            # plain PyTorch from the same initial weights, data and generator state
+            if data_state is not None:
+                data.g.set_state(data_state)
+            torch.set_rng_state(rng_state)
+            ropt = _optimizer(a, reference)
+            plain = []
+            for step in range(a.steps):
+                x, y = data.batch()
+                ropt.zero_grad(set_to_none=True)
+                loss = loss_fn(reference(*x), *y)
+                loss.backward()
+                ropt.step()
+                plain.append(loss.item())
+            same = plain == losses
+            params_same = all(torch.equal(p, q) for p, q in zip(model.parameters(), reference.parameters()))
+            print(f"plain PyTorch loss curve identical: {same}; final parameters identical: {params_same}")
+            if not (same and params_same):
+                for i, (u, v) in enumerate(zip(losses, plain)):
+                    if u != v:
+                        print(f"  first difference at step {i + 1}: {u!r} vs {v!r}")
+                        break
+                return 1
+        return 0
+    except _errors() as e:
+        print(f"poet: error: {e}", file=sys.stderr)
+        return 2

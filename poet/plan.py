@@ -1,0 +1,150 @@
+"""``poet.plan``: a real PyTorch module in, an executable schedule out.
+
+    import poet
+    plan = poet.plan(model, (x,), loss_fn=torch.nn.CrossEntropyLoss(), targets=(y,),
+                     device="m4", memory="256KB", runtime="2x")
+    print(plan)                     # budget, status, predicted peak / time / energy
+    plan.save("plan.json")          # poet-schedule/1
+    result = plan.run()             # executes on real tensors; gradients land in .grad
+    print(result.table())           # predicted vs measured
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .schedule.core import PAGING_SERIAL, Schedule
+from .units import fmt_bytes, fmt_energy, fmt_seconds
+
+
+@dataclass
+class Plan:
+    """A traced training step, its costed graph and the schedule chosen for it."""
+
+    program: object            # poet.graph.torch_export.TorchProgram
+    schedule: Schedule
+    device: str
+    executor_options: dict = field(default_factory=dict)
+    _executor: object = field(default=None, repr=False)
+
+    # ---- inspection
+    @property
+    def graph(self):
+        """The costed graph the schedule is for."""
+        return self.schedule.graph
+
+    @property
+    def feasible(self) -> bool:
+        return self.schedule.feasible
+
+    @property
+    def steps(self):
+        return self.schedule.steps
+
+    @property
+    def totals(self):
+        return self.schedule.totals
+
+    def __str__(self) -> str:
+        s, g, p = self.schedule, self.schedule.graph, self.program
+        lines = [p.summary(),
+                 f"device {self.device}; budget {fmt_bytes(s.budget.ram_bytes)} RAM"
+                 + (f", {fmt_seconds(s.budget.runtime_s)}" if s.budget.runtime_s else ", no deadline")
+                 + f"; strategy {s.strategy}: {s.status}"]
+        if s.totals:
+            t = s.totals
+            lines.append(f"predicted: peak {fmt_bytes(t.peak_ram_bytes)} (fixed {fmt_bytes(g.fixed_ram_bytes)}), "
+                         f"time {fmt_seconds(t.runtime_s)} (plain {fmt_seconds(g.plain_runtime_s)}), "
+                         f"energy {fmt_energy(t.energy_j)}; {len(s.steps)} instructions, "
+                         f"{t.recomputes} recomputes, {t.page_outs} page-outs, {t.page_ins} page-ins")
+        else:
+            lines.append(str(s.solver.get("message", "no schedule")))
+        return "\n".join(lines)
+
+    def save(self, path) -> None:
+        """Write the schedule (with its costed graph) as a ``poet-schedule/1`` JSON file."""
+        from .schedule.io import save_schedule
+        save_schedule(self.schedule, Path(path))
+
+    # ---- execution
+    @property
+    def executor(self):
+        if self._executor is None:
+            from .execute.executor import Executor
+            self._executor = Executor(self.program, **self.executor_options)
+        return self._executor
+
+    def run(self, inputs=None, targets=(), *, optimizer=None, apply: bool = True, callback=None):
+        """Execute one training step (default batch: the example batch) -> :class:`RunResult`.
+
+        After the whole schedule succeeded: buffers updated, ``.grad`` set
+        (accumulated like ``backward()``), ``optimizer.step()`` if given.
+        """
+        batch = None
+        if inputs is not None:
+            inputs = tuple(inputs) if isinstance(inputs, (tuple, list)) else (inputs,)
+            targets = tuple(targets) if isinstance(targets, (tuple, list)) else (targets,)
+            batch = inputs + targets
+        return self.executor.run(self.schedule, batch, optimizer=optimizer, apply=apply, callback=callback)
+
+    execute = run
+
+    def train_step(self, inputs, targets=(), optimizer=None):
+        """``optimizer.zero_grad(); loss.backward(); optimizer.step()`` via the schedule; returns the result."""
+        if optimizer is not None:
+            optimizer.zero_grad(set_to_none=True)
+        return self.run(inputs, targets, optimizer=optimizer)
+
+
+def plan(model, example_inputs, loss_fn=None, *, targets=(), device="m4", memory="100%", runtime=None,
+         strategy: str = "poet", granularity: str = "aten", paging_time: str = PAGING_SERIAL, optimizer=None,
+         time_limit: float | None = 60.0, fixed_ram=None, paging_dir=None, swap_file=None, max_nodes=None,
+         **solve_options) -> Plan:
+    """Trace ``model`` with its loss, price it on ``device``, schedule it within the budgets.
+
+    example_inputs: the model's positional inputs (a tensor or tuple);
+    loss_fn(output, *targets) -> scalar loss (omit if the model returns the loss).
+    memory/runtime/strategy/paging_time: as in :func:`poet.solve`; memory counts
+    the fixed bytes too (params, grads, buffers, the batch, optimizer state).
+    granularity: ``"aten"`` (every aten op a node) or ``"layer"`` (grouped by module).
+    optimizer: an optimizer instance or 'sgd'/'adam', only to count its state in fixed RAM.
+    paging_dir / swap_file: where paged tensors go when the plan runs (default: a temp dir).
+    """
+    from .graph.torch_export import export_training_graph
+    from .hardware import load_device
+    from .solve import solve
+    from .units import parse_bytes
+
+    prog = export_training_graph(model, example_inputs, loss_fn, targets, optimizer=optimizer)
+    if granularity in ("layer", "module"):
+        prog = prog.coarsen(max_nodes=max_nodes)
+    elif granularity != "aten":
+        raise ValueError(f"granularity must be 'aten' or 'layer', got {granularity!r}")
+    dev = load_device(device)
+    fixed = None if fixed_ram is None else parse_bytes(fixed_ram)
+    cg = prog.costed(dev, fixed)
+    sched = solve(cg, memory=memory, runtime=runtime, strategy=strategy, paging_time=paging_time,
+                  time_limit=time_limit, **solve_options)
+    opts = {}
+    if paging_dir is not None:
+        opts["paging_dir"] = paging_dir
+    if swap_file is not None:
+        opts["swap_file"] = swap_file
+    return Plan(program=prog, schedule=sched, device=dev.name, executor_options=opts)
+
+
+__all__ = ["Plan", "plan"]
+
+
+# ``import poet.plan`` binds the module as ``poet.plan``; make it callable so that
+# ``poet.plan(model, ...)`` works whether or not the package re-exports the function.
+import sys as _sys
+import types as _types
+
+
+class _CallableModule(_types.ModuleType):
+    def __call__(self, *args, **kwargs):
+        return plan(*args, **kwargs)
+
+
+_sys.modules[__name__].__class__ = _CallableModule
