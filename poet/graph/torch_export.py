@@ -108,8 +108,9 @@ def _is_seeded(target) -> bool:
 def _op_name(target) -> str:
     if target is operator.getitem:
         return "getitem"
-    name = getattr(target, "__name__", None) or str(target)
-    return str(getattr(target, "_name", name)).replace("aten::", "aten.")
+    if torch is not None and isinstance(target, torch._ops.OpOverload):
+        return str(target)                      # e.g. aten.convolution.default
+    return str(getattr(target, "__name__", None) or target)
 
 
 # FLOP multipliers per output element for elementwise families (rest: 1 per element)
