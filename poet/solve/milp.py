@@ -1,0 +1,566 @@
+"""The POET MILP (Patil et al., ICML 2022), with paging time, scaling and pruning.
+
+Stages t = 0..T-1; stage t computes node t for the first time (Checkmate's
+frontier-advancing order), so every decision matrix is lower-triangular.
+Binary decisions per (stage t, node i):
+
+* ``R``    compute (or recompute) i during stage t;
+* ``S``    i is in RAM at the start of stage t;
+* ``D``    i is on storage at the start of stage t;
+* ``I``    page i in during stage t, right before the computation of k
+           (disaggregated by k so RAM is charged only from that point on);
+* ``O``    page i out during stage t (i in RAM at stage start, or just computed);
+* ``F``    free i right after computing k in stage t (Checkmate's free-edge variable);
+* ``U``    RAM in use right after computing k in stage t (continuous).
+
+Within a stage the emitted order is: page-outs of resident tensors, frees of
+tensors the stage does not need, then for each position k (ascending):
+page-ins scheduled before k, compute k, page-out k, frees after k.  ``U``
+charges every tensor from the step it enters RAM to the step it is freed, so
+it equals the RAM of the emitted schedule at each compute (tensors the stage
+neither reads nor keeps are charged until the stage ends, but the solver
+never keeps such tensors since dropping them earlier is free); the validator
+replays the emitted schedule and reports the true peak.
+
+Numerics: memory rows are in units of the RAM budget, runtime rows in units
+of the deadline, the objective in units of one plain forward+backward's
+energy, so all coefficients are O(1) whatever the device.
+
+Variables that can never be useful are not created: node i at stage t needs
+a descendant with index >= t (stage t only computes what serves node t or a
+later stage), and a node nobody reads is never kept, paged or recomputed.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..graph.core import CostedGraph
+from ..schedule.core import (FEASIBLE, INFEASIBLE, NO_SOLUTION, OPTIMAL, PAGING_HIDDEN, PAGING_OVERLAP,
+                             Budget, Schedule, Step)
+from ..units import fmt_bytes, fmt_seconds
+from .api import SolveError, register
+from .backends import MilpProblem, get_backend
+from .heuristics import Plan, lower_bound_energy, plan_costs
+
+# RAM slack kept below the budget so solver tolerances (1e-9 of the budget)
+# can never round a schedule over it: 0 bytes below 500 MB, 2 bytes per GB above.
+_RAM_MARGIN = 2e-9
+
+
+class _Builder:
+    """Columns and row-wise CSR rows, appended in order."""
+
+    def __init__(self):
+        self.lo: list[float] = []
+        self.hi: list[float] = []
+        self.c: list[float] = []
+        self.integer: list[bool] = []
+        self.starts = [0]
+        self.index: list[int] = []
+        self.value: list[float] = []
+        self.rlo: list[float] = []
+        self.rhi: list[float] = []
+
+    def var(self, lo=0.0, hi=1.0, cost=0.0, integer=True) -> int:
+        self.lo.append(lo)
+        self.hi.append(hi)
+        self.c.append(cost)
+        self.integer.append(integer)
+        return len(self.lo) - 1
+
+    def row(self, cols, vals, lo, hi):
+        self.index.extend(cols)
+        self.value.extend(vals)
+        self.starts.append(len(self.index))
+        self.rlo.append(lo)
+        self.rhi.append(hi)
+
+    def problem(self) -> MilpProblem:
+        return MilpProblem(
+            c=np.array(self.c), col_lo=np.array(self.lo), col_hi=np.array(self.hi),
+            integer=np.array(self.integer, dtype=bool), starts=np.array(self.starts),
+            index=np.array(self.index), value=np.array(self.value),
+            row_lo=np.array(self.rlo), row_hi=np.array(self.rhi))
+
+
+@dataclass
+class Formulation:
+    problem: MilpProblem
+    R: np.ndarray    # T x T column index, -1 where the variable does not exist
+    S: np.ndarray    # (T+1) x T
+    D: np.ndarray
+    I: dict          # (t, i) -> [(k, column)]: page i in before computing k in stage t
+    O: np.ndarray
+    U: list          # per stage: list of U columns
+    energy_unit: float
+    runtime_cols: list  # (col, seconds-coefficient) pairs of the runtime expression, for re-use
+    F: dict = field(default_factory=dict)      # (t, k, i) -> column: free i right after computing k
+    defs: list = field(default_factory=list)   # (col, [expr, ...], const): continuous col = max(exprs) + const
+
+    @property
+    def T(self) -> int:
+        return self.R.shape[0]
+
+
+def useful_horizon(g: CostedGraph) -> list[int]:
+    """Largest stage at which node i can still be useful: its largest descendant id (-1 if unread)."""
+    n = len(g.nodes)
+    md = [-1] * n
+    for i in range(n - 1, -1, -1):
+        for s in g.succs[i]:
+            md[i] = max(md[i], s, md[s])
+    return md
+
+
+def build(g: CostedGraph, budget: Budget, *, remat: bool = True, paging: bool = True,
+          objective: str = "energy", ram_cap_bytes: int | None = None, tighten: bool = False) -> Formulation:
+    """The MILP in matrix form.
+
+    objective: ``energy`` (POET), ``peak_ram`` (smallest RAM meeting the deadline)
+    or ``runtime`` (shortest schedule meeting the RAM budget).
+    """
+    n = len(g.nodes)
+    nodes = g.nodes
+    T = n
+    md = useful_horizon(g)
+    B = float(ram_cap_bytes if ram_cap_bytes is not None else budget.ram_bytes)
+    cap_bytes = B - math.floor(_RAM_MARGIN * B) if objective != "peak_ram" else B
+    mem = [nd.ram_bytes / B for nd in nodes]
+    E0 = g.plain_energy_j or 1.0
+    use_energy = objective == "energy"
+
+    b = _Builder()
+    neg = lambda *shape: np.full(shape, -1, dtype=np.int64)  # noqa: E731
+    R, S, D, O = neg(T, T), neg(T + 1, T), neg(T + 1, T), neg(T, T)
+    I: dict[tuple[int, int], list[tuple[int, int]]] = {}   # (t, i) -> [(k, column)]
+
+    def ecost(x):
+        return x / E0 if use_energy else 0.0
+
+    # tighten: provably safe reductions (an optimal schedule survives each of them)
+    #  * a 0-byte tensor is never paged: keeping it resident costs no RAM, paging costs >= 0;
+    #  * a tensor already on storage is never paged out again (O + D <= 1).
+    pageable = [paging and not (tighten and nodes[i].ram_bytes == 0) for i in range(n)]
+    for t in range(T):
+        for i in range(t + 1):
+            useful = md[i] >= t
+            if i == t:
+                R[t, i] = b.var(1.0, 1.0, ecost(nodes[i].compute_energy_j))
+            elif remat and useful:
+                R[t, i] = b.var(cost=ecost(nodes[i].compute_energy_j))
+            if i < t and useful:
+                S[t, i] = b.var()
+                if pageable[i]:
+                    D[t, i] = b.var()
+            if pageable[i] and md[i] > t:  # paging out only helps if needed at a later stage
+                O[t, i] = b.var(cost=ecost(nodes[i].pageout_energy_j))
+        if paging:
+            for i in range(t):
+                if D[t, i] >= 0:
+                    I[t, i] = [(k, b.var(cost=ecost(nodes[i].pagein_energy_j)))
+                               for k in g.succs[i] if k <= t and R[t, k] >= 0]
+
+    def terms(*pairs):
+        cols, vals = [], []
+        for col, v in pairs:
+            if col >= 0:
+                cols.append(int(col))
+                vals.append(v)
+        return cols, vals
+
+    def paged_in(t, i, upto=None):
+        return [(col, -1.0) for k, col in I.get((t, i), ()) if upto is None or k <= upto]
+
+    inf = math.inf
+    for t in range(T):
+        # inputs available: R[t,k] <= R[t,i] + S[t,i] + sum_{k' <= k} I[t,i,k']
+        for k in range(t + 1):
+            if R[t, k] < 0:
+                continue
+            for i in g.preds[k]:
+                cols, vals = terms((R[t, k], 1.0), (R[t, i], -1.0), (S[t, i], -1.0), *paged_in(t, i, k))
+                b.row(cols, vals, -inf, 0.0)
+        for i in range(t + 1):
+            if t + 1 < T and S[t + 1, i] >= 0:
+                cols, vals = terms((S[t + 1, i], 1.0), (S[t, i], -1.0), (R[t, i], -1.0), *paged_in(t, i))
+                b.row(cols, vals, -inf, 0.0)
+            if t + 1 < T and D[t + 1, i] >= 0:
+                cols, vals = terms((D[t + 1, i], 1.0), (D[t, i], -1.0), (O[t, i], -1.0))
+                b.row(cols, vals, -inf, 0.0)
+            if I.get((t, i)):
+                cols, vals = terms((D[t, i], -1.0), *[(c, 1.0) for _, c in I[t, i]])
+                b.row(cols, vals, -inf, 0.0)
+            if O[t, i] >= 0:
+                b.row(*terms((O[t, i], 1.0), (S[t, i], -1.0), (R[t, i], -1.0)), -inf, 0.0)
+                if tighten and D[t, i] >= 0:
+                    b.row([int(O[t, i]), int(D[t, i])], [1.0, 1.0], -inf, 1.0)
+            excl = terms((R[t, i], 1.0), (S[t, i], 1.0), *[(c, 1.0) for _, c in I.get((t, i), ())])
+            if len(excl[0]) > 1:
+                b.row(*excl, -inf, 1.0)
+
+    # memory: U after each computation of a stage, Checkmate-style recurrence with frees
+    U_cols = []
+    F: dict = {}
+    defs: list = []
+    peak_col = b.var(0.0, inf, 1.0, integer=False) if objective == "peak_ram" else -1
+    u_hi = cap_bytes / B if objective != "peak_ram" else inf
+    for t in range(T):
+        ks = [k for k in range(t + 1) if R[t, k] >= 0]
+        arrivals: dict[int, list[tuple[int, float]]] = {}   # k -> page-in columns landing before k
+        for i in range(t):
+            for k, col in I.get((t, i), ()):
+                if mem[i] > 0:
+                    arrivals.setdefault(k, []).append((col, -mem[i]))
+        stage_u = []
+        prev_u, prev_k = -1, -1
+        for k in ks:
+            u = b.var(0.0, u_hi, 0.0, integer=False)
+            stage_u.append(u)
+            cols, vals = [u, int(R[t, k])], [1.0, -mem[k]]
+            for col, v in arrivals.get(k, ()):
+                cols.append(col)
+                vals.append(v)
+            if prev_u < 0:
+                for i in range(t):
+                    if S[t, i] >= 0 and mem[i] > 0:
+                        cols.append(int(S[t, i]))
+                        vals.append(-mem[i])
+                f = g.fixed_ram_bytes / B
+                b.row(cols, vals, f, f)
+                defs.append((u, [list(zip(cols[1:], [-v for v in vals[1:]]))], f))
+            else:
+                cols.append(prev_u)
+                vals.append(-1.0)
+                for i in (*g.preds[prev_k], prev_k):
+                    if mem[i] <= 0:
+                        continue
+                    fcol = b.var()  # free i after computing prev_k
+                    b.row([fcol, int(R[t, prev_k])], [1.0, -1.0], -inf, 0.0)
+                    if t + 1 < T and S[t + 1, i] >= 0:
+                        b.row([fcol, int(S[t + 1, i])], [1.0, 1.0], -inf, 1.0)
+                    for j in g.succs[i]:
+                        if prev_k < j <= t and R[t, j] >= 0:
+                            b.row([fcol, int(R[t, j])], [1.0, 1.0], -inf, 1.0)
+                    cols.append(fcol)
+                    vals.append(mem[i])
+                    F[t, prev_k, i] = fcol
+                b.row(cols, vals, 0.0, 0.0)
+                defs.append((u, [list(zip(cols[1:], [-v for v in vals[1:]]))], 0.0))
+            if peak_col >= 0:
+                b.row([u, peak_col], [1.0, -1.0], -inf, 0.0)
+            prev_u, prev_k = u, k
+        U_cols.append(stage_u)
+
+    # runtime
+    rt_terms = []   # (col, seconds)
+    stage_terms = []
+    for t in range(T):
+        comp = [(int(R[t, k]), nodes[k].compute_time_s) for k in range(t + 1) if R[t, k] >= 0]
+        page = [(col, nodes[i].pagein_time_s) for i in range(t) for _, col in I.get((t, i), ())]
+        page += [(int(O[t, i]), nodes[i].pageout_time_s) for i in range(t + 1) if O[t, i] >= 0]
+        stage_terms.append((comp, page))
+    if objective == "runtime" or budget.runtime_s is not None:
+        Rt = budget.runtime_s if (objective != "runtime" and budget.runtime_s) else (g.plain_runtime_s or 1.0)
+        if budget.paging_time == PAGING_OVERLAP:
+            zs = []
+            for comp, page in stage_terms:
+                z = b.var(0.0, inf, 0.0, integer=False)
+                zs.append(z)
+                for part in (comp, page):
+                    if part:
+                        b.row([z] + [c for c, _ in part], [1.0] + [-s / Rt for _, s in part], 0.0, inf)
+                defs.append((z, [[(c, s / Rt) for c, s in part] for part in (comp, page) if part], 0.0))
+            rt_terms = [(z, Rt) for z in zs]
+        else:
+            for comp, page in stage_terms:
+                rt_terms += comp
+                if budget.paging_time != PAGING_HIDDEN:
+                    rt_terms += page
+        if objective == "runtime":
+            for col, s in rt_terms:
+                b.c[col] += s / Rt
+        else:
+            b.row([c for c, _ in rt_terms], [s / Rt for _, s in rt_terms], -inf, 1.0)
+
+    return Formulation(problem=b.problem(), R=R, S=S, D=D, I=I, O=O, U=U_cols, energy_unit=E0,
+                       runtime_cols=rt_terms, F=F, defs=defs)
+
+
+def emit(g: CostedGraph, plan: Plan) -> list[Step]:
+    """Instruction list from stage decisions (see the module docstring for the order)."""
+    n = len(g.nodes)
+    resident: set[int] = set()
+    steps: list[Step] = []
+    for t in range(n):
+        comp = plan.comp[t]
+        keep_next = plan.keep[t + 1] if t + 1 < n else set()
+        outs = plan.outs[t]
+        last_reader: dict[int, int] = {}
+        for k in comp:
+            for i in g.preds[k]:
+                last_reader[i] = k
+        at_start = set(resident)
+        for i in sorted(at_start):
+            if i in outs:
+                steps.append(Step("page_out", i, t))
+        for i in sorted(at_start):
+            if i not in last_reader and i not in keep_next:
+                steps.append(Step("free", i, t))
+                resident.discard(i)
+        stage_ins = plan.ins[t]
+        positions = sorted(set(comp) | set(stage_ins))
+        comp_set = set(comp)
+        for k in positions:
+            for i in stage_ins.get(k, ()):
+                steps.append(Step("page_in", i, t))
+                resident.add(i)
+            if k not in comp_set:
+                continue
+            steps.append(Step("compute", k, t))
+            resident.add(k)
+            if k in outs and k not in at_start:
+                steps.append(Step("page_out", k, t))
+            for i in (*g.preds[k], k):
+                if i in resident and i not in keep_next and last_reader.get(i, -1) <= k:
+                    steps.append(Step("free", i, t))
+                    resident.discard(i)
+        for i in sorted(resident - keep_next):
+            steps.append(Step("free", i, t))
+        resident &= keep_next
+        if keep_next - resident:
+            raise SolveError(f"stage plan keeps {sorted(keep_next - resident)} in RAM at stage {t + 1} "
+                             f"without computing or paging them in")
+    return steps
+
+
+def decode(f: Formulation, x: np.ndarray) -> Plan:
+    T = f.T
+    plan = Plan.empty(T)
+    on = lambda col: col >= 0 and x[col] > 0.5  # noqa: E731
+    for t in range(T):
+        plan.comp[t] = [k for k in range(t + 1) if on(f.R[t, k])]
+        plan.keep[t] = {i for i in range(T) if on(f.S[t, i])}
+        plan.outs[t] = {i for i in range(t + 1) if on(f.O[t, i])}
+    for (t, i), lst in f.I.items():
+        for k, col in lst:
+            if x[col] > 0.5:
+                plan.ins[t].setdefault(k, []).append(i)
+    return plan
+
+
+def plan_to_start(f: Formulation, g: CostedGraph, plan: Plan) -> tuple[np.ndarray | None, str]:
+    """Every column of ``f`` (free-edge and RAM columns included) from a plan: a complete warm start.
+
+    Returns (x, "") or (None, why) when the plan does not map onto this formulation.
+    """
+    p = f.problem
+    x = np.zeros(p.num_cols)
+    T = f.T
+    stored: set[int] = set()
+
+    def put(col, what):
+        if col < 0:
+            raise KeyError(what)
+        x[col] = 1.0
+
+    try:
+        for t in range(T):
+            for i in plan.keep[t]:
+                put(f.S[t, i], f"S[{t},{i}]")
+            for i in stored:
+                if f.D[t, i] >= 0:
+                    x[f.D[t, i]] = 1.0
+            for k in plan.comp[t]:
+                put(f.R[t, k], f"R[{t},{k}]")
+            for k, lst in plan.ins[t].items():
+                for i in lst:
+                    col = dict(f.I.get((t, i), ())).get(k, -1)
+                    put(col, f"I[{t},{i},{k}]")
+            for i in plan.outs[t]:
+                put(f.O[t, i], f"O[{t},{i}]")
+                stored.add(i)
+            # free-edge columns: i freed right after computing k (same rule as emit)
+            keep_next = plan.keep[t + 1] if t + 1 < T else set()
+            comp = plan.comp[t]
+            later_reader: dict[int, int] = {}
+            for k in comp:
+                for i in g.preds[k]:
+                    later_reader[i] = k
+            for k in comp:
+                for i in (*g.preds[k], k):
+                    col = f.F.get((t, k, i), -1)
+                    if col >= 0 and i not in keep_next and later_reader.get(i, -1) <= k:
+                        x[col] = 1.0
+    except KeyError as e:
+        return None, f"plan uses a variable the formulation pruned: {e.args[0]}"
+    # continuous columns (U, overlap z) from their defining rows
+    for col, exprs, const in f.defs:
+        x[col] = max(0.0, max(sum(v * x[c] for c, v in e) for e in exprs) + const)
+    viol = max_violation(p, x)
+    if viol > 1e-7:
+        return None, f"plan violates the formulation by {viol:.2e}"
+    return x, ""
+
+
+def max_violation(p: MilpProblem, x: np.ndarray) -> float:
+    import scipy.sparse as sp
+    A = sp.csr_matrix((p.value, p.index, p.starts), shape=(p.num_rows, p.num_cols))
+    ax = A @ x
+    v = max(float(np.max(p.row_lo - ax, initial=0.0)), float(np.max(ax - p.row_hi, initial=0.0)))
+    v = max(v, float(np.max(p.col_lo - x, initial=0.0)), float(np.max(x - p.col_hi, initial=0.0)))
+    return v
+
+
+def _status_message(res, strategy):
+    if res.status == OPTIMAL:
+        return f"optimal (proven relative gap {res.gap:.2e})"
+    if res.status == FEASIBLE:
+        return f"feasible; optimality not proven (relative gap {res.gap:.2%}): {res.detail}"
+    if res.status == INFEASIBLE:
+        return f"no {strategy} schedule meets both budgets (proven infeasible)"
+    return f"no schedule found before the solver stopped ({res.detail})"
+
+
+METHODS = {
+    "faithful": "the POET MILP as formulated, solved cold (the reference)",
+    "warm": "the POET MILP warm-started from the best greedy schedule",
+    "fast": "greedy schedule; proven optimal by the plain-energy bound when it meets it, "
+            "else the tightened MILP warm-started from it",
+    "heuristic": "greedy schedule only, gap against the plain-energy lower bound",
+    "auto": "fast while the MILP fits in memory (up to ~%d nodes), heuristic beyond" % 700,
+}
+AUTO_MAX_NODES = 700
+
+
+def _result_schedule(g, budget, strategy, steps, status, solver):
+    return Schedule(graph=g, budget=budget, steps=tuple(steps), status=status, strategy=strategy, solver=solver)
+
+
+def solve_milp(g: CostedGraph, budget: Budget, opts, *, remat: bool, paging: bool, strategy: str) -> Schedule:
+    import time
+    method = getattr(opts, "method", "auto") or "auto"
+    if method not in METHODS:
+        raise SolveError(f"unknown method {method!r}; choose one of {', '.join(METHODS)}")
+    if method == "auto":
+        method = "fast" if len(g.nodes) <= AUTO_MAX_NODES else "heuristic"
+    t0 = time.perf_counter()
+    plan = plan_e = None
+    solver: dict = {"requested_method": opts.method, "requested_gap": opts.gap,
+                    "time_limit_s": opts.time_limit_s, "threads": opts.threads}
+    lb = lower_bound_energy(g)
+    if method != "faithful":
+        from .heuristics import best_greedy
+        plan = best_greedy(g, budget, remat=remat, paging=paging)
+        solver["heuristic_seconds"] = time.perf_counter() - t0
+        if plan is not None:
+            plan_e, _ = plan_costs(g, plan, budget.paging_time)
+            solver["heuristic_energy_j"] = plan_e
+        gap_lb = None if plan_e is None else (plan_e - lb) / max(plan_e, 1e-300)
+        if method == "heuristic" or (method == "fast" and gap_lb is not None and gap_lb <= opts.gap):
+            proven = gap_lb is not None and gap_lb <= opts.gap
+            solver.update({
+                "method": "greedy+bound" if proven else "greedy", "variables": 0, "constraints": 0,
+                "gap": gap_lb, "objective_energy_j": plan_e, "bound_energy_j": lb,
+                "solve_seconds": time.perf_counter() - t0,
+                "message": ("no schedule found by the greedy" if plan is None else
+                            (f"optimal: the greedy schedule is within {gap_lb:.2e} of the plain-energy lower bound"
+                             if proven else f"feasible greedy schedule, {gap_lb:.2%} above the plain-energy lower bound"))})
+            if plan is None:
+                return Schedule(graph=g, budget=budget, steps=(), status=NO_SOLUTION, strategy=strategy, solver=solver)
+            return _result_schedule(g, budget, strategy, emit(g, plan), OPTIMAL if proven else FEASIBLE, solver)
+
+    tb = time.perf_counter()
+    f = build(g, budget, remat=remat, paging=paging, tighten=(method == "fast"))
+    solver["build_seconds"] = time.perf_counter() - tb
+    start = None
+    if plan is not None:
+        start, why = plan_to_start(f, g, plan)
+        solver["warm_start"] = "greedy" if start is not None else f"none ({why})"
+    backend = get_backend(opts.backend)
+    limit = opts.time_limit_s
+    if limit is not None:
+        limit = max(0.1, limit - (time.perf_counter() - t0))
+    kw = {"start": start} if start is not None else {}
+    res = backend(f.problem, time_limit=limit, threads=opts.threads, gap=opts.gap,
+                  progress=opts.progress, verbose=opts.verbose, **kw)
+    p = f.problem
+    bound = None if res.bound is None or not math.isfinite(res.bound) else res.bound * f.energy_unit
+    solver.update({
+        "method": "milp-" + method, "backend": opts.backend, "status_detail": res.detail,
+        "variables": p.num_cols, "integer_variables": int(p.integer.sum()), "constraints": p.num_rows,
+        "nonzeros": p.num_nonzeros, "mip_seconds": res.seconds,
+        "gap": res.gap, "objective_energy_j": None if res.objective is None else res.objective * f.energy_unit,
+        "bound_energy_j": bound, "message": _status_message(res, strategy),
+    })
+    solver["solve_seconds"] = time.perf_counter() - t0
+    if res.x is None and plan is not None and res.status != INFEASIBLE:
+        # the solver stopped without an incumbent of its own: the greedy schedule is the best found
+        best_lb = max(lb, bound or 0.0)
+        gap = (plan_e - best_lb) / max(plan_e, 1e-300)
+        solver.update({"gap": gap, "objective_energy_j": plan_e, "bound_energy_j": best_lb,
+                       "message": f"feasible greedy schedule; gap {gap:.2%} to the best proven bound ({res.detail})"})
+        status = OPTIMAL if gap <= opts.gap else FEASIBLE
+        return _result_schedule(g, budget, strategy, emit(g, plan), status, solver)
+    if res.x is None:
+        sched = Schedule(graph=g, budget=budget, steps=(), status=res.status if res.status != "optimal" else NO_SOLUTION,
+                         strategy=strategy, solver=solver)
+        if res.status == INFEASIBLE and opts.find_min_budgets:
+            solver.update(min_budgets(g, budget, opts, remat=remat, paging=paging))
+        return sched
+    steps = emit(g, decode(f, res.x))
+    return _result_schedule(g, budget, strategy, steps, res.status, solver)
+
+
+def min_budgets(g: CostedGraph, budget: Budget, opts, *, remat: bool, paging: bool) -> dict:
+    """Smallest feasible RAM (at the deadline) and runtime (at the RAM budget), computed by MILP."""
+    from .baselines import keep_all_peak
+    out: dict = {}
+    limit = opts.time_limit_s if opts.time_limit_s is not None else 120.0
+    backend = get_backend(opts.backend)
+    lower = g.min_ram_bytes()
+    if paging and (budget.runtime_s is None or budget.paging_time == PAGING_HIDDEN):
+        out["min_ram_bytes"] = lower
+        out["min_ram_note"] = "with paging and no binding deadline the node-plus-inputs bound is achievable"
+    else:
+        hi = max(keep_all_peak(g), lower)
+        f = build(g, budget, remat=remat, paging=paging, objective="peak_ram", ram_cap_bytes=hi)
+        res = backend(f.problem, time_limit=limit, threads=opts.threads, gap=1e-6)
+        scale = hi  # the formulation's memory unit
+        if res.status == INFEASIBLE:
+            out["min_ram_note"] = (f"no RAM budget makes the deadline {fmt_seconds(budget.runtime_s)} reachable; "
+                                   f"the deadline itself is too short")
+        elif res.x is not None:
+            best = int(math.ceil(res.objective * scale - 1e-6))
+            lb = int(math.ceil(res.bound * scale - 1e-6)) if res.bound is not None else lower
+            out["min_ram_bytes"] = best
+            out["min_ram_bytes_lower_bound"] = max(lb, lower)
+            out["min_ram_note"] = ("proven" if res.status == OPTIMAL
+                                   else f"best found in {limit:.0f} s; proven lower bound {fmt_bytes(max(lb, lower))}")
+    if budget.runtime_s is not None:
+        nob = Budget(budget.ram_bytes, None, budget.paging_time)
+        f = build(g, nob, remat=remat, paging=paging, objective="runtime")
+        res = backend(f.problem, time_limit=limit, threads=opts.threads, gap=1e-6)
+        if res.status == INFEASIBLE:
+            out["min_runtime_note"] = f"the RAM budget {fmt_bytes(budget.ram_bytes)} is infeasible at any deadline"
+        elif res.x is not None:
+            out["min_runtime_s"] = res.objective * (g.plain_runtime_s or 1.0)
+            out["min_runtime_note"] = "proven" if res.status == OPTIMAL else f"best found in {limit:.0f} s"
+    return out
+
+
+@register("poet", "POET MILP: rematerialization and paging chosen jointly for minimum energy")
+def solve_poet(g, budget, opts):
+    return solve_milp(g, budget, opts, remat=True, paging=True, strategy="poet")
+
+
+@register("remat", "Checkmate-style MILP: rematerialization only (paging disabled)")
+def solve_remat(g, budget, opts):
+    return solve_milp(g, budget, opts, remat=True, paging=False, strategy="remat")
+
+
+@register("paging", "MILP with paging only (rematerialization disabled)")
+def solve_paging(g, budget, opts):
+    return solve_milp(g, budget, opts, remat=False, paging=True, strategy="paging")

@@ -1,0 +1,213 @@
+"""MILP backends: a matrix-form problem in, a status, solution, bound and gap out.
+
+HiGHS (open source, ``highspy``) is the default and the only required one.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+
+@dataclass
+class MilpProblem:
+    """min c.x  s.t.  row_lo <= A x <= row_hi,  col_lo <= x <= col_hi,  x[integer] integral.
+
+    ``A`` is row-wise CSR: (starts, index, value).
+    """
+
+    c: np.ndarray
+    col_lo: np.ndarray
+    col_hi: np.ndarray
+    integer: np.ndarray          # bool per column
+    starts: np.ndarray
+    index: np.ndarray
+    value: np.ndarray
+    row_lo: np.ndarray
+    row_hi: np.ndarray
+    objective_offset: float = 0.0
+
+    @property
+    def num_cols(self) -> int:
+        return len(self.c)
+
+    @property
+    def num_rows(self) -> int:
+        return len(self.row_lo)
+
+    @property
+    def num_nonzeros(self) -> int:
+        return len(self.value)
+
+
+@dataclass
+class MilpResult:
+    status: str                  # optimal | feasible | infeasible | no_solution
+    x: np.ndarray | None
+    objective: float | None      # in the problem's (scaled) units, offset included
+    bound: float | None          # proven lower bound, same units
+    gap: float | None            # relative, as the solver reports it
+    seconds: float
+    detail: str = ""
+    extra: dict = field(default_factory=dict)
+
+
+_BANNER_SILENCED = False
+
+
+def new_highs():
+    """A ``highspy.Highs`` object, without the banner the first construction prints on stdout."""
+    global _BANNER_SILENCED
+    import highspy
+
+    if _BANNER_SILENCED:
+        return highspy.Highs()
+    import os
+    import sys
+
+    sys.stdout.flush()
+    try:
+        fd = os.dup(1)
+    except OSError:        # no usable stdout: nothing to protect
+        _BANNER_SILENCED = True
+        return highspy.Highs()
+    try:
+        with open(os.devnull, "w") as null:
+            os.dup2(null.fileno(), 1)
+            h = highspy.Highs()
+    finally:
+        os.dup2(fd, 1)
+        os.close(fd)
+    _BANNER_SILENCED = True
+    return h
+
+
+def solve_highs(p: MilpProblem, *, time_limit: float | None = None, threads: int | None = None,
+                gap: float = 1e-3, start: np.ndarray | None = None, progress=None,
+                verbose: bool = False, options: dict | None = None) -> MilpResult:
+    """Solve ``p`` with HiGHS.
+
+    start:    a complete feasible assignment (or None) given to HiGHS as its first incumbent.
+    progress: called about once a second during branch-and-bound with a dict
+              ``elapsed_s, objective, bound, gap, nodes`` (objective None before the first incumbent).
+    options:  extra HiGHS options by name (e.g. ``{"mip_heuristic_effort": 0.3}``).
+    """
+    import highspy
+
+    h = new_highs()
+    h.setOptionValue("output_flag", bool(verbose))
+    h.setOptionValue("mip_rel_gap", float(gap))
+    # Tight tolerances: the schedule is re-checked in exact arithmetic afterwards.
+    h.setOptionValue("primal_feasibility_tolerance", 1e-9)
+    h.setOptionValue("mip_feasibility_tolerance", 1e-9)
+    if time_limit is not None:
+        h.setOptionValue("time_limit", float(time_limit))
+    if threads is not None:
+        h.setOptionValue("threads", int(threads))
+    h.setOptionValue("random_seed", 0)
+    for k, v in (options or {}).items():
+        h.setOptionValue(k, v)
+
+    lp = highspy.HighsLp()
+    lp.num_col_ = p.num_cols
+    lp.num_row_ = p.num_rows
+    lp.col_cost_ = np.asarray(p.c, dtype=np.float64)
+    lp.col_lower_ = np.asarray(p.col_lo, dtype=np.float64)
+    lp.col_upper_ = np.asarray(p.col_hi, dtype=np.float64)
+    lp.row_lower_ = np.asarray(p.row_lo, dtype=np.float64)
+    lp.row_upper_ = np.asarray(p.row_hi, dtype=np.float64)
+    lp.offset_ = float(p.objective_offset)
+    lp.a_matrix_.format_ = highspy.MatrixFormat.kRowwise
+    lp.a_matrix_.start_ = np.asarray(p.starts, dtype=np.int32)
+    lp.a_matrix_.index_ = np.asarray(p.index, dtype=np.int32)
+    lp.a_matrix_.value_ = np.asarray(p.value, dtype=np.float64)
+    lp.integrality_ = [highspy.HighsVarType.kInteger if b else highspy.HighsVarType.kContinuous
+                       for b in p.integer]
+    h.passModel(lp)
+    if start is not None:
+        sol = highspy.HighsSolution()
+        sol.col_value = list(np.asarray(start, dtype=np.float64))
+        sol.value_valid = True
+        h.setSolution(sol)
+
+    t0 = time.perf_counter()
+    if progress is not None:
+        last = [0.0]
+
+        def on_interrupt(e):
+            # Called by HiGHS from inside branch-and-bound; report at most once a second.
+            now = time.perf_counter() - t0
+            if now - last[0] < 1.0:
+                return
+            last[0] = now
+            d = e.data_out
+            obj = d.mip_primal_bound if np.isfinite(d.mip_primal_bound) else None
+            bnd = d.mip_dual_bound if np.isfinite(d.mip_dual_bound) else None
+            try:
+                progress({"elapsed_s": now, "objective": obj, "bound": bnd,
+                          "gap": d.mip_gap if obj is not None else None, "nodes": int(d.mip_node_count)})
+            except Exception:  # a failing progress printer must not kill the solve
+                pass
+
+        h.cbMipInterrupt.subscribe(on_interrupt)
+    # Keep every improving incumbent: with a user start, HiGHS 1.16 can report an improved
+    # objective while getSolution() still returns the start vector.
+    incumbents: list = []
+
+    def on_improving(e):
+        sol = e.data_out.mip_solution
+        if sol is not None and len(sol) == p.num_cols:
+            incumbents.append(np.array(sol, dtype=np.float64))
+
+    h.cbMipImprovingSolution.subscribe(on_improving)
+    h.run()
+    seconds = time.perf_counter() - t0
+
+    ms = h.getModelStatus()
+    info = h.getInfo()
+    S = highspy.HighsModelStatus
+    has_sol = info.primal_solution_status == 2  # kSolutionStatusFeasible
+    x = np.asarray(h.getSolution().col_value) if has_sol else None
+    obj = info.objective_function_value if has_sol else None
+    if x is not None:
+        c = np.asarray(p.c, dtype=np.float64)
+        tol = 1e-9 * max(1.0, abs(obj))
+        cands = [v for v in [x] + incumbents if float(c @ v) + p.objective_offset <= obj + tol]
+        if cands:
+            x = cands[0]
+        elif start is not None:
+            # The incumbent HiGHS reports was not handed back (seen when presolve alone solves
+            # a warm-started model): solve again without the start.
+            rest = None if time_limit is None else max(0.1, time_limit - (time.perf_counter() - t0))
+            r2 = solve_highs(p, time_limit=rest, threads=threads, gap=gap, progress=progress,
+                             verbose=verbose, options=options)
+            r2.seconds += seconds
+            r2.extra["restarted_without_start"] = True
+            return r2
+    bound = info.mip_dual_bound
+    mgap = info.mip_gap if has_sol else None
+    detail = h.modelStatusToString(ms)
+    extra = {"nodes": int(info.mip_node_count)}
+    if ms == S.kInfeasible:
+        return MilpResult("infeasible", None, None, None, None, seconds, detail, extra)
+    if ms == S.kOptimal and has_sol:
+        # HiGHS says optimal only within mip_rel_gap; report it as proven if the gap holds.
+        status = "optimal" if (mgap is not None and mgap <= gap + 1e-12) else "feasible"
+        return MilpResult(status, x, obj, bound, mgap, seconds, detail, extra)
+    if has_sol:
+        return MilpResult("feasible", x, obj, bound, mgap, seconds, detail, extra)
+    return MilpResult("no_solution", None, None, bound, None, seconds, detail, extra)
+
+
+BACKENDS = {"highs": solve_highs}
+
+
+def get_backend(name: str):
+    if name == "ortools":
+        from .backend_ortools import solve_ortools  # optional; import error says how to install
+        return solve_ortools
+    try:
+        return BACKENDS[name]
+    except KeyError:
+        raise ValueError(f"unknown solver backend {name!r}; available: highs, ortools (optional)") from None

@@ -1,0 +1,300 @@
+"""Fast feasible schedules in the MILP's stage form, and cheap valid lower bounds.
+
+A :class:`Plan` is the MILP's decision set written sparsely (per stage: nodes
+computed, tensors kept from the previous stage, page-ins by position, page-outs),
+so the same emitter turns either a MILP solution or a heuristic plan into steps,
+and a plan can be written back into MILP columns as a warm start.
+
+The greedy walks the stages in order.  Stage ``t`` computes node ``t``; every
+missing input is paged in (if stored) or recomputed (recursively).  When the
+stage's RAM peak, charged exactly as the MILP charges it, exceeds the budget, a
+tensor charged at the peak is evicted -- the one whose next use is furthest
+away (Belady) -- and either paged out or dropped for later recomputation,
+whichever costs less energy while the deadline still has room.  It makes no
+optimality claim; its schedules warm-start the MILP and, for graphs too large
+for the MILP, are returned with their gap to a valid lower bound.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from ..graph.core import CostedGraph
+from ..schedule.core import PAGING_HIDDEN, Budget
+
+# RAM slack kept below the budget, identical to the MILP's (see milp._RAM_MARGIN).
+RAM_MARGIN = 2e-9
+
+
+def ram_cap(budget_bytes: int) -> int:
+    return int(budget_bytes - math.floor(RAM_MARGIN * budget_bytes))
+
+
+def useful_horizon(g: CostedGraph) -> list[int]:
+    """Largest stage at which node i can still be useful: its largest descendant id (-1 if unread)."""
+    n = len(g.nodes)
+    md = [-1] * n
+    for i in range(n - 1, -1, -1):
+        for s in g.succs[i]:
+            md[i] = max(md[i], s, md[s])
+    return md
+
+
+@dataclass
+class Plan:
+    """Stage decisions.  ``keep[t]``: in RAM at the start of stage t (``keep[0]`` empty);
+    ``comp[t]``: computed in stage t (ascending, ends with t); ``ins[t][k]``: paged in right
+    before computing k; ``outs[t]``: paged out during stage t."""
+
+    n: int
+    comp: list = field(default_factory=list)
+    keep: list = field(default_factory=list)
+    ins: list = field(default_factory=list)
+    outs: list = field(default_factory=list)
+
+    @classmethod
+    def empty(cls, n: int) -> "Plan":
+        return cls(n, [[] for _ in range(n)], [set() for _ in range(n + 1)], [{} for _ in range(n)],
+                   [set() for _ in range(n)])
+
+
+def plan_costs(g: CostedGraph, plan: Plan, paging_time: str) -> tuple[float, float]:
+    """(energy, runtime) of a plan, runtime as the validator counts it except overlap (counted serial)."""
+    nd = g.nodes
+    e = math.fsum(nd[k].compute_energy_j for c in plan.comp for k in c)
+    rt_c = math.fsum(nd[k].compute_time_s for c in plan.comp for k in c)
+    e_p, t_p = [], []
+    for t in range(plan.n):
+        for lst in plan.ins[t].values():
+            for i in lst:
+                e_p.append(nd[i].pagein_energy_j)
+                t_p.append(nd[i].pagein_time_s)
+        for i in plan.outs[t]:
+            e_p.append(nd[i].pageout_energy_j)
+            t_p.append(nd[i].pageout_time_s)
+    return e + math.fsum(e_p), rt_c + (0.0 if paging_time == PAGING_HIDDEN else math.fsum(t_p))
+
+
+def lower_bound_energy(g: CostedGraph) -> float:
+    """Every node is computed at least once and nothing costs negative energy."""
+    return g.plain_energy_j
+
+
+class _Fail(Exception):
+    pass
+
+
+def greedy_plan(g: CostedGraph, budget: Budget, *, remat: bool = True, paging: bool = True,
+                prefer: str = "energy", cap_bytes: int | None = None) -> Plan | None:
+    """A feasible plan, or None when this rule cannot find one within the budgets.
+
+    prefer: ``energy`` (page or drop, whichever is cheaper while time allows),
+    ``page`` (page whenever time allows) or ``remat`` (drop whenever time allows).
+    """
+    try:
+        return _greedy(g, budget, remat, paging, prefer, cap_bytes)
+    except _Fail:
+        return None
+
+
+def _greedy(g, budget, remat, paging, prefer, cap_bytes):
+    n = len(g.nodes)
+    nd = g.nodes
+    preds, succs = g.preds, g.succs
+    mem = g.ram
+    md = useful_horizon(g)
+    cap = ram_cap(budget.ram_bytes) if cap_bytes is None else cap_bytes
+    fixed = g.fixed_ram_bytes
+    count_paging = budget.paging_time != PAGING_HIDDEN
+    deadline = budget.runtime_s if budget.runtime_s is not None else math.inf
+    # runtime committed so far: every node once, plus extra work decided on the way
+    rt = g.plain_runtime_s
+    plan = Plan.empty(n)
+    stored: set[int] = set()
+    resident: set[int] = set()   # in RAM after the previous stage
+
+    def next_use(x: int, after: int) -> int:
+        for s in succs[x]:
+            if s > after:
+                return s
+        return n + 1
+
+    def page_cost(x):
+        e = nd[x].pagein_energy_j + (0.0 if x in stored else nd[x].pageout_energy_j)
+        tt = nd[x].pagein_time_s + (0.0 if x in stored else nd[x].pageout_time_s)
+        return e, (tt if count_paging else 0.0)
+
+    def choose_page(x) -> bool:
+        """Evicting x (still needed later): page it (True) or drop it for recomputation (False)."""
+        nonlocal rt
+        if x in stored:
+            return True
+        if not paging:
+            if not remat:
+                raise _Fail
+            return False
+        if not remat:
+            return True
+        pe, pt = page_cost(x)
+        re_, rtime = nd[x].compute_energy_j, nd[x].compute_time_s
+        fits_p, fits_r = rt + pt <= deadline, rt + rtime <= deadline
+        if prefer == "page":
+            want = fits_p or not fits_r
+        elif prefer == "remat":
+            want = not fits_r and (fits_p or pt < rtime)
+        else:
+            if fits_p and fits_r:
+                want = pe <= re_
+            else:
+                want = fits_p or (not fits_r and pt < rtime)
+        return want
+
+    for t in range(n):
+        K = {i for i in resident if md[i] >= t}
+        drop_after: set[int] = set()
+        paged_now: set[int] = set()    # evicted at this boundary with a page-out in stage t-1
+        for _attempt in range(4 * n + 10):
+            # --- plan the stage: what to compute / page in
+            C: set[int] = {t}
+            ins: dict[int, int] = {}
+
+            def avail(p, k):
+                if p in K or p in C:
+                    return
+                if p in ins:
+                    ins[p] = min(ins[p], k)
+                    return
+                if p in stored and paging:
+                    ins[p] = k
+                    return
+                if not remat:
+                    raise _Fail
+                C.add(p)
+                for q in preds[p]:
+                    avail(q, p)
+
+            for p in preds[t]:
+                avail(p, t)
+            comp = sorted(C)
+            keep_next = {i for i in (K | C | set(ins)) if md[i] >= t + 1 and i not in drop_after}
+            # --- RAM exactly as the MILP charges it
+            last: dict[int, int] = {}
+            for k in comp:
+                for p in preds[k]:
+                    last[p] = k
+            arr: dict[int, list[int]] = {}
+            for i, k in ins.items():
+                arr.setdefault(k, []).append(i)
+            cur = fixed + sum(mem[i] for i in K)
+            res = set(K)
+            peak, kstar, snap = -1, -1, None
+            for k in comp:
+                for i in arr.get(k, ()):
+                    cur += mem[i]
+                    res.add(i)
+                cur += mem[k]
+                res.add(k)
+                if cur > peak:
+                    peak, kstar = cur, k
+                    if cur > cap:
+                        snap = set(res)
+                for i in (*preds[k], k):
+                    if i in res and i not in keep_next and last.get(i, -1) <= k:
+                        res.discard(i)
+                        cur -= mem[i]
+            if peak <= cap:
+                break
+            # --- evict one tensor charged at the peak
+            pinned = set(preds[kstar]) | {kstar}
+            best, best_key = None, None
+            for x in snap:
+                if x in pinned or mem[x] == 0:
+                    continue
+                read_before = any(k <= kstar for k in comp if x in preds[k])
+                read_after = [k for k in comp if k > kstar and x in preds[k]]
+                if x in K and not read_before:
+                    kind = "K"
+                    nu = read_after[0] if read_after else next_use(x, t)
+                elif x in keep_next and not read_after:
+                    kind = "drop_after"
+                    nu = next_use(x, t)
+                else:
+                    continue
+                key = (nu, mem[x])
+                if best_key is None or key > best_key:
+                    best, best_key = (x, kind), key
+            if best is None:
+                raise _Fail
+            x, kind = best
+            needed_later = md[x] >= t + (1 if kind == "drop_after" else 0)
+            if needed_later and x not in stored:
+                if choose_page(x):
+                    pe, pt = page_cost(x)
+                    if kind == "K":
+                        # page out during the previous stage, where x was in RAM
+                        if t == 0:
+                            raise _Fail
+                        plan.outs[t - 1].add(x)
+                        paged_now.add(x)
+                    else:
+                        plan.outs[t].add(x)
+                    stored.add(x)
+                    rt += nd[x].pageout_time_s if count_paging else 0.0
+            if kind == "K":
+                K.discard(x)
+            else:
+                drop_after.add(x)
+        else:
+            raise _Fail
+        # --- commit the stage
+        plan.keep[t] = set(K)
+        plan.comp[t] = comp
+        for i, k in ins.items():
+            plan.ins[t].setdefault(k, []).append(i)
+            if count_paging:
+                rt += nd[i].pagein_time_s
+        for k in comp:
+            if k != t:
+                rt += nd[k].compute_time_s
+        resident = keep_next
+    plan.keep[n] = set()
+    _tidy(g, plan, md)
+    return plan
+
+
+def _tidy(g: CostedGraph, plan: Plan, md: list[int]) -> None:
+    """Stop keeping tensors that a stage neither reads, pages out nor carries on (they only cost RAM)."""
+    n = plan.n
+    for t in range(n - 1, 0, -1):
+        read = {p for k in plan.comp[t] for p in g.preds[k]}
+        nxt = plan.keep[t + 1] if t + 1 <= n else set()
+        for i in list(plan.keep[t]):
+            if i not in read and i not in nxt and i not in plan.outs[t]:
+                plan.keep[t].discard(i)
+
+
+def best_greedy(g: CostedGraph, budget: Budget, *, remat: bool = True, paging: bool = True,
+                cap_bytes: int | None = None) -> Plan | None:
+    """The cheapest feasible plan among the greedy's eviction rules (None if none is feasible).
+
+    The greedy's running time estimate can undershoot (recomputation chains), so
+    rules that overrun the deadline are retried against a stricter internal one.
+    """
+    best, best_e = None, math.inf
+    prefs = ["energy", "page", "remat"] if (remat and paging) else ["energy"]
+    for pref in prefs:
+        for shrink in (1.0, 0.75, 0.5, 0.25, 0.0):
+            b = budget
+            if budget.runtime_s is not None and shrink < 1.0:
+                slack = max(0.0, budget.runtime_s - g.plain_runtime_s)
+                b = Budget(budget.ram_bytes, g.plain_runtime_s + shrink * slack, budget.paging_time)
+            p = greedy_plan(g, b, remat=remat, paging=paging, prefer=pref, cap_bytes=cap_bytes)
+            if p is None:
+                break
+            e, rt = plan_costs(g, p, budget.paging_time)
+            if budget.runtime_s is not None and rt > budget.runtime_s * (1 + 1e-9):
+                continue
+            if e < best_e:
+                best, best_e = p, e
+            break
+    return best

@@ -1,0 +1,138 @@
+"""The faster solve methods (issue #4) against the faithful MILP and the exhaustive oracle.
+
+No timing assertions: only that every method returns a validated schedule, that
+the exact methods reach the same optimum, and that the heuristic is honest about
+its gap (measured against a valid lower bound).
+"""
+import random
+
+import pytest
+
+from bruteforce import brute_force_energy
+from conftest import training_chain
+from poet import solve
+from poet.graph.core import CostedGraph, CostedNode
+from poet.schedule import Budget, validate
+from poet.solve.baselines import keep_all_peak
+from poet.solve.heuristics import best_greedy, lower_bound_energy, plan_costs
+from poet.solve.milp import build, emit, max_violation, plan_to_start
+
+EXACT = ("faithful", "warm", "fast", "auto")
+
+
+def _ram(g, frac):
+    lo, hi = g.min_ram_bytes(), keep_all_peak(g)
+    return int(lo + frac * (hi - lo))
+
+
+def _dag(seed: int, n: int) -> CostedGraph:
+    rnd = random.Random(seed)
+    nodes, edges = [], []
+    for v in range(n):
+        nodes.append(CostedNode(f"n{v}", "forward" if v < n // 2 else "backward", rnd.choice([0, 64, 128, 512, 1000]),
+                                rnd.uniform(0, 2), rnd.uniform(0, 2), rnd.uniform(0, 1), rnd.uniform(0, 1),
+                                rnd.uniform(0, 1), rnd.uniform(0, 1)))
+        if v:
+            for u in rnd.sample(range(v), k=min(v, rnd.randint(1, 3))):
+                edges.append((u, v))
+    return CostedGraph(f"dag{seed}", tuple(nodes), tuple(edges))
+
+
+CASES = [(layers, seed, frac, slack, skip)
+         for layers, seed in ((3, 1), (3, 5), (4, 2), (4, 9))
+         for frac in (0.0, 0.4)
+         for slack in (None, 1.3)
+         for skip in (False, True)]
+
+
+@pytest.mark.parametrize("layers,seed,frac,slack,skip", CASES)
+def test_exact_methods_equal_oracle(layers, seed, frac, slack, skip):
+    g = training_chain(layers, seed, skip=skip)
+    ram = _ram(g, frac)
+    rt = None if slack is None else slack * g.plain_runtime_s
+    expected = brute_force_energy(g, ram, rt)
+    for method in EXACT:
+        s = solve(g, memory=ram, runtime=rt, gap=1e-9, method=method, find_min_budgets=False)
+        assert s.solver.get("method"), method
+        if expected is None:
+            assert not s.steps and s.status in ("infeasible", "no_solution"), (method, s.solver)
+        else:
+            assert s.status == "optimal", (method, s.solver)
+            assert s.totals.energy_j == pytest.approx(expected, rel=1e-7), (method, s.solver)
+
+
+@pytest.mark.parametrize("strategy,kw", [("remat", {"paging": False}), ("paging", {"remat": False})])
+@pytest.mark.parametrize("seed", [0, 3])
+def test_fast_single_technique_equals_oracle(strategy, kw, seed):
+    g = training_chain(4, seed, skip=True)
+    for frac in (0.0, 0.5):
+        ram = _ram(g, frac)
+        rt = 1.5 * g.plain_runtime_s
+        expected = brute_force_energy(g, ram, rt, **kw)
+        s = solve(g, memory=ram, runtime=rt, strategy=strategy, gap=1e-9, method="fast", find_min_budgets=False)
+        if expected is None:
+            assert not s.steps
+        else:
+            assert s.status == "optimal" and s.totals.energy_j == pytest.approx(expected, rel=1e-7)
+
+
+@pytest.mark.parametrize("seed", range(8))
+@pytest.mark.parametrize("mode", ["serial", "overlap", "hidden"])
+def test_fast_equals_faithful_on_random_dags(seed, mode):
+    g = _dag(seed, 9)
+    ram = _ram(g, 0.3)
+    rt = 1.5 * g.plain_runtime_s
+    a = solve(g, memory=ram, runtime=rt, paging_time=mode, gap=1e-9, method="faithful", find_min_budgets=False)
+    b = solve(g, memory=ram, runtime=rt, paging_time=mode, gap=1e-9, method="fast", find_min_budgets=False)
+    assert a.status == b.status
+    if a.steps:
+        assert b.totals.energy_j == pytest.approx(a.totals.energy_j, rel=1e-7)
+
+
+@pytest.mark.parametrize("model,device", [("linear", "a72"), ("linear", "m4"), ("vgg16_cifar", "m4"),
+                                          ("resnet18_cifar", "a72")])
+def test_greedy_plan_is_a_valid_complete_warm_start(model, device):
+    from poet.solve.api import costed_graph
+    g = costed_graph(model, device)
+    for frac, mult in ((0.3, 1.2), (0.0, 2.0)):
+        b = Budget(_ram(g, frac), mult * g.plain_runtime_s, "serial")
+        plan = best_greedy(g, b)
+        if plan is None:
+            continue
+        t = validate(g, emit(g, plan), b)            # a real schedule within both budgets
+        e, _ = plan_costs(g, plan, b.paging_time)
+        assert t.energy_j == pytest.approx(e, rel=1e-9)
+        assert t.energy_j >= lower_bound_energy(g) * (1 - 1e-12)
+        f = build(g, b, tighten=True)
+        x, why = plan_to_start(f, g, plan)
+        assert x is not None, why
+        assert max_violation(f.problem, x) <= 1e-7
+        assert float(f.problem.c @ x) * f.energy_unit == pytest.approx(e, rel=1e-9)
+
+
+def test_heuristic_reports_an_honest_gap():
+    g = training_chain(4, 2, skip=True)
+    ram = _ram(g, 0.2)
+    exact = solve(g, memory=ram, gap=1e-9, method="faithful", find_min_budgets=False)
+    h = solve(g, memory=ram, method="heuristic", find_min_budgets=False)
+    assert h.steps and h.status in ("feasible", "optimal")
+    lb = h.solver["bound_energy_j"]
+    assert lb <= exact.totals.energy_j * (1 + 1e-9)          # a valid bound
+    assert h.totals.energy_j >= exact.totals.energy_j * (1 - 1e-9)
+    assert h.solver["gap"] == pytest.approx((h.totals.energy_j - lb) / h.totals.energy_j)
+
+
+def test_time_limit_returns_best_schedule_with_gap():
+    from poet.solve.api import costed_graph
+    g = costed_graph("vgg16_cifar", "m4")
+    s = solve(g, memory=_ram(g, 0.3), runtime="1.2x", gap=1e-6, time_limit=3, method="fast",
+              find_min_budgets=False)
+    assert s.steps and s.status in ("feasible", "optimal")
+    assert s.solver["gap"] is not None and s.solver["gap"] >= 0
+    assert s.solver["bound_energy_j"] <= s.totals.energy_j * (1 + 1e-9)
+
+
+def test_unknown_method_is_refused():
+    g = training_chain(3, 1)
+    with pytest.raises(Exception, match="unknown method"):
+        solve(g, memory=keep_all_peak(g), method="nope")
