@@ -12,6 +12,8 @@ from matplotlib.colors import ListedColormap  # noqa: E402
 from matplotlib.lines import Line2D  # noqa: E402
 from matplotlib.patches import Patch  # noqa: E402
 
+from ..units import fmt_bytes  # noqa: E402
+
 STYLE = {  # strategy -> (colour, marker, label)
     "poet": ("#d62728", "o", "POET (remat + paging)"),
     "remat": ("#1f77b4", "s", "remat only (MILP)"),
@@ -30,6 +32,13 @@ def _save(fig, out: Path, stem: str) -> list[Path]:
     fig.savefig(paths[1], bbox_inches="tight")
     plt.close(fig)
     return paths
+
+
+def _unit(max_bytes: float) -> tuple[float, str]:
+    for scale, name in ((1e9, "GB"), (1e6, "MB"), (1e3, "kB")):
+        if max_bytes >= scale:
+            return scale, name
+    return 1.0, "B"
 
 
 def _f(x):
@@ -73,26 +82,27 @@ def energy_vs_ram(doc: dict, out: Path, stem: str = "energy_vs_ram") -> list[Pat
     n = len(runtimes)
     fig, axes = plt.subplots(1, n, figsize=(4.6 * n + 0.6, 4.2), sharey=True, squeeze=False)
     allE = [_f(r.get("energy_j")) for r in rows]
+    sc, un = _unit(max(int(r["ram_budget_bytes"]) for r in rows))
     for ax, rt in zip(axes[0], runtimes):
         sub = [r for r in rows if r["runtime"] == rt]
         for j, s in enumerate(_strategies(sub)):
             col, mk, lab = _style(s)
             pts = sorted((int(r["ram_budget_bytes"]), _f(r.get("energy_j")), r["status"]) for r in sub
                          if r["strategy"] == s)
-            xs = [p[0] / 1e6 for p in pts if p[1] is not None]
+            xs = [p[0] / sc for p in pts if p[1] is not None]
             ys = [p[1] for p in pts if p[1] is not None]
             # a small horizontal offset per strategy keeps coinciding markers visible
             ax.plot(xs, ys, color=col, marker=mk, ms=6 - 0.5 * j, lw=1.4, alpha=0.9, label=lab,
                     mfc=col if s != "keep-all" else "none")
-            unproven = [(p[0] / 1e6, p[1]) for p in pts if p[1] is not None and p[2] == "feasible"]
+            unproven = [(p[0] / sc, p[1]) for p in pts if p[1] is not None and p[2] == "feasible"]
             if unproven:
                 ax.scatter(*zip(*unproven), s=90, facecolors="none", edgecolors=col, lw=1.2, zorder=5)
         _energy_axis(ax, allE, plain)
-        ax.axvline(c["min_ram_bytes"] / 1e6, color="0.5", lw=0.8, ls="--")
-        ax.axvline(c["keep_all_peak_bytes"] / 1e6, color="0.5", lw=0.8, ls="-.")
+        ax.axvline(c["min_ram_bytes"] / sc, color="0.5", lw=0.8, ls="--")
+        ax.axvline(c["keep_all_peak_bytes"] / sc, color="0.5", lw=0.8, ls="-.")
         ax.set_title(_rt_label(sub[0]) + (f" ({_f(sub[0]['runtime_budget_s']):.4g} s)"
                                           if sub[0].get("runtime_budget_s") not in (None, "") else ""))
-        ax.set_xlabel("RAM budget (MB)")
+        ax.set_xlabel(f"RAM budget ({un})")
         ax.grid(True, which="both", alpha=0.25)
     axes[0][0].set_ylabel("energy per training iteration (J)")
     handles, labels = axes[0][0].get_legend_handles_labels()
@@ -141,7 +151,7 @@ def energy_vs_runtime(doc: dict, out: Path, stem: str = "energy_vs_runtime") -> 
                 ax.plot(*zip(*pts), color=col, marker=mk, ms=6 - 0.5 * j, lw=1.4, label=lab,
                         mfc=col if s != "keep-all" else "none")
         _energy_axis(ax, allE, plain)
-        ax.set_title(f"RAM budget {mem} ({ram / 1e6:.3g} MB)")
+        ax.set_title(f"RAM budget {mem} ({fmt_bytes(ram)})")
         ax.set_xlabel("runtime budget (x one plain pass)")
         ax.grid(True, which="both", alpha=0.25)
     axes[0][0].set_ylabel("energy per training iteration (J)")
@@ -159,6 +169,8 @@ def energy_vs_runtime(doc: dict, out: Path, stem: str = "energy_vs_runtime") -> 
 
 # -- one schedule ------------------------------------------------------------------------
 
+# Drawn per (stage, node); when several happen in one stage the later entry wins
+# (e.g. a node computed and paged out in the same stage shows as page-out).
 CATEGORIES = ["not in RAM", "in RAM", "on storage only", "compute", "recompute", "page-out", "page-in"]
 COLOURS = ["#ffffff", "#c6dbef", "#fdd0a2", "#2171b5", "#d62728", "#8c510a", "#31a354"]
 
@@ -246,7 +258,7 @@ def schedule_picture(s, out: Path, stem: str, title: str = "") -> list[Path]:
     if t is not None:
         sub = (f"\nenergy {t.energy_j:.4g} J ({t.energy_j / g.plain_energy_j:.3f}x plain), "
                f"{t.recomputes} recomputes, {t.page_outs} page-outs, {t.page_ins} page-ins, "
-               f"peak {t.peak_ram_bytes / 1e6:.3g} MB of {s.budget.ram_bytes / 1e6:.3g} MB")
+               f"peak {fmt_bytes(t.peak_ram_bytes)} of {fmt_bytes(s.budget.ram_bytes)}")
     ax.set_title(f"{g.name}: schedule {title}{sub}", fontsize=10)
     counts = [(M == k).sum() for k in range(len(CATEGORIES))]
     handles = [Patch(facecolor=COLOURS[k], edgecolor="0.6", label=CATEGORIES[k])
@@ -261,11 +273,12 @@ def ram_plot(s, out: Path, stem: str, title: str = "") -> list[Path]:
     g = s.graph
     fig, ax = plt.subplots(figsize=(9, 3.6))
     xs = list(range(1, len(trace) + 1))
-    ax.step(xs, [b / 1e6 for b in trace], where="post", color="#2171b5", lw=1.2, label="RAM in use")
-    ax.axhline(s.budget.ram_bytes / 1e6, color="#d62728", ls="--", lw=1.2,
-               label=f"budget {s.budget.ram_bytes / 1e6:.3g} MB")
     kp = keep_all_peak(g)
-    ax.axhline(kp / 1e6, color="0.4", ls=":", lw=1.0, label=f"keep-all peak {kp / 1e6:.3g} MB")
+    sc, un = _unit(max(max(trace), s.budget.ram_bytes, kp))
+    ax.step(xs, [b / sc for b in trace], where="post", color="#2171b5", lw=1.2, label="RAM in use")
+    ax.axhline(s.budget.ram_bytes / sc, color="#d62728", ls="--", lw=1.2,
+               label=f"budget {fmt_bytes(s.budget.ram_bytes)}")
+    ax.axhline(kp / sc, color="0.4", ls=":", lw=1.0, label=f"keep-all peak {fmt_bytes(kp)}")
     ins = [k + 1 for k, st in enumerate(s.steps) if st.op == "page_in"]
     outs = [k + 1 for k, st in enumerate(s.steps) if st.op == "page_out"]
     seen: dict[int, int] = {}
@@ -288,9 +301,9 @@ def ram_plot(s, out: Path, stem: str, title: str = "") -> list[Path]:
         ax.axvline(first_bwd, color="0.6", lw=0.8)
         ax.text(first_bwd, ax.get_ylim()[1] * 0.98, " backward pass", fontsize=8, va="top", color="0.4")
     ax.set_xlabel("step of the instruction list")
-    ax.set_ylabel("RAM (MB)")
+    ax.set_ylabel(f"RAM ({un})")
     ax.set_xlim(0, len(trace) + 1)
-    ax.set_ylim(bottom=-0.04 * max(max(trace), s.budget.ram_bytes) / 1e6)
+    ax.set_ylim(bottom=-0.04 * max(max(trace), s.budget.ram_bytes, kp) / sc)
     ax.set_title(f"{g.name}: RAM over the schedule {title}", fontsize=10)
     ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8.5, frameon=False)
     ax.grid(True, alpha=0.25)
