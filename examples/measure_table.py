@@ -31,7 +31,7 @@ def cases():
 
 def schedule(cg, strategy, fracs, kind):
     if strategy == "keep-all":
-        return poet.solve(cg, memory=10**12, strategy="keep-all"), "solver"
+        return poet.solve(cg, memory="100%", strategy="keep-all"), "solver"
     for f in fracs:
         try:
             s = poet.solve(cg, memory=f, strategy=strategy, time_limit=10)
