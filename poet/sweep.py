@@ -339,6 +339,7 @@ def run_sweep(spec: SweepSpec, out, *, jobs: int | None = None, force: bool = Fa
     for s, m, r in points:  # parse everything before touching the disk
         budgets[(m, r)] = _budget(g, spec_d, m, r)
     previous = prepare_out_dir(out, spec, force)
+    lock = _Lock(out)
     (out / "schedules").mkdir(exist_ok=True)
     wanted = {point_key(*p) for p in points}
     done: dict[str, dict] = {}
@@ -409,7 +410,8 @@ def run_sweep(spec: SweepSpec, out, *, jobs: int | None = None, force: bool = Fa
         return len(todo) + len(running)
 
     running: dict = {}
-    pool = ProcessPoolExecutor(max_workers=jobs) if todo else None
+    pool = ProcessPoolExecutor(max_workers=jobs, initializer=_worker_init) if todo else None
+    old_term = _on_sigterm()
     try:
         while todo or running:
             while todo and len(running) < jobs:
@@ -430,6 +432,8 @@ def run_sweep(spec: SweepSpec, out, *, jobs: int | None = None, force: bool = Fa
                 prog.tick(row, jobs, remaining_solves(), "solved")
     except KeyboardInterrupt:
         if pool:
+            for proc in list(getattr(pool, "_processes", {}).values()):
+                proc.terminate()   # our own workers: stop their solves now
             pool.shutdown(wait=False, cancel_futures=True)
             pool = None
         stream.write(f"\ninterrupted: {len(done)} of {len(points)} points saved in {out / 'sweep.json'}; "
@@ -438,8 +442,65 @@ def run_sweep(spec: SweepSpec, out, *, jobs: int | None = None, force: bool = Fa
     finally:
         if pool:
             pool.shutdown(wait=True)
+        _restore_sigterm(old_term)
+        lock.release()
     save()
     return doc
+
+
+class _Lock:
+    """``DIR/.sweep.lock`` with our pid: two sweeps must not write one directory at once."""
+
+    def __init__(self, out: Path):
+        self.path = out / ".sweep.lock"
+        if self.path.exists():
+            try:
+                pid = int(self.path.read_text().strip() or 0)
+            except ValueError:
+                pid = 0
+            if pid and pid != os.getpid() and _alive(pid):
+                raise SweepError(f"another sweep (pid {pid}) is writing into {out}; wait for it or stop it first")
+        self.path.write_text(str(os.getpid()))
+
+    def release(self):
+        try:
+            self.path.unlink()
+        except FileNotFoundError:
+            pass
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _worker_init():
+    import signal
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+def _on_sigterm():
+    """Treat SIGTERM like Ctrl-C (save and stop), when we are the main thread."""
+    import signal
+    import threading
+    if threading.current_thread() is not threading.main_thread():
+        return None
+
+    def handler(signum, frame):
+        raise KeyboardInterrupt
+    return signal.signal(signal.SIGTERM, handler)
+
+
+def _restore_sigterm(old):
+    import signal
+    import threading
+    if old is not None and threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, old)
 
 
 def _order_key(row: dict):
