@@ -58,11 +58,38 @@ def _style(s):
     return STYLE.get(s, ("#17becf", ".", s))
 
 
-def _energy_axis(ax, values, plain):
-    vals = [v for v in values if v is not None and v > 0]
-    if vals and max(vals) / min(vals) > 8:
+class _Overhead:
+    """Energy drawn as the extra over one plain pass, in percent, on a log axis.
+
+    The interesting differences between strategies are often a small fraction
+    of the total (paging on the A72 costs ~1e-4 of a pass), so absolute joules
+    would put every line on top of each other.  Exactly-plain points (0 %)
+    are drawn on a floor line labelled as such.
+    """
+
+    def __init__(self, rows, plain):
+        self.plain = plain
+        pos = [self.raw(_f(r.get("energy_j"))) for r in rows if _f(r.get("energy_j")) is not None]
+        pos = [v for v in pos if v > 0]
+        self.floor = (min(pos) / 4) if pos else 1e-4
+        self.top = max(pos) * 2 if pos else 1.0
+
+    def raw(self, e):
+        return (e / self.plain - 1.0) * 100.0
+
+    def __call__(self, e):
+        v = self.raw(e)
+        return self.floor if v <= self.floor * 1.0001 else v
+
+    def style(self, ax):
         ax.set_yscale("log")
-    ax.axhline(plain, color="k", lw=0.8, ls=":", zorder=0)
+        ax.set_ylim(self.floor / 1.8, self.top)
+        ax.axhline(self.floor, color="k", lw=0.8, ls=":", zorder=0)
+        ax.text(0.01, self.floor * 1.12, "0 % (exactly one plain pass)", transform=ax.get_yaxis_transform(),
+                fontsize=7.5, color="0.3", va="bottom")
+
+
+YLABEL = "energy above one plain pass (% , log)"
 
 
 def sweep_plots(doc: dict, out) -> list[Path]:
@@ -81,7 +108,7 @@ def energy_vs_ram(doc: dict, out: Path, stem: str = "energy_vs_ram") -> list[Pat
                       key=lambda rt: next((_f(r["runtime_budget_s"]) or math.inf) for r in rows if r["runtime"] == rt))
     n = len(runtimes)
     fig, axes = plt.subplots(1, n, figsize=(4.6 * n + 0.6, 4.2), sharey=True, squeeze=False)
-    allE = [_f(r.get("energy_j")) for r in rows]
+    ov = _Overhead(rows, plain)
     sc, un = _unit(max(int(r["ram_budget_bytes"]) for r in rows))
     for ax, rt in zip(axes[0], runtimes):
         sub = [r for r in rows if r["runtime"] == rt]
@@ -90,34 +117,34 @@ def energy_vs_ram(doc: dict, out: Path, stem: str = "energy_vs_ram") -> list[Pat
             pts = sorted((int(r["ram_budget_bytes"]), _f(r.get("energy_j")), r["status"]) for r in sub
                          if r["strategy"] == s)
             xs = [p[0] / sc for p in pts if p[1] is not None]
-            ys = [p[1] for p in pts if p[1] is not None]
+            ys = [ov(p[1]) for p in pts if p[1] is not None]
             # a small horizontal offset per strategy keeps coinciding markers visible
             ax.plot(xs, ys, color=col, marker=mk, ms=6 - 0.5 * j, lw=1.4, alpha=0.9, label=lab,
                     mfc=col if s != "keep-all" else "none")
-            unproven = [(p[0] / sc, p[1]) for p in pts if p[1] is not None and p[2] == "feasible"]
+            unproven = [(p[0] / sc, ov(p[1])) for p in pts if p[1] is not None and p[2] == "feasible"]
             if unproven:
                 ax.scatter(*zip(*unproven), s=90, facecolors="none", edgecolors=col, lw=1.2, zorder=5)
-        _energy_axis(ax, allE, plain)
+        ov.style(ax)
         ax.axvline(c["min_ram_bytes"] / sc, color="0.5", lw=0.8, ls="--")
         ax.axvline(c["keep_all_peak_bytes"] / sc, color="0.5", lw=0.8, ls="-.")
         ax.set_title(_rt_label(sub[0]) + (f" ({_f(sub[0]['runtime_budget_s']):.4g} s)"
                                           if sub[0].get("runtime_budget_s") not in (None, "") else ""))
         ax.set_xlabel(f"RAM budget ({un})")
         ax.grid(True, which="both", alpha=0.25)
-    axes[0][0].set_ylabel("energy per training iteration (J)")
+    axes[0][0].set_ylabel(YLABEL)
     handles, labels = axes[0][0].get_legend_handles_labels()
     seen = dict(zip(labels, handles))
     for ax in axes[0][1:]:
         for h, l in zip(*ax.get_legend_handles_labels()):
             seen.setdefault(l, h)
-    extra = [Line2D([], [], color="k", ls=":", lw=0.8, label="one plain pass (energy lower bound)"),
-             Line2D([], [], color="0.5", ls="--", lw=0.8, label="smallest possible RAM"),
+    extra = [Line2D([], [], color="0.5", ls="--", lw=0.8, label="smallest possible RAM"),
              Line2D([], [], color="0.5", ls="-.", lw=0.8, label="keep-all peak"),
              Line2D([], [], color="0.3", marker="o", mfc="none", ls="", ms=9, label="not proven optimal")]
     fig.legend(list(seen.values()) + extra, list(seen) + [e.get_label() for e in extra],
                loc="upper center", ncol=4, bbox_to_anchor=(0.5, 1.13), fontsize=8.5, frameon=False)
-    fig.suptitle(f"{ident['model']} on {ident['device']}: energy vs RAM budget "
-                 f"(paging time {ident['paging_time']}; missing point = infeasible)", y=1.17, fontsize=11)
+    fig.suptitle(f"{ident['model']} on {ident['device']}: energy vs RAM budget (one plain pass = {plain:.4g} J; "
+                 f"paging time {ident['paging_time']}; missing point = infeasible or no schedule found)",
+                 y=1.17, fontsize=11)
     fig.tight_layout()
     return _save(fig, out, stem)
 
@@ -140,7 +167,7 @@ def energy_vs_runtime(doc: dict, out: Path, stem: str = "energy_vs_runtime") -> 
         return []
     n = len(useful)
     fig, axes = plt.subplots(1, n, figsize=(4.2 * n + 0.6, 4.0), sharey=True, squeeze=False)
-    allE = [_f(r.get("energy_j")) for r in rows]
+    ov = _Overhead(rows, plain)
     for ax, (ram, mem) in zip(axes[0], useful):
         sub = [r for r in rows if r["memory"] == mem]
         for j, s in enumerate(_strategies(sub)):
@@ -148,13 +175,13 @@ def energy_vs_runtime(doc: dict, out: Path, stem: str = "energy_vs_runtime") -> 
             pts = sorted((_f(r["runtime_budget_x"]), _f(r.get("energy_j"))) for r in sub if r["strategy"] == s)
             pts = [p for p in pts if p[1] is not None]
             if pts:
-                ax.plot(*zip(*pts), color=col, marker=mk, ms=6 - 0.5 * j, lw=1.4, label=lab,
+                ax.plot([p[0] for p in pts], [ov(p[1]) for p in pts], color=col, marker=mk, ms=6 - 0.5 * j, lw=1.4, label=lab,
                         mfc=col if s != "keep-all" else "none")
-        _energy_axis(ax, allE, plain)
+        ov.style(ax)
         ax.set_title(f"RAM budget {mem} ({fmt_bytes(ram)})")
         ax.set_xlabel("runtime budget (x one plain pass)")
         ax.grid(True, which="both", alpha=0.25)
-    axes[0][0].set_ylabel("energy per training iteration (J)")
+    axes[0][0].set_ylabel(YLABEL)
     seen = {}
     for ax in axes[0]:
         for h, l in zip(*ax.get_legend_handles_labels()):
@@ -162,7 +189,7 @@ def energy_vs_runtime(doc: dict, out: Path, stem: str = "energy_vs_runtime") -> 
     fig.legend(list(seen.values()), list(seen), loc="upper center", ncol=3, bbox_to_anchor=(0.5, 1.1),
                fontsize=8.5, frameon=False)
     fig.suptitle(f"{ident['model']} on {ident['device']}: energy vs deadline "
-                 f"(dotted: one plain pass)", y=1.14, fontsize=11)
+                 f"(one plain pass = {plain:.4g} J)", y=1.14, fontsize=11)
     fig.tight_layout()
     return _save(fig, out, stem)
 
