@@ -73,13 +73,17 @@ def main(argv=None):
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--gap", type=float, default=1e-2)
     ap.add_argument("--json", help="append one JSON line per result to this file")
+    ap.add_argument("--graphs", default="", help="comma-separated poet-graph/1 files (e.g. aten-level exports, "
+                    "already costed for a device) benchmarked after the zoo models; --models '' skips the zoo")
     a = ap.parse_args(argv)
     print(f"# gap {a.gap}, time limit {a.time_limit} s, threads {a.threads}, ram-frac {a.ram_frac}, "
           f"paging time {a.paging_time}", flush=True)
     print(HEADER, flush=True)
-    for model in a.models.split(","):
-        for dev in a.devices.split(","):
-            g = costed_graph(model, dev)
+    todo = [(m, d, None) for m in a.models.split(",") if m for d in a.devices.split(",")]
+    todo += [(Path(p).stem, "file", p) for p in a.graphs.split(",") if p]
+    for model, dev, path in todo:
+        if True:
+            g = costed_graph(path if path else model, None if path else dev)
             for mult in (float(m) for m in a.mult.split(",")):
                 b = case_budget(g, mult, a.ram_frac, a.paging_time)
                 case = {"model": model, "device": dev, "mult": mult, "ram_bytes": b.ram_bytes, "nodes": len(g.nodes)}

@@ -274,11 +274,13 @@ def _tidy(g: CostedGraph, plan: Plan, md: list[int]) -> None:
 
 
 def best_greedy(g: CostedGraph, budget: Budget, *, remat: bool = True, paging: bool = True,
-                cap_bytes: int | None = None) -> Plan | None:
+                cap_bytes: int | None = None, exhaustive_up_to: int = 400) -> Plan | None:
     """The cheapest feasible plan among the greedy's eviction rules (None if none is feasible).
 
     The greedy's running time estimate can undershoot (recomputation chains), so
-    rules that overrun the deadline are retried against a stricter internal one.
+    rules that overrun the deadline are retried against a stricter internal one;
+    up to ``exhaustive_up_to`` nodes every internal deadline is tried (a tighter
+    one sometimes steers the rule to a cheaper plan).
     """
     best, best_e = None, math.inf
     prefs = ["energy", "page", "remat"] if (remat and paging) else ["energy"]
@@ -296,5 +298,6 @@ def best_greedy(g: CostedGraph, budget: Budget, *, remat: bool = True, paging: b
                 continue
             if e < best_e:
                 best, best_e = p, e
-            break
+            if len(g.nodes) > exhaustive_up_to:
+                break   # large graphs: first feasible deadline per rule
     return best

@@ -430,9 +430,9 @@ METHODS = {
     "fast": "greedy schedule; proven optimal by the plain-energy bound when it meets it, "
             "else the tightened MILP warm-started from it",
     "heuristic": "greedy schedule only, gap against the plain-energy lower bound",
-    "auto": "fast while the MILP fits in memory (up to ~%d nodes), heuristic beyond" % 700,
+    "auto": "fast while the MILP fits in memory (up to ~%d nodes), heuristic beyond" % 400,
 }
-AUTO_MAX_NODES = 700
+AUTO_MAX_NODES = 400
 
 
 def _result_schedule(g, budget, strategy, steps, status, solver):
