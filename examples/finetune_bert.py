@@ -7,7 +7,7 @@ import copy
 
 import torch
 
-import poet.plan
+import poet
 from poet.execute import models
 
 ap = argparse.ArgumentParser()

@@ -9,5 +9,14 @@ from .solve import STRATEGIES, solve
 
 __version__ = "0.1.0"
 
-__all__ = ["Budget", "CostedGraph", "Graph", "STRATEGIES", "Schedule", "ScheduleError", "list_devices",
+
+def __getattr__(name):
+    # poet.plan / poet.Plan need torch; import it only when they are used.
+    if name in ("plan", "Plan"):
+        from . import planner
+        return getattr(planner, name)
+    raise AttributeError(f"module 'poet' has no attribute {name!r}")
+
+
+__all__ = ["Budget", "Plan", "plan", "CostedGraph", "Graph", "STRATEGIES", "Schedule", "ScheduleError", "list_devices",
            "load_device", "load_graph", "load_schedule", "save_graph", "save_schedule", "solve", "validate"]

@@ -25,14 +25,16 @@ pytestmark = pytest.mark.filterwarnings("ignore")
 
 
 def _solve(cg, strategy, fractions, kind):
-    """The tightest budget (of ``fractions``) the solver schedules in time; a rule-based one if none."""
+    """The tightest budget (of ``fractions`` of the way from the hard lower bound to the
+    keep-all peak) the solver schedules; a rule-based schedule only when the solver
+    proves none of them feasible (tiny coarse graphs leave remat nothing to save)."""
+    from poet.solve.baselines import keep_all_peak
+    lo, hi = cg.min_ram_bytes(), keep_all_peak(cg)
     for frac in fractions:
-        try:
-            s = poet.solve(cg, memory=frac, strategy=strategy, time_limit=10)
-        except Exception:          # a solver under construction must not hide executor bugs
-            break
+        s = poet.solve(cg, memory=int(lo + frac * (hi - lo)), strategy=strategy, time_limit=30)
         if s.feasible:
             return s
+        assert s.status == "infeasible", s.solver
     return reference_schedule(cg, kind, every=3)
 
 
@@ -52,8 +54,8 @@ def _check(model, loss_fn, inputs, targets, *, granularity="aten", seed=123):
     cg = prog.costed("m4")
     schedules = {
         "keep-all": poet.solve(cg, memory="100%", strategy="keep-all"),
-        "remat": _solve(cg, "remat", ["35%", "60%"], "remat"),
-        "paging": _solve(cg, "paging", ["10%", "30%", "60%"], "paging"),
+        "remat": _solve(cg, "remat", [0.2, 0.5, 0.8], "remat"),
+        "paging": _solve(cg, "paging", [0.0, 0.3, 0.6], "paging"),
     }
     assert schedules["remat"].totals.recomputes > 0
     assert schedules["paging"].totals.page_outs > 0

@@ -9,9 +9,9 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import poet  # noqa: E402
-import poet.plan  # noqa: E402,F401
+import poet  # noqa: E402
 from poet.execute import models  # noqa: E402
-from poet.plan import Plan, plan  # noqa: E402
+from poet.planner import Plan, plan  # noqa: E402
 
 
 def _cnn():

@@ -77,7 +77,7 @@ def _optimizer(a, model):
 
 
 def _make_plan(a, model, loss_fn, inputs, targets, optimizer):
-    from ..plan import plan
+    from ..planner import plan
     return plan(model, inputs, loss_fn, targets=targets, device=a.device, memory=a.memory, runtime=a.runtime,
                 strategy=a.strategy, granularity=a.granularity, paging_time=a.paging_time, optimizer=optimizer,
                 time_limit=a.time_limit, paging_dir=a.paging_dir, swap_file=a.swap_file)

@@ -134,17 +134,3 @@ def plan(model, example_inputs, loss_fn=None, *, targets=(), device="m4", memory
 
 
 __all__ = ["Plan", "plan"]
-
-
-# ``import poet.plan`` binds the module as ``poet.plan``; make it callable so that
-# ``poet.plan(model, ...)`` works whether or not the package re-exports the function.
-import sys as _sys
-import types as _types
-
-
-class _CallableModule(_types.ModuleType):
-    def __call__(self, *args, **kwargs):
-        return plan(*args, **kwargs)
-
-
-_sys.modules[__name__].__class__ = _CallableModule
