@@ -196,7 +196,9 @@ def solve_highs(p: MilpProblem, *, time_limit: float | None = None, threads: int
         status = "optimal" if (mgap is not None and mgap <= gap + 1e-12) else "feasible"
         return MilpResult(status, x, obj, bound, mgap, seconds, detail, extra)
     if has_sol:
-        return MilpResult("feasible", x, obj, bound, mgap, seconds, detail, extra)
+        # stopped (time limit, ...) with the gap already proven: that is optimal within the gap
+        status = "optimal" if (mgap is not None and mgap <= gap + 1e-12) else "feasible"
+        return MilpResult(status, x, obj, bound, mgap, seconds, detail, extra)
     return MilpResult("no_solution", None, None, bound, None, seconds, detail, extra)
 
 
