@@ -40,7 +40,7 @@ COLUMNS = [
     "key", "model", "device", "strategy", "paging_time", "memory", "ram_budget_bytes", "ram_fraction",
     "runtime", "runtime_budget_s", "runtime_budget_x", "status", "energy_j", "compute_energy_j",
     "paging_energy_j", "runtime_s", "peak_ram_bytes", "recomputes", "page_ins", "page_outs",
-    "solve_seconds", "gap", "bound_energy_j", "reused_from", "schedule_file", "message",
+    "solve_seconds", "gap", "bound_energy_j", "method", "reused_from", "schedule_file", "message",
 ]
 
 # Which strategies' feasible sets contain which (at equal budgets): a schedule of
@@ -157,7 +157,7 @@ def _row(spec_d: dict, g, strategy: str, memory: str, runtime: str, b, s) -> dic
     if s is None:
         return row
     sv = s.solver
-    row.update(status=s.status, gap=sv.get("gap"), bound_energy_j=sv.get("bound_energy_j"),
+    row.update(status=s.status, gap=sv.get("gap"), bound_energy_j=sv.get("bound_energy_j"), method=sv.get("method"),
                message=str(sv.get("message", ""))[:300])
     if s.totals is not None:
         t = s.totals
