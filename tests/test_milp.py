@@ -111,3 +111,17 @@ def test_tight_budget_forces_paging_or_remat_and_reports_both_in_totals():
     assert s.totals.peak_ram_bytes <= g.min_ram_bytes()
     assert s.totals.recomputes + s.totals.page_ins > 0
     assert s.totals.energy_j == pytest.approx(s.totals.compute_energy_j + s.totals.paging_energy_j)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 10_000), layers=st.integers(2, 4), frac=st.sampled_from([0.0, 0.2, 0.5, 1.0]),
+       skip=st.booleans(), strategy=st.sampled_from(sorted(MILPS)))
+def test_structural_lower_bound_never_exceeds_the_true_optimum(seed, layers, frac, skip, strategy):
+    from poet.solve.heuristics import lower_bound_energy
+    g = training_chain(layers, seed, skip=skip)
+    ram = _budget(g, frac)
+    best = brute_force_energy(g, ram, None, **MILPS[strategy])
+    lb = lower_bound_energy(g, Budget(ram), **MILPS[strategy])
+    if best is None:
+        return
+    assert g.plain_energy_j <= lb <= best * (1 + 1e-9)
