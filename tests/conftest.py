@@ -35,3 +35,17 @@ def training_chain(n_layers: int, seed: int = 0, *, skip: bool = False) -> Coste
     if skip and n_layers > 2:
         edges.append((0, 2 * n_layers - 1))
     return CostedGraph(f"chain{n_layers}", tuple(nodes), tuple(edges))
+
+
+def random_dag(seed: int, n: int, fixed_ram_bytes: int = 0) -> CostedGraph:
+    """A random DAG with random sizes (some zero) and costs, for property tests."""
+    rnd = random.Random(seed)
+    nodes, edges = [], []
+    for v in range(n):
+        nodes.append(CostedNode(f"n{v}", "forward" if v < n // 2 else "backward", rnd.choice([0, 64, 128, 512, 1000]),
+                                rnd.uniform(0, 2), rnd.uniform(0, 2), rnd.uniform(0, 1), rnd.uniform(0, 1),
+                                rnd.uniform(0, 1), rnd.uniform(0, 1)))
+        if v:
+            for u in rnd.sample(range(v), k=min(v, rnd.randint(1, 3))):
+                edges.append((u, v))
+    return CostedGraph(f"dag{seed}", tuple(nodes), tuple(edges), fixed_ram_bytes=fixed_ram_bytes)

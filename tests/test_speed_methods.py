@@ -4,14 +4,12 @@ No timing assertions: only that every method returns a validated schedule, that
 the exact methods reach the same optimum, and that the heuristic is honest about
 its gap (measured against a valid lower bound).
 """
-import random
 
 import pytest
 
 from bruteforce import brute_force_energy
-from conftest import training_chain
+from conftest import random_dag, training_chain
 from poet import solve
-from poet.graph.core import CostedGraph, CostedNode
 from poet.schedule import Budget, validate
 from poet.solve.baselines import keep_all_peak
 from poet.solve.heuristics import best_greedy, lower_bound_energy, plan_costs
@@ -25,17 +23,7 @@ def _ram(g, frac):
     return int(lo + frac * (hi - lo))
 
 
-def _dag(seed: int, n: int) -> CostedGraph:
-    rnd = random.Random(seed)
-    nodes, edges = [], []
-    for v in range(n):
-        nodes.append(CostedNode(f"n{v}", "forward" if v < n // 2 else "backward", rnd.choice([0, 64, 128, 512, 1000]),
-                                rnd.uniform(0, 2), rnd.uniform(0, 2), rnd.uniform(0, 1), rnd.uniform(0, 1),
-                                rnd.uniform(0, 1), rnd.uniform(0, 1)))
-        if v:
-            for u in rnd.sample(range(v), k=min(v, rnd.randint(1, 3))):
-                edges.append((u, v))
-    return CostedGraph(f"dag{seed}", tuple(nodes), tuple(edges))
+_dag = random_dag
 
 
 CASES = [(layers, seed, frac, slack, skip)

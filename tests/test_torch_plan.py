@@ -9,7 +9,6 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import poet  # noqa: E402
-import poet  # noqa: E402
 from poet.execute import models  # noqa: E402
 from poet.planner import Plan, plan  # noqa: E402
 

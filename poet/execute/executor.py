@@ -25,12 +25,12 @@ from __future__ import annotations
 
 import operator
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 import torch.fx
 
-from ..schedule.core import Schedule, Step
+from ..schedule.core import Schedule
 from ..units import fmt_bytes, fmt_seconds
 from .store import PagingError, PagingStore
 
@@ -143,7 +143,6 @@ class Executor:
         store: dict[int, dict[int, object]] = {}
         refcount: dict[int, list] = {}     # storage key -> [count, nbytes]
         live = [0]
-        collected = set()
         staged_loss = [None]
         pending = list(range(len(p.bindings)))
         rng0 = torch.get_rng_state()

@@ -103,6 +103,19 @@ class _Topology:
             s[u].append(v)
         return tuple(tuple(sorted(x)) for x in s)
 
+    @cached_property
+    def last_useful_stage(self) -> tuple[int, ...]:
+        """Per node, its largest descendant id (-1 if nobody reads it).
+
+        A schedule's stage t only computes what serves node t or a later node, so
+        node i is of no use at any stage past this one.
+        """
+        md = [-1] * len(self.nodes)
+        for i in range(len(self.nodes) - 1, -1, -1):
+            for s in self.succs[i]:
+                md[i] = max(md[i], s, md[s])
+        return tuple(md)
+
     def forward_ids(self) -> list[int]:
         return [i for i, nd in enumerate(self.nodes) if nd.kind == FORWARD]
 

@@ -32,7 +32,6 @@ outputs needed outside it.
 from __future__ import annotations
 
 import contextlib
-import math
 import operator
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence

@@ -22,23 +22,14 @@ from dataclasses import dataclass, field
 from ..graph.core import CostedGraph
 from ..schedule.core import PAGING_HIDDEN, Budget
 
-# RAM slack kept below the budget, identical to the MILP's (see milp._RAM_MARGIN).
+# RAM slack kept below the budget so solver tolerances (1e-9 of the budget) can
+# never round a schedule over it: 0 bytes below 500 MB, 2 bytes per GB above.
+# The MILP and the greedy both charge RAM against this cap.
 RAM_MARGIN = 2e-9
 
 
 def ram_cap(budget_bytes: int) -> int:
     return int(budget_bytes - math.floor(RAM_MARGIN * budget_bytes))
-
-
-def useful_horizon(g: CostedGraph) -> list[int]:
-    """Largest stage at which node i can still be useful: its largest descendant id (-1 if unread)."""
-    n = len(g.nodes)
-    md = [-1] * n
-    for i in range(n - 1, -1, -1):
-        for s in g.succs[i]:
-            md[i] = max(md[i], s, md[s])
-    return md
-
 
 @dataclass
 class Plan:
@@ -146,7 +137,7 @@ def _greedy(g, budget, remat, paging, prefer, cap_bytes):
     nd = g.nodes
     preds, succs = g.preds, g.succs
     mem = g.ram
-    md = useful_horizon(g)
+    md = g.last_useful_stage
     cap = ram_cap(budget.ram_bytes) if cap_bytes is None else cap_bytes
     fixed = g.fixed_ram_bytes
     count_paging = budget.paging_time != PAGING_HIDDEN
@@ -170,7 +161,6 @@ def _greedy(g, budget, remat, paging, prefer, cap_bytes):
 
     def choose_page(x) -> bool:
         """Evicting x (still needed later): page it (True) or drop it for recomputation (False)."""
-        nonlocal rt
         if x in stored:
             return True
         if not paging:

@@ -43,11 +43,8 @@ from ..schedule.core import (FEASIBLE, INFEASIBLE, NO_SOLUTION, OPTIMAL, PAGING_
 from ..units import fmt_bytes, fmt_seconds
 from .api import SolveError, register
 from .backends import MilpProblem, get_backend
-from .heuristics import Plan, lower_bound_energy, plan_costs
+from .heuristics import Plan, lower_bound_energy, plan_costs, ram_cap
 
-# RAM slack kept below the budget so solver tolerances (1e-9 of the budget)
-# can never round a schedule over it: 0 bytes below 500 MB, 2 bytes per GB above.
-_RAM_MARGIN = 2e-9
 
 
 class _Builder:
@@ -105,15 +102,6 @@ class Formulation:
         return self.R.shape[0]
 
 
-def useful_horizon(g: CostedGraph) -> list[int]:
-    """Largest stage at which node i can still be useful: its largest descendant id (-1 if unread)."""
-    n = len(g.nodes)
-    md = [-1] * n
-    for i in range(n - 1, -1, -1):
-        for s in g.succs[i]:
-            md[i] = max(md[i], s, md[s])
-    return md
-
 
 def build(g: CostedGraph, budget: Budget, *, remat: bool = True, paging: bool = True,
           objective: str = "energy", ram_cap_bytes: int | None = None, tighten: bool = False) -> Formulation:
@@ -125,9 +113,9 @@ def build(g: CostedGraph, budget: Budget, *, remat: bool = True, paging: bool = 
     n = len(g.nodes)
     nodes = g.nodes
     T = n
-    md = useful_horizon(g)
+    md = g.last_useful_stage
     B = float(ram_cap_bytes if ram_cap_bytes is not None else budget.ram_bytes)
-    cap_bytes = B - math.floor(_RAM_MARGIN * B) if objective != "peak_ram" else B
+    cap_bytes = ram_cap(int(B)) if objective != "peak_ram" else B
     mem = [nd.ram_bytes / B for nd in nodes]
     E0 = g.plain_energy_j or 1.0
     use_energy = objective == "energy"
