@@ -67,7 +67,8 @@ class SweepSpec:
     time_limit_s: float | None = 60.0
     batch_size: int = 1
     gap: float = 1e-3
-    threads: int = 1
+    threads: int | None = None     # HiGHS threads per point (None: HiGHS decides)
+    method: str = "auto"           # MILP formulation/solve variant, see poet.solve.milp.METHODS
 
     def identity(self) -> dict:
         """What must match for points of two runs to be comparable (and resumable)."""
@@ -132,7 +133,7 @@ def solve_point(spec_d: dict, strategy: str, memory: str, runtime: str) -> tuple
     g = _graph(spec_d)
     b = _budget(g, spec_d, memory, runtime)
     opts = SolveOptions(time_limit_s=spec_d["time_limit_s"], threads=spec_d["threads"], gap=spec_d["gap"],
-                        find_min_budgets=False)
+                        method=spec_d.get("method", "auto"), find_min_budgets=False)
     t0 = time.perf_counter()
     try:
         s = solve_costed(g, b, strategy, opts)

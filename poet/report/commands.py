@@ -40,6 +40,8 @@ def register(subparsers) -> None:
                    help="how paging time counts against the deadline (default %(default)s)")
     s.add_argument("--batch-size", type=int, default=1)
     s.add_argument("--gap", type=float, default=1e-3, help="relative MIP gap counted as optimal")
+    s.add_argument("--method", default="auto",
+                   help="MILP solve variant for poet/remat/paging (see poet.solve.milp.METHODS; default %(default)s)")
     s.add_argument("--retry", action="store_true", help="on resume, solve again points that ended without a "
                                                       "proof (no_solution, feasible, error)")
     s.add_argument("--force", action="store_true",
@@ -73,7 +75,7 @@ def cmd_sweep(a) -> int:
     spec = SweepSpec(model=a.model, device=a.device, memories=parse_memory_range(a.memory, a.steps),
                      runtimes=parse_list(a.runtime), strategies=parse_list(a.strategies),
                      paging_time=a.paging_time, time_limit_s=a.time_limit, batch_size=a.batch_size, gap=a.gap,
-                     threads=max(1, (os.cpu_count() or 1) // jobs))
+                     threads=None, method=a.method)
     out = Path(a.out or f"sweep-{Path(a.model).stem}-{a.device or 'graph'}")
     doc = run_sweep(spec, out, jobs=jobs, force=a.force, retry=a.retry, progress=not a.quiet)
     written = render_sweep(out, doc, point=a.point, plots=not a.no_plots)
