@@ -56,6 +56,20 @@ class MilpResult:
 _BANNER_SILENCED = False
 
 
+_SCHEDULER_THREADS: list = [None]   # the thread count HiGHS's process-wide scheduler was started with
+
+
+def _use_threads(h, threads: int | None) -> None:
+    """HiGHS starts one scheduler per process and refuses a later solve that asks for a
+    different thread count (it returns without solving); restart the scheduler instead."""
+    want = int(threads) if threads is not None else 0   # 0: HiGHS picks (all cores)
+    if _SCHEDULER_THREADS[0] is not None and _SCHEDULER_THREADS[0] != want:
+        type(h).resetGlobalScheduler(True)
+    _SCHEDULER_THREADS[0] = want
+    if threads is not None:
+        h.setOptionValue("threads", want)
+
+
 def new_highs():
     """A ``highspy.Highs`` object, without the banner the first construction prints on stdout."""
     global _BANNER_SILENCED
@@ -103,9 +117,11 @@ def solve_highs(p: MilpProblem, *, time_limit: float | None = None, threads: int
     h.setOptionValue("mip_feasibility_tolerance", 1e-9)
     if time_limit is not None:
         h.setOptionValue("time_limit", float(time_limit))
-    if threads is not None:
-        h.setOptionValue("threads", int(threads))
+    _use_threads(h, threads)
     h.setOptionValue("random_seed", 0)
+    # HiGHS 1.16 can loop forever in the restart that follows root-node presolve reductions,
+    # ignoring time_limit (seen on the 20-node linear net on m4); without restarts it honours it.
+    h.setOptionValue("mip_allow_restart", False)
     for k, v in (options or {}).items():
         h.setOptionValue(k, v)
 
@@ -161,8 +177,11 @@ def solve_highs(p: MilpProblem, *, time_limit: float | None = None, threads: int
             incumbents.append(np.array(sol, dtype=np.float64))
 
     h.cbMipImprovingSolution.subscribe(on_improving)
-    h.run()
+    run_status = h.run()
     seconds = time.perf_counter() - t0
+    if run_status == highspy.HighsStatus.kError and h.getModelStatus() == highspy.HighsModelStatus.kNotset:
+        from .api import SolveError
+        raise SolveError("HiGHS refused to start the solve (run with verbose=True / --verbose for its log)")
 
     ms = h.getModelStatus()
     info = h.getInfo()
