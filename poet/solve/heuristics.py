@@ -307,6 +307,23 @@ def _tidy(g: CostedGraph, plan: Plan, md: list[int]) -> None:
                 plan.keep[t].discard(i)
 
 
+def drop_unread_pageouts(plan: Plan) -> Plan:
+    """Remove page-outs that no later page-in reads (in place).
+
+    The greedy pages a tensor out when it evicts it, before knowing whether it
+    will be recomputed instead; such a copy costs write energy and time and
+    changes nothing else, since a page-out does not free RAM.
+    """
+    read_after: dict[int, int] = {}   # tensor -> last stage that pages it in
+    for t in range(plan.n):
+        for lst in plan.ins[t].values():
+            for i in lst:
+                read_after[i] = t
+    for t in range(plan.n):
+        plan.outs[t] = {i for i in plan.outs[t] if read_after.get(i, -1) > t}
+    return plan
+
+
 def best_greedy(g: CostedGraph, budget: Budget, *, remat: bool = True, paging: bool = True,
                 cap_bytes: int | None = None, exhaustive_up_to: int = 400) -> Plan | None:
     """The cheapest feasible plan among the greedy's eviction rules (None if none is feasible).
@@ -327,6 +344,7 @@ def best_greedy(g: CostedGraph, budget: Budget, *, remat: bool = True, paging: b
             p = greedy_plan(g, b, remat=remat, paging=paging, prefer=pref, cap_bytes=cap_bytes)
             if p is None:
                 break
+            drop_unread_pageouts(p)
             e, rt = plan_costs(g, p, budget.paging_time)
             if budget.runtime_s is not None and rt > budget.runtime_s * (1 + 1e-9):
                 continue

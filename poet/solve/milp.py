@@ -504,7 +504,7 @@ def solve_milp(g: CostedGraph, budget: Budget, opts, *, remat: bool, paging: boo
         return sched
     status = res.status
     obj = solver["objective_energy_j"]
-    if obj is not None and bound is not None and lb > bound:
+    if obj is not None and (bound is None or lb > bound):
         # the structural bound is stronger than the solver's: the gap is measured against it
         gap = max(0.0, (obj - lb) / max(obj, 1e-300))
         if res.gap is None or gap < res.gap:
