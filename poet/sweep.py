@@ -344,8 +344,10 @@ def run_sweep(spec: SweepSpec, out, *, jobs: int | None = None, force: bool = Fa
     (out / "schedules").mkdir(exist_ok=True)
     wanted = {point_key(*p) for p in points}
     done: dict[str, dict] = {}
+    earlier: dict[str, dict] = {}   # retried points: kept unless the new solve does better
     for row in previous:
         if retry and row.get("status") in (NO_SOLUTION, FEASIBLE, "error") and row["key"] in wanted:
+            earlier[row["key"]] = row
             continue
         done[row["key"]] = row
     context = {"plain_energy_j": g.plain_energy_j, "plain_runtime_s": g.plain_runtime_s,
@@ -361,6 +363,17 @@ def run_sweep(spec: SweepSpec, out, *, jobs: int | None = None, force: bool = Fa
         _atomic_write(out / "sweep.csv", rows_to_csv(rows))
 
     def record(row: dict, sched: dict | None):
+        old = earlier.pop(row["key"], None)
+        if old is not None and old.get("energy_j") is not None and row.get("status") != OPTIMAL and (
+                row.get("energy_j") is None or float(row["energy_j"]) > float(old["energy_j"])):
+            old = dict(old)
+            old["message"] = (f"{old.get('message') or ''} [a retry ({row.get('method')}, "
+                              f"{row.get('solve_seconds') or 0:.0f} s) ended {row.get('status')}"
+                              f"{'' if row.get('energy_j') is None else ' at ' + fmt_energy(float(row['energy_j']))};"
+                              f" this earlier result is kept]")[:400]
+            done[row["key"]] = old
+            save()
+            return
         if sched is not None:
             fn = Path("schedules") / (re.sub(r"[^A-Za-z0-9_.-]+", "_", row["key"]) + ".json")
             _atomic_write(out / fn, json.dumps(sched))
@@ -411,7 +424,11 @@ def run_sweep(spec: SweepSpec, out, *, jobs: int | None = None, force: bool = Fa
         return len(todo) + len(running)
 
     running: dict = {}
-    pool = ProcessPoolExecutor(max_workers=jobs, initializer=_worker_init) if todo else None
+    # spawn, not fork: a parent that already ran HiGHS holds a thread pool that a forked child would
+    # inherit half-dead (solves then hang); fresh interpreters cost ~1 s each and are always safe.
+    import multiprocessing
+    pool = (ProcessPoolExecutor(max_workers=jobs, initializer=_worker_init,
+                                mp_context=multiprocessing.get_context("spawn")) if todo else None)
     old_term = _on_sigterm()
     try:
         while todo or running:

@@ -189,3 +189,25 @@ def test_memory_range_parsing():
         parse_memory_range("100%..10%", 3)
     with pytest.raises(SweepError):
         parse_memory_range("1MB..3MB", 3)
+
+
+def test_retry_never_replaces_a_schedule_by_a_worse_result(sweep, graph_file, tmp_path):
+    src, doc, g, _ = sweep
+    path, _ = graph_file
+    import shutil
+    out = tmp_path / "retry"
+    shutil.copytree(src, out)
+    d = json.loads((out / "sweep.json").read_text())
+    target = next(r for r in d["points"] if r["strategy"] == "poet" and r["energy_j"] is not None
+                  and not r.get("reused_from") and r["runtime"] == "2x")
+    target["status"], target["energy_j"] = "feasible", target["energy_j"] * 0.5   # an (impossible) better schedule
+    other = next(r for r in d["points"] if r["strategy"] == "paging" and r["energy_j"] is not None
+                 and not r.get("reused_from"))
+    other["status"], other["energy_j"] = "feasible", other["energy_j"] * 2.0     # a worse one: retry improves it
+    (out / "sweep.json").write_text(json.dumps(d))
+    doc2 = run_sweep(_spec(path), out, jobs=2, retry=True, progress=False)
+    rows = {r["key"]: r for r in doc2["points"]}
+    # the optimal re-solve replaces the earlier unproven row either way
+    assert rows[target["key"]]["status"] == "optimal"
+    assert rows[other["key"]]["status"] == "optimal"
+    assert rows[other["key"]]["energy_j"] == pytest.approx(other["energy_j"] / 2.0)
