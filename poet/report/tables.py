@@ -27,7 +27,8 @@ def _cell(r: dict | None, plain: float) -> str:
     if e is None:
         return {"infeasible": "infeas.", "no_solution": "timeout", "error": "error"}.get(st, st)
     mark = {"optimal": "", "feasible": "*", "heuristic": "", "error": "!"}.get(st, "?")
-    return f"{e / plain:.4f}{mark}"
+    ov = (e / plain - 1.0) * 100.0
+    return ("0" if abs(ov) < 5e-7 else f"+{ov:.2g}%") + mark
 
 
 def sweep_markdown(doc: dict) -> str:
@@ -40,7 +41,7 @@ def sweep_markdown(doc: dict) -> str:
              f"Plain forward+backward: {fmt_energy(plain)}, {fmt_seconds(c['plain_runtime_s'])}; "
              f"keep-all peak {fmt_bytes(c['keep_all_peak_bytes'])}; no schedule fits below "
              f"{fmt_bytes(c['min_ram_bytes'])}.", "",
-             "Cells: energy as a multiple of one plain pass (1.0 = nothing recomputed or paged); "
+             "Cells: energy above one plain pass, in percent of it (0 = nothing recomputed or paged); "
              "`*` feasible but not proven optimal, `infeas.` no schedule of that strategy fits, "
              "`timeout` the solver found none within the time limit.", ""]
     strategies = _strategies(rows)
