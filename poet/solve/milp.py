@@ -450,7 +450,7 @@ def solve_milp(g: CostedGraph, budget: Budget, opts, *, remat: bool, paging: boo
         if plan is not None:
             plan_e, _ = plan_costs(g, plan, budget.paging_time)
             solver["heuristic_energy_j"] = plan_e
-        gap_lb = None if plan_e is None else (plan_e - lb) / max(plan_e, 1e-300)
+        gap_lb = None if plan_e is None else max(0.0, (plan_e - lb) / max(plan_e, 1e-300))
         if method == "heuristic" or (method == "fast" and gap_lb is not None and gap_lb <= opts.gap):
             proven = gap_lb is not None and gap_lb <= opts.gap
             solver.update({
@@ -491,7 +491,7 @@ def solve_milp(g: CostedGraph, budget: Budget, opts, *, remat: bool, paging: boo
     if res.x is None and plan is not None and res.status != INFEASIBLE:
         # the solver stopped without an incumbent of its own: the greedy schedule is the best found
         best_lb = max(lb, bound or 0.0)
-        gap = (plan_e - best_lb) / max(plan_e, 1e-300)
+        gap = max(0.0, (plan_e - best_lb) / max(plan_e, 1e-300))
         solver.update({"gap": gap, "objective_energy_j": plan_e, "bound_energy_j": best_lb,
                        "message": f"feasible greedy schedule; gap {gap:.2%} to the best proven bound ({res.detail})"})
         status = OPTIMAL if gap <= opts.gap else FEASIBLE
