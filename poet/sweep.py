@@ -357,7 +357,9 @@ def run_sweep(spec: SweepSpec, out, *, jobs: int | None = None, force: bool = Fa
            "points": []}
 
     def save():
-        rows = sorted(done.values(), key=_order_key)
+        # points waiting for a retry keep their earlier row until the retry is recorded
+        pending_retry = [r for k, r in earlier.items() if k not in done]
+        rows = sorted(list(done.values()) + pending_retry, key=_order_key)
         doc["points"] = rows
         _atomic_write(out / "sweep.json", json.dumps(doc, indent=1, default=float))
         _atomic_write(out / "sweep.csv", rows_to_csv(rows))

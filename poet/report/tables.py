@@ -21,7 +21,7 @@ def _strategies(rows):
 
 def _cell(r: dict | None, plain: float) -> str:
     if r is None:
-        return ""
+        return "not run"
     e = _num(r.get("energy_j"))
     st = r.get("status", "")
     if e is None:
