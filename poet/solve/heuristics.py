@@ -320,8 +320,19 @@ def drop_unread_pageouts(plan: Plan) -> Plan:
             for i in lst:
                 read_after[i] = t
     for t in range(plan.n):
-        plan.outs[t] = {i for i in plan.outs[t] if read_after.get(i, -1) > t}
+        plan.outs[t] = {i for i in plan.outs[t] if read_after.get(i, -1) >= t}
     return plan
+
+
+def _replays(g: CostedGraph, plan: Plan, budget: Budget) -> bool:
+    from ..schedule.validate import ScheduleError, simulate
+    from .api import SolveError
+    from .milp import emit
+    try:
+        simulate(g, emit(g, plan), budget)
+    except (ScheduleError, SolveError):
+        return False
+    return True
 
 
 def best_greedy(g: CostedGraph, budget: Budget, *, remat: bool = True, paging: bool = True,
@@ -345,6 +356,8 @@ def best_greedy(g: CostedGraph, budget: Budget, *, remat: bool = True, paging: b
             if p is None:
                 break
             drop_unread_pageouts(p)
+            if not _replays(g, p, budget):
+                continue   # a rule's plan the emitter or validator refuses is skipped, never returned
             e, rt = plan_costs(g, p, budget.paging_time)
             if budget.runtime_s is not None and rt > budget.runtime_s * (1 + 1e-9):
                 continue
