@@ -434,7 +434,16 @@ def _result_schedule(g, budget, strategy, steps, status, solver):
     return Schedule(graph=g, budget=budget, steps=tuple(steps), status=status, strategy=strategy, solver=solver)
 
 
-def solve_milp(g: CostedGraph, budget: Budget, opts, *, remat: bool, paging: bool, strategy: str) -> Schedule:
+def structural_bound(g: CostedGraph, budget: Budget, opts, *, remat: bool, paging: bool) -> float:
+    lb = lower_bound_energy(g, budget, remat=remat, paging=paging,
+                            time_limit=min(10.0, opts.time_limit_s or 10.0))
+    return lb if math.isfinite(lb) else g.plain_energy_j   # inf cannot pass solve()'s RAM check
+
+
+def solve_milp(g: CostedGraph, budget: Budget, opts, *, remat: bool, paging: bool, strategy: str,
+               incumbent_energy: float | None = None) -> Schedule:
+    """The MILP strategies' solve.  ``incumbent_energy``: the energy of a schedule the
+    caller already holds; when it meets the proven bound, the MILP is skipped."""
     import time
     method = getattr(opts, "method", "auto") or "auto"
     if method not in METHODS:
@@ -445,11 +454,9 @@ def solve_milp(g: CostedGraph, budget: Budget, opts, *, remat: bool, paging: boo
     plan = plan_e = None
     solver: dict = {"requested_method": opts.method, "requested_gap": opts.gap,
                     "time_limit_s": opts.time_limit_s, "threads": opts.threads}
-    lb = lower_bound_energy(g, budget, remat=remat, paging=paging,
-                            time_limit=min(10.0, opts.time_limit_s or 10.0))
-    if not math.isfinite(lb):    # cannot happen past solve()'s RAM bound check; stay safe
-        lb = g.plain_energy_j
+    lb = structural_bound(g, budget, opts, remat=remat, paging=paging)
     solver["structural_bound_energy_j"] = lb
+    outside_proven = incumbent_energy is not None and incumbent_energy - lb <= opts.gap * incumbent_energy
     if method != "faithful":
         from .heuristics import best_greedy
         plan = best_greedy(g, budget, remat=remat, paging=paging)
@@ -458,7 +465,8 @@ def solve_milp(g: CostedGraph, budget: Budget, opts, *, remat: bool, paging: boo
             plan_e, _ = plan_costs(g, plan, budget.paging_time)
             solver["heuristic_energy_j"] = plan_e
         gap_lb = None if plan_e is None else max(0.0, (plan_e - lb) / max(plan_e, 1e-300))
-        if method == "heuristic" or (method == "fast" and gap_lb is not None and gap_lb <= opts.gap):
+        if method == "heuristic" or (method == "fast" and (outside_proven or (gap_lb is not None
+                                                                             and gap_lb <= opts.gap))):
             proven = gap_lb is not None and gap_lb <= opts.gap
             solver.update({
                 "method": "greedy+bound" if proven else "greedy", "variables": 0, "constraints": 0,
@@ -563,10 +571,17 @@ def min_budgets(g: CostedGraph, budget: Budget, opts, *, remat: bool, paging: bo
 
 @register("poet", "POET MILP: rematerialization and paging chosen jointly for minimum energy")
 def solve_poet(g, budget, opts):
-    s = solve_milp(g, budget, opts, remat=True, paging=True, strategy="poet")
-    if (getattr(opts, "method", "auto") or "auto") == "faithful" or s.status == OPTIMAL:
-        return s
-    return _best_of(s, _capuchin_incumbent(g, budget, opts), opts)
+    if (getattr(opts, "method", "auto") or "auto") == "faithful":
+        return solve_milp(g, budget, opts, remat=True, paging=True, strategy="poet")
+    import dataclasses
+    import time
+    t0 = time.perf_counter()
+    h = _capuchin_incumbent(g, budget, opts)
+    if opts.time_limit_s is not None:   # the time limit covers the heuristic too
+        opts = dataclasses.replace(opts, time_limit_s=max(0.1, opts.time_limit_s - (time.perf_counter() - t0)))
+    s = solve_milp(g, budget, opts, remat=True, paging=True, strategy="poet",
+                   incumbent_energy=None if h is None else h.totals.energy_j)
+    return _best_of(s, h, opts)
 
 
 def _capuchin_incumbent(g, budget, opts) -> Schedule | None:
@@ -598,7 +613,7 @@ def _best_of(s: Schedule, h: Schedule | None, opts) -> Schedule:
         return s
     sv = dict(s.solver)
     e = h.totals.energy_j
-    if s.status == INFEASIBLE:
+    if s.status == INFEASIBLE and not s.steps:
         # proven impossible in the stage model, yet a freely ordered schedule fits
         sv.update(gap=None, bound_energy_j=None, message=(
             "the MILP's stage model has no schedule here, but the Capuchin-style heuristic's "
