@@ -528,6 +528,9 @@ def solve_milp(g: CostedGraph, budget: Budget, opts, *, remat: bool, paging: boo
                 status = OPTIMAL
                 solver["message"] = (f"optimal (relative gap {gap:.2e} to the structural lower bound; "
                                      f"the solver stopped with {res.detail})")
+            elif status == FEASIBLE:
+                solver["message"] = (f"feasible; not proven optimal: gap {gap:.2%} to the structural lower "
+                                     f"bound ({res.detail})")
     steps = emit(g, decode(f, res.x))
     return _result_schedule(g, budget, strategy, steps, status, solver)
 
