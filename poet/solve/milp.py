@@ -630,7 +630,9 @@ def _best_of(s: Schedule, h: Schedule | None, opts) -> Schedule:
         sv.update(gap=gap, bound_energy_j=lb, message=(
             f"the Capuchin-style heuristic's schedule beat the solver's best ({mine:.6g} J); "
             f"gap {gap:.2%} to the proven bound"))
-    sv.update(objective_energy_j=e, incumbent="capuchin", method=f"{sv.get('method', '')}+capuchin")
+    # the schedule is the heuristic's; say so, and how it was proven when it was
+    sv.update(objective_energy_j=e, incumbent="capuchin", superseded_method=sv.get("method"),
+              method="capuchin+bound" if status == OPTIMAL else "capuchin")
     return Schedule(graph=g, budget=s.budget, steps=h.steps, status=status, strategy=s.strategy, solver=sv)
 
 
