@@ -225,10 +225,9 @@ BACKENDS = {"highs": solve_highs}
 
 
 def get_backend(name: str):
-    if name == "ortools":
-        from .backend_ortools import solve_ortools  # optional; import error says how to install
-        return solve_ortools
+    """A backend by name.  Only HiGHS exists today; another (OR-Tools, Gurobi) would register
+    in BACKENDS with the same signature as :func:`solve_highs` and must stay optional."""
     try:
         return BACKENDS[name]
     except KeyError:
-        raise ValueError(f"unknown solver backend {name!r}; available: highs, ortools (optional)") from None
+        raise ValueError(f"unknown solver backend {name!r}; available: {', '.join(BACKENDS)}") from None
