@@ -253,12 +253,7 @@ def _basic_block(net: _Net, p: str, x: int, planes: int, stride: int) -> int:
     y = net.relu(f"{p}.relu1", y)
     y = net.conv(f"{p}.conv2", y, planes, 3, 1, 1)
     y = net.batchnorm(f"{p}.bn2", y)
-    if stride != 1 or cin != planes:
-        sc = net.conv(f"{p}.downsample.conv", x, planes, 1, stride, 0)
-        sc = net.batchnorm(f"{p}.downsample.bn", sc)
-    else:
-        sc = x
-    y = net.add(f"{p}.add", y, sc)
+    y = net.add(f"{p}.add", y, _shortcut(net, p, x, cin, planes, stride))
     return net.relu(f"{p}.relu2", y)
 
 
@@ -273,13 +268,16 @@ def _bottleneck(net: _Net, p: str, x: int, planes: int, stride: int) -> int:
     y = net.relu(f"{p}.relu2", y)
     y = net.conv(f"{p}.conv3", y, out, 1, 1, 0)
     y = net.batchnorm(f"{p}.bn3", y)
-    if stride != 1 or cin != out:
-        sc = net.conv(f"{p}.downsample.conv", x, out, 1, stride, 0)
-        sc = net.batchnorm(f"{p}.downsample.bn", sc)
-    else:
-        sc = x
-    y = net.add(f"{p}.add", y, sc)
+    y = net.add(f"{p}.add", y, _shortcut(net, p, x, cin, out, stride))
     return net.relu(f"{p}.relu3", y)
+
+
+def _shortcut(net: _Net, p: str, x: int, cin: int, out: int, stride: int) -> int:
+    """The identity, or a 1x1 conv + BN where the block changes shape."""
+    if stride == 1 and cin == out:
+        return x
+    sc = net.conv(f"{p}.downsample.conv", x, out, 1, stride, 0)
+    return net.batchnorm(f"{p}.downsample.bn", sc)
 
 
 def _resnet(block, depths, input_hw: int, num_classes: int, cifar_stem: bool) -> _Net:

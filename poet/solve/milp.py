@@ -277,6 +277,15 @@ def build(g: CostedGraph, budget: Budget, *, remat: bool = True, paging: bool = 
                        runtime_cols=rt_terms, F=F, defs=defs)
 
 
+def _last_readers(g: CostedGraph, comp: list[int]) -> dict[int, int]:
+    """Per tensor, the last node of ``comp`` (ascending) that reads it: it is freed right after."""
+    last: dict[int, int] = {}
+    for k in comp:
+        for i in g.preds[k]:
+            last[i] = k
+    return last
+
+
 def emit(g: CostedGraph, plan: Plan) -> list[Step]:
     """Instruction list from stage decisions (see the module docstring for the order)."""
     n = len(g.nodes)
@@ -286,10 +295,7 @@ def emit(g: CostedGraph, plan: Plan) -> list[Step]:
         comp = plan.comp[t]
         keep_next = plan.keep[t + 1] if t + 1 < n else set()
         outs = plan.outs[t]
-        last_reader: dict[int, int] = {}
-        for k in comp:
-            for i in g.preds[k]:
-                last_reader[i] = k
+        last_reader = _last_readers(g, comp)
         at_start = set(resident)
         for i in sorted(at_start):
             if i in outs:
@@ -377,10 +383,7 @@ def plan_to_start(f: Formulation, g: CostedGraph, plan: Plan) -> tuple[np.ndarra
             # free-edge columns: i freed right after computing k (same rule as emit)
             keep_next = plan.keep[t + 1] if t + 1 < T else set()
             comp = plan.comp[t]
-            later_reader: dict[int, int] = {}
-            for k in comp:
-                for i in g.preds[k]:
-                    later_reader[i] = k
+            later_reader = _last_readers(g, comp)
             for k in comp:
                 for i in (*g.preds[k], k):
                     col = f.F.get((t, k, i), -1)
