@@ -246,13 +246,16 @@ def _vgg16(input_hw: int, num_classes: int) -> _Net:
     return net
 
 
+def _conv_bn(net: _Net, p: str, i: int, x: int, out: int, k: int, stride: int, pad: int, relu: bool) -> int:
+    """Layer i of a residual block: conv{i} -> bn{i} (-> relu{i})."""
+    y = net.batchnorm(f"{p}.bn{i}", net.conv(f"{p}.conv{i}", x, out, k, stride, pad))
+    return net.relu(f"{p}.relu{i}", y) if relu else y
+
+
 def _basic_block(net: _Net, p: str, x: int, planes: int, stride: int) -> int:
     cin = net.shape(x)[0]
-    y = net.conv(f"{p}.conv1", x, planes, 3, stride, 1)
-    y = net.batchnorm(f"{p}.bn1", y)
-    y = net.relu(f"{p}.relu1", y)
-    y = net.conv(f"{p}.conv2", y, planes, 3, 1, 1)
-    y = net.batchnorm(f"{p}.bn2", y)
+    y = _conv_bn(net, p, 1, x, planes, 3, stride, 1, relu=True)
+    y = _conv_bn(net, p, 2, y, planes, 3, 1, 1, relu=False)
     y = net.add(f"{p}.add", y, _shortcut(net, p, x, cin, planes, stride))
     return net.relu(f"{p}.relu2", y)
 
@@ -260,14 +263,9 @@ def _basic_block(net: _Net, p: str, x: int, planes: int, stride: int) -> int:
 def _bottleneck(net: _Net, p: str, x: int, planes: int, stride: int) -> int:
     cin = net.shape(x)[0]
     out = planes * 4
-    y = net.conv(f"{p}.conv1", x, planes, 1, 1, 0)
-    y = net.batchnorm(f"{p}.bn1", y)
-    y = net.relu(f"{p}.relu1", y)
-    y = net.conv(f"{p}.conv2", y, planes, 3, stride, 1)  # stride on the 3x3 conv (torchvision v1.5)
-    y = net.batchnorm(f"{p}.bn2", y)
-    y = net.relu(f"{p}.relu2", y)
-    y = net.conv(f"{p}.conv3", y, out, 1, 1, 0)
-    y = net.batchnorm(f"{p}.bn3", y)
+    y = _conv_bn(net, p, 1, x, planes, 1, 1, 0, relu=True)
+    y = _conv_bn(net, p, 2, y, planes, 3, stride, 1, relu=True)  # stride on the 3x3 conv (torchvision v1.5)
+    y = _conv_bn(net, p, 3, y, out, 1, 1, 0, relu=False)
     y = net.add(f"{p}.add", y, _shortcut(net, p, x, cin, out, stride))
     return net.relu(f"{p}.relu3", y)
 
