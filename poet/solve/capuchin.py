@@ -281,8 +281,10 @@ def capuchin_plan(g: CostedGraph, budget: Budget, max_rounds: int | None = None)
 @register("capuchin", "Capuchin-style greedy: evict across idle gaps, per tensor swap or recompute, cheaper wins")
 def solve_capuchin(g: CostedGraph, budget: Budget, opts) -> Schedule:
     plan, steps, info = capuchin_plan(g, budget)
-    t = simulate(g, steps, Budget(10**30, None, budget.paging_time)).totals
-    info["message"] = (f"{info['evictions']} evictions ({info['swap_evictions']} swapped, "
-                       f"{info['recompute_evictions']} recomputed); peak {fmt_bytes(t.peak_ram_bytes)}, "
-                       f"runtime {fmt_seconds(t.runtime_s)}")
-    return judged(g, budget, steps, "capuchin", HEURISTIC, info)
+    s = judged(g, budget, steps, "capuchin", HEURISTIC, info)
+    if s.steps:   # judged() leaves its own message on an infeasible result
+        sv = s.solver
+        sv["message"] = (f"{info['evictions']} evictions ({info['swap_evictions']} swapped, "
+                         f"{info['recompute_evictions']} recomputed); peak {fmt_bytes(sv['strategy_peak_ram_bytes'])}, "
+                         f"runtime {fmt_seconds(sv['strategy_runtime_s'])}")
+    return s
