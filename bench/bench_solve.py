@@ -30,6 +30,20 @@ from poet.schedule.core import Budget  # noqa: E402
 MODELS = ["linear", "vgg16_cifar", "vgg16", "resnet18_cifar", "resnet18", "transformer", "bert", "resnet50"]
 
 
+def aten_resnet(blocks: int, device: str):
+    """A residual conv net exported op by op (about 16 nodes per block), priced on ``device``."""
+    import torch
+    import torch.nn.functional as F
+
+    from poet.execute.models import SmallResNet
+    from poet.graph.torch_export import export_training_graph
+    torch.manual_seed(0)
+    model = SmallResNet(channels=16, blocks=blocks).train()
+    x, y = torch.randn(1, 3, 32, 32), torch.tensor([3])
+    prog = export_training_graph(model, (x,), F.cross_entropy, (y,), name=f"aten_resnet{blocks}")
+    return prog.costed(device)
+
+
 def case_budget(g, mult: float, ram_frac: float, paging_time: str) -> Budget:
     lo, hi = g.min_ram_bytes(), keep_all_peak(g)
     return Budget(ram_bytes=int(lo + ram_frac * (hi - lo)), runtime_s=mult * g.plain_runtime_s,
@@ -75,15 +89,22 @@ def main(argv=None):
     ap.add_argument("--json", help="append one JSON line per result to this file")
     ap.add_argument("--graphs", default="", help="comma-separated poet-graph/1 files (e.g. aten-level exports, "
                     "already costed for a device) benchmarked after the zoo models; --models '' skips the zoo")
+    ap.add_argument("--aten-resnet", default="", help="comma-separated block counts: export "
+                    "poet.execute.models.SmallResNet(channels=16, blocks=N) on a 1x3x32x32 batch at aten "
+                    "granularity (torch needed) and benchmark it on each --devices")
     a = ap.parse_args(argv)
     print(f"# gap {a.gap}, time limit {a.time_limit} s, threads {a.threads}, ram-frac {a.ram_frac}, "
           f"paging time {a.paging_time}", flush=True)
     print(HEADER, flush=True)
     todo = [(m, d, None) for m in a.models.split(",") if m for d in a.devices.split(",")]
     todo += [(Path(p).stem, "file", p) for p in a.graphs.split(",") if p]
-    for model, dev, path in todo:
+    todo += [(f"aten_resnet{n}", d, int(n)) for n in a.aten_resnet.split(",") if n for d in a.devices.split(",")]
+    for model, dev, src in todo:
         if True:
-            g = costed_graph(path if path else model, None if path else dev)
+            if isinstance(src, int):
+                g = aten_resnet(src, dev)
+            else:
+                g = costed_graph(src if src else model, None if src else dev)
             for mult in (float(m) for m in a.mult.split(",")):
                 b = case_budget(g, mult, a.ram_frac, a.paging_time)
                 case = {"model": model, "device": dev, "mult": mult, "ram_bytes": b.ram_bytes, "nodes": len(g.nodes)}

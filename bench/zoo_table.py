@@ -28,7 +28,8 @@ def main(argv=None) -> int:
     ap.add_argument("--models", default=",".join(MODELS))
     ap.add_argument("--devices", default="a72,m4")
     ap.add_argument("--fracs", default="0.2,0.6")
-    ap.add_argument("--runtime", default="1.2x")
+    ap.add_argument("--runtime", default="1.2x", help="one or more deadlines, comma separated (1.2x,2x)")
+    ap.add_argument("--gap", type=float, default=1e-3, help="relative gap at which a schedule counts as optimal")
     ap.add_argument("--paging-time", default="serial")
     ap.add_argument("--strategy", default="poet")
     ap.add_argument("--method", default="auto")
@@ -36,20 +37,21 @@ def main(argv=None) -> int:
     ap.add_argument("--threads", type=int, default=None)
     a = ap.parse_args(argv)
 
-    print(f"strategy {a.strategy}, method {a.method}, deadline {a.runtime}, paging time {a.paging_time}, "
+    print(f"strategy {a.strategy}, method {a.method}, gap {a.gap:g}, paging time {a.paging_time}, "
           f"time limit {a.time_limit:.0f} s per solve\n")
-    print("| model | device | nodes | RAM budget | status | gap | solve s | energy J | vs plain | "
+    print("| model | device | nodes | RAM budget | deadline | status | gap | solve s | energy J | vs plain | "
           "recomputes | page-ins | peak RAM | method |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for model in a.models.split(","):
         for dev in a.devices.split(","):
             g = costed_graph(model, dev)
             lo, hi = g.min_ram_bytes(), keep_all_peak(g)
-            for frac in (float(x) for x in a.fracs.split(",")):
+            for frac, runtime in ((float(f), r) for f in a.fracs.split(",") for r in a.runtime.split(",")):
                 ram = int(lo + frac * (hi - lo))
                 t0 = time.perf_counter()
-                s = solve(g, memory=ram, runtime=a.runtime, strategy=a.strategy, paging_time=a.paging_time,
-                          time_limit=a.time_limit, threads=a.threads, method=a.method, find_min_budgets=False)
+                s = solve(g, memory=ram, runtime=runtime, strategy=a.strategy, paging_time=a.paging_time,
+                          time_limit=a.time_limit, threads=a.threads, method=a.method, gap=a.gap,
+                          find_min_budgets=False)
                 sec = time.perf_counter() - t0
                 sv = s.solver
                 gap = sv.get("gap")
@@ -61,7 +63,7 @@ def main(argv=None) -> int:
                            f"{fmt_bytes(t.peak_ram_bytes)}")
                 else:
                     row = f"{s.status} | {gap_s} | {sec:.1f} | - | - | - | - | -"
-                print(f"| {model} | {dev} | {len(g)} | {fmt_bytes(ram)} ({frac:.0%}) | {row} | "
+                print(f"| {model} | {dev} | {len(g)} | {fmt_bytes(ram)} ({frac:.0%}) | {runtime} | {row} | "
                       f"{sv.get('method', '')} |", flush=True)
     return 0
 

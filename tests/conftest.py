@@ -49,3 +49,52 @@ def random_dag(seed: int, n: int, fixed_ram_bytes: int = 0) -> CostedGraph:
             for u in rnd.sample(range(v), k=min(v, rnd.randint(1, 3))):
                 edges.append((u, v))
     return CostedGraph(f"dag{seed}", tuple(nodes), tuple(edges), fixed_ram_bytes=fixed_ram_bytes)
+
+
+def relu_chain(blocks: int, seed: int = 0) -> CostedGraph:
+    """conv -> bias -> relu blocks with their backward, dependencies as in the zoo.
+
+    A conv's grad reads the conv's input, a bias-add's grad reads nothing, a ReLU's
+    grad reads its output: so the conv and bias outputs are dead once the ReLU has
+    run, and restoring a ReLU output by recomputation needs the whole block again
+    (a recomputation cascade).
+    """
+    rnd = random.Random(seed)
+    nodes, edges = [], []
+
+    def node(name, kind, cheap=False):
+        size = rnd.randint(1, 6) * 100
+        scale = 0.1 if cheap else 1.0
+        nodes.append(CostedNode(name, kind, size, compute_time_s=scale * rnd.uniform(0.5, 2.0),
+                                compute_energy_j=scale * rnd.uniform(1.0, 3.0),
+                                pagein_time_s=rnd.uniform(0.05, 0.6), pagein_energy_j=rnd.uniform(0.05, 1.5),
+                                pageout_time_s=rnd.uniform(0.05, 0.6), pageout_energy_j=rnd.uniform(0.05, 1.5)))
+        return len(nodes) - 1
+
+    x = None
+    outs = []
+    for k in range(blocks):
+        c = node(f"conv{k}", "forward")
+        if x is not None:
+            edges.append((x, c))
+        e = node(f"bias{k}", "forward", cheap=True)
+        edges.append((c, e))
+        r = node(f"relu{k}", "forward", cheap=True)
+        edges.append((e, r))
+        outs.append((x, r))
+        x = r
+    g_prev = None
+    for k in reversed(range(blocks)):
+        x_in, r = outs[k]
+        gr = node(f"relu{k}.grad", "backward", cheap=True)
+        edges.append((r, gr))
+        if g_prev is not None:
+            edges.append((g_prev, gr))
+        ge = node(f"bias{k}.grad", "backward", cheap=True)
+        edges.append((gr, ge))
+        gc = node(f"conv{k}.grad", "backward")
+        edges.append((ge, gc))
+        if x_in is not None:
+            edges.append((x_in, gc))
+        g_prev = gc
+    return CostedGraph(f"relu_chain{blocks}", tuple(nodes), tuple(edges))

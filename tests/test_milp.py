@@ -1,4 +1,5 @@
 """The MILP strategies against an exhaustive oracle, each other, and the validator."""
+import math
 import random
 
 import pytest
@@ -6,7 +7,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from bruteforce import brute_force_energy
-from conftest import random_dag, training_chain
+from conftest import random_dag, relu_chain, training_chain
 from poet import solve
 from poet.graph.core import CostedGraph
 from poet.schedule import Budget, validate
@@ -116,3 +117,52 @@ def test_structural_lower_bound_never_exceeds_the_true_optimum(seed, layers, fra
     if best is None:
         return
     assert g.plain_energy_j <= lb <= best * (1 + 1e-9)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 10_000), layers=st.integers(2, 4), frac=st.sampled_from([0.0, 0.2, 0.5]),
+       skip=st.booleans(), slack=st.sampled_from([0.05, 0.3, 1.0]), strategy=st.sampled_from(sorted(MILPS)))
+def test_structural_lower_bound_with_a_deadline_never_exceeds_the_true_optimum(seed, layers, frac, skip,
+                                                                                slack, strategy):
+    # the cascade rows and the runtime row must stay valid when time is scarce too
+    from poet.solve.heuristics import lower_bound_energy
+    g = training_chain(layers, seed, skip=skip)
+    ram = _budget(g, frac)
+    runtime = g.plain_runtime_s * (1 + slack)
+    best = brute_force_energy(g, ram, runtime, **MILPS[strategy])
+    lb = lower_bound_energy(g, Budget(ram, runtime), **MILPS[strategy])
+    if best is None:
+        return
+    assert g.plain_energy_j <= lb <= best * (1 + 1e-9)
+
+
+@pytest.mark.parametrize("seed", [1, 6, 7, 11])
+@pytest.mark.parametrize("slack", [None, 0.1])
+@pytest.mark.parametrize("strategy", sorted(MILPS))
+def test_eviction_cover_with_cascades_never_exceeds_the_true_optimum(seed, slack, strategy):
+    # relu_chain's conv and bias outputs are dead once the ReLU ran: recomputing a ReLU output
+    # means recomputing its block, which the bound prices; it must stay below the exhaustive optimum
+    from poet.solve.heuristics import lower_bound_energy
+    g = relu_chain(2, seed)
+    ram = g.min_ram_bytes()
+    runtime = None if slack is None else g.plain_runtime_s * (1 + slack)
+    best = brute_force_energy(g, ram, runtime, **MILPS[strategy])
+    lb = lower_bound_energy(g, Budget(ram, runtime), **MILPS[strategy])
+    if best is None:
+        assert lb == math.inf or lb >= g.plain_energy_j
+        return
+    assert g.plain_energy_j <= lb <= best * (1 + 1e-9)
+
+
+@pytest.mark.parametrize("seed", [1, 4, 10])
+def test_eviction_cover_prices_recomputation_cascades_exactly_on_small_blocks(seed):
+    # here the cheapest fit recomputes whole conv-bias-relu blocks; pricing only the ReLU
+    # (the old cover) would leave the bound far below the optimum
+    from poet.solve.heuristics import eviction_cover
+    g = relu_chain(2, seed)
+    ram = g.min_ram_bytes()
+    best = brute_force_energy(g, ram, None)
+    lb, guide = eviction_cover(g, Budget(ram))
+    assert best > g.plain_energy_j * 1.05
+    assert lb == pytest.approx(best, rel=1e-5)
+    assert guide, "the evictions that attain the bound are returned as a guide"

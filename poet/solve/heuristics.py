@@ -20,7 +20,7 @@ import math
 from dataclasses import dataclass, field
 
 from ..graph.core import CostedGraph
-from ..schedule.core import PAGING_HIDDEN, Budget
+from ..schedule.core import PAGING_HIDDEN, PAGING_SERIAL, Budget
 
 # RAM slack kept below the budget so solver tolerances (1e-9 of the budget) can
 # never round a schedule over it: 0 bytes below 500 MB, 2 bytes per GB above.
@@ -68,51 +68,142 @@ def plan_costs(g: CostedGraph, plan: Plan, paging_time: str) -> tuple[float, flo
 
 def lower_bound_energy(g: CostedGraph, budget: Budget | None = None, *, remat: bool = True,
                        paging: bool = True, time_limit: float = 10.0) -> float:
-    """A valid lower bound on the energy of any schedule in the MILP's stage form.
+    """A valid lower bound on the energy of any schedule in the MILP's stage form (see `eviction_cover`)."""
+    return eviction_cover(g, budget, remat=remat, paging=paging, time_limit=time_limit)[0]
 
-    Every node is computed at least once (the plain energy).  With a budget, add
-    the eviction cover: when node t is first computed, its inputs and output are
-    in RAM, and every older tensor that a node after t reads is either in RAM too
-    or must be restored later -- recomputed (its compute energy) or paged in after
-    a page-out (both paging energies).  Each tensor evicted at least once costs at
-    least the cheaper restoration, so the least total over eviction sets that
-    make every stage fit is a bound.  It is a small covering ILP (one binary per
-    tensor, one row per stage); its proven dual bound is used, so a time limit
-    keeps it valid.
+
+def eviction_cover(g: CostedGraph, budget: Budget | None = None, *, remat: bool = True,
+                   paging: bool = True, time_limit: float = 10.0) -> tuple[float, dict[int, str]]:
+    """A valid lower bound on the energy of any schedule in the MILP's stage form, and the
+    evictions that attain it (tensor -> ``"page"`` or ``"remat"``), a guide for the greedy.
+
+    Every node is computed at least once (the plain energy).  Take the moment node
+    t is first computed: its inputs and output are in RAM, and every older tensor
+    that a node after t reads is in RAM too or absent, to be restored in a later
+    stage -- paged in (after one page-out) or recomputed.  The least restoration
+    cost over eviction sets that make every such moment fit is a bound.
+
+    Recomputation cascades are priced.  Restoring tensor i by recomputation needs
+    its inputs.  An input p whose last reader is i (a BatchNorm output feeding a
+    ReLU) is past its use by then: it comes back too (paged in or recomputed, and
+    then its own such inputs, recursively), or it stayed in RAM since before i
+    was first computed -- and then it, or a later link of the chain, sits in RAM at
+    every moment i is absent, cancelling (up to) i's bytes there.  Each restoring
+    event is charged once: the chain's events for i happen after i's first
+    computation and before i's last restoration, so chains of different tensors
+    never share one.  A runtime budget caps the extra compute (and, with serial
+    paging time, the paging) time.
+
+    It is a small covering ILP (binaries per tensor and per chain link, one row per
+    moment); its proven dual bound is used, so a time limit keeps it valid.
     """
     plain = g.plain_energy_j
     if budget is None or not (remat or paging):
-        return plain
+        return plain, {}
     import numpy as np
 
     from .backends import MilpProblem, solve_highs
 
     n, m, nd = len(g.nodes), g.ram, g.nodes
     cap = ram_cap(budget.ram_bytes) - g.fixed_ram_bytes
-    cost = [min(([nd[i].compute_energy_j] if remat else [])
-                + ([nd[i].pageout_energy_j + nd[i].pagein_energy_j] if paging else [])) for i in range(n)]
     last_read = [max(sc) if sc else -1 for sc in g.succs]
-    starts, index, value = [0], [], []
+    # inputs past their last use when their last reader is recomputed
+    dead_inputs = [[p for p in sorted(set(g.preds[i])) if last_read[p] == i and m[p] > 0] for i in range(n)]
+
+    # per tensor: x absent at some moment, a paged back in, r recomputed back, o paged out
+    X, A, R, O = 0, n, 2 * n, 3 * n
+    cost = [0.0] * n + [nd[i].pagein_energy_j for i in range(n)] + \
+        [nd[i].compute_energy_j for i in range(n)] + [nd[i].pageout_energy_j for i in range(n)]
+    time_of = {A + i: nd[i].pagein_time_s for i in range(n)}
+    time_of.update({R + i: nd[i].compute_time_s for i in range(n)})
+    time_of.update({O + i: nd[i].pageout_time_s for i in range(n)})
+    kind = ["x"] * n + ["page"] * n + ["remat"] * n + ["page"] * n
+    rows: list[tuple[dict[int, float], float, float]] = []   # (coefficients, lo, hi)
+
+    def column(c: float, k: str, tm: float) -> int:
+        cost.append(c)
+        kind.append(k)
+        time_of[len(cost) - 1] = tm
+        return len(cost) - 1
+
+    chain: dict[int, list[tuple[int, float]]] = {}     # root i -> [(kept column, RAM it cancels)]
+
+    def link(root: int, consumer_rc: int, v: int, budget_bytes: float):
+        # v must be in RAM when its last reader is recomputed: paged in, recomputed, or kept
+        pi = column(nd[v].pagein_energy_j, "page", nd[v].pagein_time_s)
+        rho = column(nd[v].compute_energy_j, "remat", nd[v].compute_time_s)
+        keep = column(0.0, "keep", 0.0)
+        rows.append(({consumer_rc: 1.0, pi: -1.0, rho: -1.0, keep: -1.0}, -math.inf, 0.0))
+        rows.append(({pi: 1.0, O + v: -1.0}, -math.inf, 0.0))
+        share = min(m[v], budget_bytes)
+        chain[root].append((keep, share))
+        kids = dead_inputs[v]
+        for q in kids:
+            link(root, rho, q, share / len(kids))
+
+    live_at: list[list[int]] = []
+    needs: list[int] = []
+    credited: set[int] = set()
     for t in range(n):
         inputs = set(g.preds[t])
         live = [i for i in range(t) if i not in inputs and last_read[i] > t and m[i] > 0]
         need = m[t] + sum(m[i] for i in inputs) + sum(m[i] for i in live) - cap
         if need > 0:
-            index += live
-            value += [m[i] / need for i in live]
-            starts.append(len(index))
-    rows = len(starts) - 1
-    if rows == 0:
-        return plain
+            live_at.append(live)
+            needs.append(need)
+            credited.update(live)
+    if not needs:
+        return plain, {}
+    for i in sorted(credited):
+        rows.append(({X + i: 1.0, A + i: -1.0, R + i: -1.0}, -math.inf, 0.0))   # x_i <= a_i + r_i
+        rows.append(({A + i: 1.0, O + i: -1.0}, -math.inf, 0.0))                # a page-in needs a page-out
+        chain[i] = []
+        kids = dead_inputs[i]
+        for p in kids:
+            link(i, R + i, p, m[i] / len(kids))
+    for live, need in zip(live_at, needs):
+        row = {X + i: m[i] / need for i in live}
+        for i in live:
+            for keep, share in chain[i]:
+                row[keep] = -share / need
+        rows.append((row, 1.0, math.inf))
+    ncol = len(cost)
+    hi = np.ones(ncol)
+    kind_a = np.array(kind)
+    if not paging:
+        hi[kind_a == "page"] = 0
+    if not remat:
+        hi[kind_a == "remat"] = 0
+    if budget.runtime_s is not None:
+        slack = budget.runtime_s * (1 + 1e-6) - g.plain_runtime_s
+        counted = ("remat", "page") if budget.paging_time == PAGING_SERIAL else ("remat",)
+        tr = {k: v for k, v in time_of.items() if v > 0 and kind[k] in counted}
+        if tr and slack > 0:
+            scale = max(tr.values())
+            rows.append(({k: v / scale for k, v in tr.items()}, -math.inf, slack / scale))
+        elif tr:
+            for k in tr:
+                hi[k] = 0
+    starts, index, value = [0], [], []
+    for coef, _, _ in rows:
+        index += list(coef)
+        value += list(coef.values())
+        starts.append(len(index))
     unit = plain or 1.0
-    p = MilpProblem(c=np.array(cost) / unit, col_lo=np.zeros(n), col_hi=np.ones(n), integer=np.ones(n, bool),
+    p = MilpProblem(c=np.array(cost) / unit, col_lo=np.zeros(ncol), col_hi=hi, integer=np.ones(ncol, bool),
                     starts=np.array(starts), index=np.array(index, dtype=np.int64), value=np.array(value),
-                    row_lo=np.ones(rows), row_hi=np.full(rows, np.inf))
+                    row_lo=np.array([r[1] for r in rows]), row_hi=np.array([r[2] for r in rows]))
     r = solve_highs(p, time_limit=time_limit, gap=1e-6)
     if r.status == "infeasible":
-        return math.inf          # some stage cannot fit whatever is evicted
+        return math.inf, {}      # no eviction set fits every moment (within the runtime budget)
     extra = r.bound if r.bound is not None and math.isfinite(r.bound) else 0.0
-    return plain + max(0.0, extra) * unit
+    extra -= 1e-6 * (1.0 + abs(extra))   # the solver's dual bound is exact only to its tolerances
+    guide: dict[int, str] = {}
+    if r.x is not None:
+        for i in credited:
+            if r.x[X + i] > 0.5:
+                guide[i] = "page" if r.x[A + i] > 0.5 else "remat"
+    return plain + max(0.0, extra) * unit, guide
 
 
 class _Fail(Exception):
@@ -120,19 +211,22 @@ class _Fail(Exception):
 
 
 def greedy_plan(g: CostedGraph, budget: Budget, *, remat: bool = True, paging: bool = True,
-                prefer: str = "energy", cap_bytes: int | None = None) -> Plan | None:
+                prefer: str = "energy", cap_bytes: int | None = None,
+                guide: dict[int, str] | None = None) -> Plan | None:
     """A feasible plan, or None when this rule cannot find one within the budgets.
 
     prefer: ``energy`` (page or drop, whichever is cheaper while time allows),
     ``page`` (page whenever time allows) or ``remat`` (drop whenever time allows).
+    guide: tensors to evict first and how to restore them (``eviction_cover``'s
+    choice); the others follow the rule.
     """
     try:
-        return _greedy(g, budget, remat, paging, prefer, cap_bytes)
+        return _greedy(g, budget, remat, paging, prefer, cap_bytes, guide or {})
     except _Fail:
         return None
 
 
-def _greedy(g, budget, remat, paging, prefer, cap_bytes):
+def _greedy(g, budget, remat, paging, prefer, cap_bytes, guide):
     n = len(g.nodes)
     nd = g.nodes
     preds, succs = g.preds, g.succs
@@ -147,6 +241,7 @@ def _greedy(g, budget, remat, paging, prefer, cap_bytes):
     plan = Plan.empty(n)
     stored: set[int] = set()
     resident: set[int] = set()   # in RAM after the previous stage
+    restored: set[int] = set()   # brought back once already: the guide's evictions are spent
 
     def next_use(x: int, after: int) -> int:
         for s in succs[x]:
@@ -169,6 +264,8 @@ def _greedy(g, budget, remat, paging, prefer, cap_bytes):
             return False
         if not remat:
             return True
+        if x in guide:
+            return guide[x] == "page"
         pe, pt = page_cost(x)
         re_, rtime = nd[x].compute_energy_j, nd[x].compute_time_s
         fits_p, fits_r = rt + pt <= deadline, rt + rtime <= deadline
@@ -254,7 +351,7 @@ def _greedy(g, budget, remat, paging, prefer, cap_bytes):
                     nu = next_use(x, t)
                 else:
                     continue
-                key = (nu, mem[x])
+                key = (x in guide, nu, mem[x])
                 if best_key is None or key > best_key:
                     best, best_key = (x, kind), key
             if best is None:
@@ -283,6 +380,8 @@ def _greedy(g, budget, remat, paging, prefer, cap_bytes):
         # --- commit the stage
         plan.keep[t] = set(K)
         plan.comp[t] = comp
+        restored.update(k for k in comp if k != t)
+        restored.update(ins)
         for i, k in ins.items():
             plan.ins[t].setdefault(k, []).append(i)
             if count_paging:
@@ -336,23 +435,26 @@ def _replays(g: CostedGraph, plan: Plan, budget: Budget) -> bool:
 
 
 def best_greedy(g: CostedGraph, budget: Budget, *, remat: bool = True, paging: bool = True,
-                cap_bytes: int | None = None, exhaustive_up_to: int = 400) -> Plan | None:
+                cap_bytes: int | None = None, exhaustive_up_to: int = 400,
+                guide: dict[int, str] | None = None) -> Plan | None:
     """The cheapest feasible plan among the greedy's eviction rules (None if none is feasible).
 
     The greedy's running time estimate can undershoot (recomputation chains), so
     rules that overrun the deadline are retried against a stricter internal one;
     up to ``exhaustive_up_to`` nodes every internal deadline is tried (a tighter
-    one sometimes steers the rule to a cheaper plan).
+    one sometimes steers the rule to a cheaper plan).  With a ``guide`` (the
+    eviction cover's choice) the guided rule is tried as well.
     """
     best, best_e = None, math.inf
     prefs = ["energy", "page", "remat"] if (remat and paging) else ["energy"]
-    for pref in prefs:
+    rules = [(p, None) for p in prefs] + ([("energy", guide)] if guide else [])
+    for pref, gd in rules:
         for shrink in (1.0, 0.75, 0.5, 0.25, 0.0):
             b = budget
             if budget.runtime_s is not None and shrink < 1.0:
                 slack = max(0.0, budget.runtime_s - g.plain_runtime_s)
                 b = Budget(budget.ram_bytes, g.plain_runtime_s + shrink * slack, budget.paging_time)
-            p = greedy_plan(g, b, remat=remat, paging=paging, prefer=pref, cap_bytes=cap_bytes)
+            p = greedy_plan(g, b, remat=remat, paging=paging, prefer=pref, cap_bytes=cap_bytes, guide=gd)
             if p is None:
                 break
             drop_unread_pageouts(p)

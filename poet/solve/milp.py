@@ -43,7 +43,7 @@ from ..schedule.core import (FEASIBLE, INFEASIBLE, NO_SOLUTION, OPTIMAL, PAGING_
 from ..units import fmt_bytes, fmt_seconds
 from .api import SolveError, register
 from .backends import MilpProblem, get_backend
-from .heuristics import Plan, lower_bound_energy, plan_costs, ram_cap
+from .heuristics import Plan, eviction_cover, plan_costs, ram_cap
 
 
 
@@ -437,10 +437,11 @@ def _result_schedule(g, budget, strategy, steps, status, solver):
     return Schedule(graph=g, budget=budget, steps=tuple(steps), status=status, strategy=strategy, solver=solver)
 
 
-def structural_bound(g: CostedGraph, budget: Budget, opts, *, remat: bool, paging: bool) -> float:
-    lb = lower_bound_energy(g, budget, remat=remat, paging=paging,
-                            time_limit=min(10.0, opts.time_limit_s or 10.0))
-    return lb if math.isfinite(lb) else g.plain_energy_j   # inf cannot pass solve()'s RAM check
+def structural_bound(g: CostedGraph, budget: Budget, opts, *, remat: bool,
+                     paging: bool) -> tuple[float, dict[int, str]]:
+    lb, guide = eviction_cover(g, budget, remat=remat, paging=paging,
+                               time_limit=min(10.0, opts.time_limit_s or 10.0))
+    return (lb if math.isfinite(lb) else g.plain_energy_j), guide   # inf cannot pass solve()'s RAM check
 
 
 def solve_milp(g: CostedGraph, budget: Budget, opts, *, remat: bool, paging: bool, strategy: str,
@@ -457,12 +458,12 @@ def solve_milp(g: CostedGraph, budget: Budget, opts, *, remat: bool, paging: boo
     plan = plan_e = None
     solver: dict = {"requested_method": opts.method, "requested_gap": opts.gap,
                     "time_limit_s": opts.time_limit_s, "threads": opts.threads}
-    lb = structural_bound(g, budget, opts, remat=remat, paging=paging)
+    lb, guide = structural_bound(g, budget, opts, remat=remat, paging=paging)
     solver["structural_bound_energy_j"] = lb
     outside_proven = incumbent_energy is not None and incumbent_energy - lb <= opts.gap * incumbent_energy
     if method != "faithful":
         from .heuristics import best_greedy
-        plan = best_greedy(g, budget, remat=remat, paging=paging)
+        plan = best_greedy(g, budget, remat=remat, paging=paging, guide=guide)
         solver["heuristic_seconds"] = time.perf_counter() - t0
         if plan is not None:
             plan_e, _ = plan_costs(g, plan, budget.paging_time)
