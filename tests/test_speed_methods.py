@@ -8,7 +8,7 @@ its gap (measured against a valid lower bound).
 import pytest
 
 from bruteforce import brute_force_energy
-from conftest import random_dag, training_chain
+from conftest import random_dag, relu_chain, training_chain
 from poet import solve
 from poet.schedule import Budget, validate
 from poet.solve.baselines import keep_all_peak
@@ -124,3 +124,38 @@ def test_unknown_method_is_refused():
     g = training_chain(3, 1)
     with pytest.raises(Exception, match="unknown method"):
         solve(g, memory=keep_all_peak(g), method="nope")
+
+
+@pytest.mark.parametrize("prefer", ["energy", "page", "remat", "closure"])
+@pytest.mark.parametrize("seed", [1, 6, 11])
+def test_every_greedy_rule_gives_a_valid_plan_never_below_the_oracle(prefer, seed):
+    from poet.solve.heuristics import greedy_plan
+    g = relu_chain(2, seed)
+    b = Budget(g.min_ram_bytes(), 1.5 * g.plain_runtime_s, "serial")
+    best = brute_force_energy(g, b.ram_bytes, b.runtime_s)
+    plan = greedy_plan(g, b, prefer=prefer)
+    if plan is None:
+        return
+    t = validate(g, emit(g, plan), Budget(b.ram_bytes))     # RAM always holds; the deadline is checked by callers
+    assert t.energy_j == pytest.approx(plan_costs(g, plan, b.paging_time)[0], rel=1e-9)
+    if t.runtime_s <= b.runtime_s and best is not None:
+        assert t.energy_j >= best * (1 - 1e-9)
+
+
+@pytest.mark.parametrize("model,device,frac", [("resnet18_cifar", "m4", 0.2), ("vgg16_cifar", "m4", 0.1)])
+def test_guide_search_only_improves_and_returns_a_valid_plan(model, device, frac):
+    from poet.solve.api import costed_graph
+    from poet.solve.heuristics import eviction_cover, search_guides
+    g = costed_graph(model, device)
+    b = Budget(_ram(g, frac), 1.2 * g.plain_runtime_s, "serial")
+    lb, guide = eviction_cover(g, b)
+    rules: list = []
+    start = best_greedy(g, b, guide=guide, per_rule=rules)
+    assert start is not None and start.rule is not None
+    e0 = plan_costs(g, start, b.paging_time)[0]
+    kw = dict(target_energy=0.0, time_limit=60.0, patience=150, seed=3)
+    found = search_guides(g, b, start, **kw)
+    t = validate(g, emit(g, found), b)                      # within RAM and deadline
+    assert lb * (1 - 1e-9) <= t.energy_j <= e0 * (1 + 1e-12)
+    again = search_guides(g, b, start, **kw)                 # seeded: the same moves, the same plan
+    assert plan_costs(g, again, b.paging_time)[0] == plan_costs(g, found, b.paging_time)[0]

@@ -42,6 +42,7 @@ class Plan:
     keep: list = field(default_factory=list)
     ins: list = field(default_factory=list)
     outs: list = field(default_factory=list)
+    rule: tuple | None = None     # (prefer, guide, budget) of the greedy run that made it
 
     @classmethod
     def empty(cls, n: int) -> "Plan":
@@ -241,7 +242,6 @@ def _greedy(g, budget, remat, paging, prefer, cap_bytes, guide):
     plan = Plan.empty(n)
     stored: set[int] = set()
     resident: set[int] = set()   # in RAM after the previous stage
-    restored: set[int] = set()   # brought back once already: the guide's evictions are spent
 
     def next_use(x: int, after: int) -> int:
         for s in succs[x]:
@@ -254,7 +254,24 @@ def _greedy(g, budget, remat, paging, prefer, cap_bytes, guide):
         tt = nd[x].pagein_time_s + (0.0 if x in stored else nd[x].pageout_time_s)
         return e, (tt if count_paging else 0.0)
 
-    def choose_page(x) -> bool:
+    def remat_cost(x: int, at: int, present: set[int], depth: int = 0) -> tuple[float, float]:
+        """Energy and time to recompute x at stage ``at``: x, and every input then gone
+        (paged in if stored, else recomputed in turn)."""
+        e, tt = nd[x].compute_energy_j, nd[x].compute_time_s
+        for p in preds[x]:
+            if p in present and md[p] >= at:
+                continue
+            if p in stored and paging:
+                e += nd[p].pagein_energy_j
+                tt += nd[p].pagein_time_s if count_paging else 0.0
+            elif depth < 8:
+                pe_, pt_ = remat_cost(p, at, present, depth + 1)
+                e, tt = e + pe_, tt + pt_
+            else:
+                return math.inf, math.inf
+        return e, tt
+
+    def choose_page(x, closure=None) -> bool:
         """Evicting x (still needed later): page it (True) or drop it for recomputation (False)."""
         if x in stored:
             return True
@@ -267,7 +284,7 @@ def _greedy(g, budget, remat, paging, prefer, cap_bytes, guide):
         if x in guide:
             return guide[x] == "page"
         pe, pt = page_cost(x)
-        re_, rtime = nd[x].compute_energy_j, nd[x].compute_time_s
+        re_, rtime = closure if closure is not None else (nd[x].compute_energy_j, nd[x].compute_time_s)
         fits_p, fits_r = rt + pt <= deadline, rt + rtime <= deadline
         if prefer == "page":
             want = fits_p or not fits_r
@@ -338,6 +355,8 @@ def _greedy(g, budget, remat, paging, prefer, cap_bytes, guide):
             # --- evict one tensor charged at the peak
             pinned = set(preds[kstar]) | {kstar}
             best, best_key = None, None
+            present = K | C | set(ins)
+            closures: dict[int, tuple[float, float]] = {}
             for x in snap:
                 if x in pinned or mem[x] == 0:
                     continue
@@ -351,7 +370,14 @@ def _greedy(g, budget, remat, paging, prefer, cap_bytes, guide):
                     nu = next_use(x, t)
                 else:
                     continue
-                key = (x in guide, nu, mem[x])
+                if prefer == "closure":
+                    # cheapest restoration per byte, weighed by the square of the time until the next
+                    # use (a cost-aware Belady; the square measured best on the zoo and aten graphs)
+                    closures[x] = remat_cost(x, nu, present) if remat else (math.inf, math.inf)
+                    restore = min(closures[x][0], page_cost(x)[0] if paging else math.inf)
+                    key = (x in guide, -restore / (mem[x] * max(1, nu - t) ** 2), nu)
+                else:
+                    key = (x in guide, nu, mem[x])
                 if best_key is None or key > best_key:
                     best, best_key = (x, kind), key
             if best is None:
@@ -359,7 +385,7 @@ def _greedy(g, budget, remat, paging, prefer, cap_bytes, guide):
             x, kind = best
             needed_later = md[x] >= t + (1 if kind == "drop_after" else 0)
             if needed_later and x not in stored:
-                if choose_page(x):
+                if choose_page(x, closures.get(x)):
                     pe, pt = page_cost(x)
                     if kind == "K":
                         # page out during the previous stage, where x was in RAM
@@ -380,8 +406,6 @@ def _greedy(g, budget, remat, paging, prefer, cap_bytes, guide):
         # --- commit the stage
         plan.keep[t] = set(K)
         plan.comp[t] = comp
-        restored.update(k for k in comp if k != t)
-        restored.update(ins)
         for i, k in ins.items():
             plan.ins[t].setdefault(k, []).append(i)
             if count_paging:
@@ -436,19 +460,21 @@ def _replays(g: CostedGraph, plan: Plan, budget: Budget) -> bool:
 
 def best_greedy(g: CostedGraph, budget: Budget, *, remat: bool = True, paging: bool = True,
                 cap_bytes: int | None = None, exhaustive_up_to: int = 400,
-                guide: dict[int, str] | None = None) -> Plan | None:
+                guide: dict[int, str] | None = None, per_rule: list | None = None) -> Plan | None:
     """The cheapest feasible plan among the greedy's eviction rules (None if none is feasible).
 
     The greedy's running time estimate can undershoot (recomputation chains), so
     rules that overrun the deadline are retried against a stricter internal one;
     up to ``exhaustive_up_to`` nodes every internal deadline is tried (a tighter
     one sometimes steers the rule to a cheaper plan).  With a ``guide`` (the
-    eviction cover's choice) the guided rule is tried as well.
+    eviction cover's choice) the guided rule is tried as well.  ``per_rule``, if
+    given, receives the cheapest feasible plan of every rule.
     """
     best, best_e = None, math.inf
-    prefs = ["energy", "page", "remat"] if (remat and paging) else ["energy"]
+    prefs = ["energy", "page", "remat", "closure"] if (remat and paging) else ["energy", "closure"]
     rules = [(p, None) for p in prefs] + ([("energy", guide)] if guide else [])
     for pref, gd in rules:
+        rule_best, rule_e = None, math.inf
         for shrink in (1.0, 0.75, 0.5, 0.25, 0.0):
             b = budget
             if budget.runtime_s is not None and shrink < 1.0:
@@ -463,8 +489,71 @@ def best_greedy(g: CostedGraph, budget: Budget, *, remat: bool = True, paging: b
             e, rt = plan_costs(g, p, budget.paging_time)
             if budget.runtime_s is not None and rt > budget.runtime_s * (1 + 1e-9):
                 continue
-            if e < best_e:
-                best, best_e = p, e
+            p.rule = (pref, gd or {}, b)
+            if e < rule_e:
+                rule_best, rule_e = p, e
             if len(g.nodes) > exhaustive_up_to:
                 break   # large graphs: first feasible deadline per rule
+        if rule_best is not None:
+            if per_rule is not None:
+                per_rule.append(rule_best)
+            if rule_e < best_e:
+                best, best_e = rule_best, rule_e
+    return best
+
+
+def search_guides(g: CostedGraph, budget: Budget, plan: Plan, *, remat: bool = True, paging: bool = True,
+                  target_energy: float = 0.0, time_limit: float = 10.0, patience: int | None = None,
+                  seed: int = 0) -> Plan:
+    """Improve a greedy plan by local search over its guide; the best plan found (``plan`` if none).
+
+    A move adds a tensor to the guide (to be evicted first, paged or recomputed),
+    drops one, flips one between paging and recomputation, or swaps one for
+    another; the rule that made ``plan`` re-runs with the new guide, and a cheaper
+    plan within the budgets is kept.  It stops at ``target_energy`` (a plan that
+    cheap is proven good enough), after ``time_limit`` seconds, or after
+    ``patience`` moves in a row without gain.  The search is seeded, so a run is
+    repeatable for a given number of moves; its result is replayed by the
+    validator before it is returned.
+    """
+    import random
+    import time
+    if plan.rule is None:
+        return plan
+    prefer, guide, rule_budget = plan.rule
+    n = len(g.nodes)
+    last_read = [max(sc) if sc else -1 for sc in g.succs]
+    cands = [v for v in range(n) if g.ram[v] > 0 and last_read[v] > v + 1]
+    if not cands:
+        return plan
+    kinds = [k for k, ok in (("remat", remat), ("page", paging)) if ok]
+    patience = patience if patience is not None else max(300, 4 * len(cands))
+    best, best_guide = plan, dict(guide)
+    best_e, _ = plan_costs(g, plan, budget.paging_time)
+    rnd = random.Random(seed)
+    t0, idle = time.perf_counter(), 0
+    while best_e > target_energy and idle < patience and time.perf_counter() - t0 < time_limit:
+        idle += 1
+        gd = dict(best_guide)
+        v = rnd.choice(cands)
+        move = rnd.random()
+        if gd and move < 0.4:
+            del gd[rnd.choice(sorted(gd))]
+            gd.setdefault(v, rnd.choice(kinds))
+        elif v in gd:
+            if move < 0.7 or len(kinds) == 1:
+                del gd[v]
+            else:
+                gd[v] = kinds[1 - kinds.index(gd[v])]
+        else:
+            gd[v] = rnd.choice(kinds)
+        p = greedy_plan(g, rule_budget, remat=remat, paging=paging, prefer=prefer, guide=gd)
+        if p is None:
+            continue
+        drop_unread_pageouts(p)
+        e, rt = plan_costs(g, p, budget.paging_time)
+        if e < best_e * (1 - 1e-12) and (budget.runtime_s is None or rt <= budget.runtime_s * (1 + 1e-9)) \
+                and _replays(g, p, budget):
+            p.rule = (prefer, gd, rule_budget)
+            best, best_guide, best_e, idle = p, gd, e, 0
     return best

@@ -463,12 +463,34 @@ def solve_milp(g: CostedGraph, budget: Budget, opts, *, remat: bool, paging: boo
     outside_proven = incumbent_energy is not None and incumbent_energy - lb <= opts.gap * incumbent_energy
     if method != "faithful":
         from .heuristics import best_greedy
-        plan = best_greedy(g, budget, remat=remat, paging=paging, guide=guide)
+        rule_plans: list = []
+        plan = best_greedy(g, budget, remat=remat, paging=paging, guide=guide, per_rule=rule_plans)
         solver["heuristic_seconds"] = time.perf_counter() - t0
         if plan is not None:
             plan_e, _ = plan_costs(g, plan, budget.paging_time)
             solver["heuristic_energy_j"] = plan_e
         gap_lb = None if plan_e is None else max(0.0, (plan_e - lb) / max(plan_e, 1e-300))
+        if gap_lb is not None and gap_lb > opts.gap and not outside_proven:
+            # local search over the greedy's guide, for up to half the time left (30 s without a limit)
+            # from the cheapest plan and from the cover-guided one, half of that time each
+            from .heuristics import search_guides
+            ts = time.perf_counter()
+            left = None if opts.time_limit_s is None else opts.time_limit_s - (ts - t0)
+            span = 30.0 if left is None else max(0.0, 0.5 * left)
+            target = lb / (1 - opts.gap) if opts.gap < 1 else math.inf
+            starts = [plan] + [p for p in rule_plans if p is not plan and p.rule and p.rule[1]][:1]
+            for k, start in enumerate(starts):
+                share = (span - (time.perf_counter() - ts)) / (len(starts) - k)
+                cand = search_guides(g, budget, start, remat=remat, paging=paging, target_energy=target,
+                                     time_limit=share)
+                if plan_costs(g, cand, budget.paging_time)[0] < plan_costs(g, plan, budget.paging_time)[0]:
+                    plan = cand
+                if plan_costs(g, plan, budget.paging_time)[0] <= target:
+                    break
+            plan_e, _ = plan_costs(g, plan, budget.paging_time)
+            gap_lb = max(0.0, (plan_e - lb) / max(plan_e, 1e-300))
+            solver["guide_search_seconds"] = time.perf_counter() - ts
+            solver["heuristic_energy_j"] = plan_e
         if method == "heuristic" or (method == "fast" and (outside_proven or (gap_lb is not None
                                                                              and gap_lb <= opts.gap))):
             proven = gap_lb is not None and gap_lb <= opts.gap
