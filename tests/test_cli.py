@@ -117,3 +117,19 @@ def test_device_profiles_match_the_paper_constants():
     assert a72.joules_per_flop == pytest.approx(13.53 * 0.6 * 5 / (16283 * 100 * 1000), rel=1e-6)
     assert a72.write_latency_s == pytest.approx(0.0185314e-3)
     assert load_device("a72nocache").write_bytes_per_s == pytest.approx(17.1e6)
+
+
+def test_unreachable_deadline_is_proven_infeasible_with_a_runtime_bound(capsys):
+    # resnet50 has more nodes than the MILP default takes: the eviction cover proves it at once
+    rc, text, _ = run(capsys, "solve", "--model", "resnet50", "--device", "m4", "--memory", "40MB",
+                      "--runtime", "1.0005x", "--json")
+    d = json.loads(text)
+    assert rc == 2 and d["status"] == "infeasible"
+    t_min = d["solver"]["min_runtime_s_lower_bound"]
+    g = linear_cost_model(build_model("resnet50"), "m4")
+    assert t_min > 1.0005 * g.plain_runtime_s
+    assert "too short" in d["solver"]["message"]
+    # a deadline above the bound is not refused on those grounds
+    rc2, text2, _ = run(capsys, "solve", "--model", "resnet50", "--device", "m4", "--memory", "40MB",
+                        "--runtime", f"{1.2 * t_min}", "--json", "--time-limit", "20")
+    assert rc2 == 0 and json.loads(text2)["status"] in ("optimal", "feasible")

@@ -166,3 +166,20 @@ def test_eviction_cover_prices_recomputation_cascades_exactly_on_small_blocks(se
     assert best > g.plain_energy_j * 1.05
     assert lb == pytest.approx(best, rel=1e-5)
     assert guide, "the evictions that attain the bound are returned as a guide"
+
+
+@pytest.mark.parametrize("seed", [0, 1, 4, 6, 7, 11])
+@pytest.mark.parametrize("strategy", sorted(MILPS))
+def test_eviction_cover_runtime_bound_never_exceeds_the_shortest_schedule(seed, strategy):
+    from poet.solve.backends import solve_highs
+    from poet.solve.heuristics import eviction_cover
+    from poet.solve.milp import build
+    g = relu_chain(2, seed)
+    b = Budget(g.min_ram_bytes())
+    t_min, _ = eviction_cover(g, b, objective="time", **MILPS[strategy])
+    f = build(g, b, objective="runtime", **MILPS[strategy])
+    r = solve_highs(f.problem, gap=1e-9)
+    if r.x is None:
+        return
+    shortest = r.objective * g.plain_runtime_s
+    assert g.plain_runtime_s * (1 - 1e-9) <= t_min <= shortest * (1 + 1e-6)

@@ -54,6 +54,12 @@ def infeasibility_text(s: Schedule) -> str:
         x = f" ({sv['min_runtime_s'] / plain:.3g}x plain)" if plain else ""
         lines.append(f"  Shortest feasible deadline at this RAM budget: {fmt_seconds(sv['min_runtime_s'])}{x}"
                      f" - {sv.get('min_runtime_note', '')}")
+    elif "min_runtime_s_lower_bound" in sv:
+        t = sv["min_runtime_s_lower_bound"]
+        plain = s.graph.plain_runtime_s
+        x = f" ({t / plain:.4g}x plain)" if plain else ""
+        lines.append(f"  Any schedule within this RAM budget needs at least {fmt_seconds(t)}{x} (a proven bound, "
+                     f"not necessarily reachable); try a longer --runtime or more --memory.")
     elif sv.get("min_runtime_note"):
         lines.append(f"  {sv['min_runtime_note']}")
     return "\n".join(lines)

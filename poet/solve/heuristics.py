@@ -74,7 +74,8 @@ def lower_bound_energy(g: CostedGraph, budget: Budget | None = None, *, remat: b
 
 
 def eviction_cover(g: CostedGraph, budget: Budget | None = None, *, remat: bool = True,
-                   paging: bool = True, time_limit: float = 10.0) -> tuple[float, dict[int, str]]:
+                   paging: bool = True, time_limit: float = 10.0,
+                   objective: str = "energy") -> tuple[float, dict[int, str]]:
     """A valid lower bound on the energy of any schedule in the MILP's stage form, and the
     evictions that attain it (tensor -> ``"page"`` or ``"remat"``), a guide for the greedy.
 
@@ -97,6 +98,9 @@ def eviction_cover(g: CostedGraph, budget: Budget | None = None, *, remat: bool 
 
     It is a small covering ILP (binaries per tensor and per chain link, one row per
     moment); its proven dual bound is used, so a time limit keeps it valid.
+
+    ``objective="time"`` bounds the runtime instead (the deadline is then not a
+    constraint): above the budget's deadline, no schedule meets it.
     """
     plain = g.plain_energy_j
     if budget is None or not (remat or paging):
@@ -154,7 +158,7 @@ def eviction_cover(g: CostedGraph, budget: Budget | None = None, *, remat: bool 
             needs.append(need)
             credited.update(live)
     if not needs:
-        return plain, {}
+        return (g.plain_runtime_s if objective == "time" else plain), {}
     for i in sorted(credited):
         rows.append(({X + i: 1.0, A + i: -1.0, R + i: -1.0}, -math.inf, 0.0))   # x_i <= a_i + r_i
         rows.append(({A + i: 1.0, O + i: -1.0}, -math.inf, 0.0))                # a page-in needs a page-out
@@ -175,10 +179,17 @@ def eviction_cover(g: CostedGraph, budget: Budget | None = None, *, remat: bool 
         hi[kind_a == "page"] = 0
     if not remat:
         hi[kind_a == "remat"] = 0
-    if budget.runtime_s is not None:
+    # with paging time hidden or overlapped only recomputation surely adds time
+    counted = ("remat", "page") if budget.paging_time == PAGING_SERIAL else ("remat",)
+    tr = {k: v for k, v in time_of.items() if v > 0 and kind[k] in counted}
+    plain_obj = plain
+    if objective == "time":
+        plain_obj = g.plain_runtime_s
+        cost = [0.0] * ncol
+        for k, v in tr.items():
+            cost[k] = v
+    elif budget.runtime_s is not None:
         slack = budget.runtime_s * (1 + 1e-6) - g.plain_runtime_s
-        counted = ("remat", "page") if budget.paging_time == PAGING_SERIAL else ("remat",)
-        tr = {k: v for k, v in time_of.items() if v > 0 and kind[k] in counted}
         if tr and slack > 0:
             scale = max(tr.values())
             rows.append(({k: v / scale for k, v in tr.items()}, -math.inf, slack / scale))
@@ -190,7 +201,7 @@ def eviction_cover(g: CostedGraph, budget: Budget | None = None, *, remat: bool 
         index += list(coef)
         value += list(coef.values())
         starts.append(len(index))
-    unit = plain or 1.0
+    unit = plain_obj or 1.0
     p = MilpProblem(c=np.array(cost) / unit, col_lo=np.zeros(ncol), col_hi=hi, integer=np.ones(ncol, bool),
                     starts=np.array(starts), index=np.array(index, dtype=np.int64), value=np.array(value),
                     row_lo=np.array([r[1] for r in rows]), row_hi=np.array([r[2] for r in rows]))
@@ -204,7 +215,7 @@ def eviction_cover(g: CostedGraph, budget: Budget | None = None, *, remat: bool 
         for i in credited:
             if r.x[X + i] > 0.5:
                 guide[i] = "page" if r.x[A + i] > 0.5 else "remat"
-    return plain + max(0.0, extra) * unit, guide
+    return plain_obj + max(0.0, extra) * unit, guide
 
 
 class _Fail(Exception):
@@ -219,7 +230,8 @@ def greedy_plan(g: CostedGraph, budget: Budget, *, remat: bool = True, paging: b
     prefer: ``energy`` (page or drop, whichever is cheaper while time allows),
     ``page`` (page whenever time allows) or ``remat`` (drop whenever time allows).
     guide: tensors to evict first and how to restore them (``eviction_cover``'s
-    choice); the others follow the rule.
+    choice: ``"page"`` or ``"remat"``), or to evict last (``"keep"``); the others
+    follow the rule.
     """
     try:
         return _greedy(g, budget, remat, paging, prefer, cap_bytes, guide or {})
@@ -242,6 +254,11 @@ def _greedy(g, budget, remat, paging, prefer, cap_bytes, guide):
     plan = Plan.empty(n)
     stored: set[int] = set()
     resident: set[int] = set()   # in RAM after the previous stage
+
+    def rank(x: int) -> int:
+        """Eviction priority from the guide: listed for eviction first, ``keep`` last."""
+        kind = guide.get(x)
+        return 1 if kind is None else (0 if kind == "keep" else 2)
 
     def next_use(x: int, after: int) -> int:
         for s in succs[x]:
@@ -281,7 +298,7 @@ def _greedy(g, budget, remat, paging, prefer, cap_bytes, guide):
             return False
         if not remat:
             return True
-        if x in guide:
+        if guide.get(x) in ("page", "remat"):
             return guide[x] == "page"
         pe, pt = page_cost(x)
         re_, rtime = closure if closure is not None else (nd[x].compute_energy_j, nd[x].compute_time_s)
@@ -375,9 +392,9 @@ def _greedy(g, budget, remat, paging, prefer, cap_bytes, guide):
                     # use (a cost-aware Belady; the square measured best on the zoo and aten graphs)
                     closures[x] = remat_cost(x, nu, present) if remat else (math.inf, math.inf)
                     restore = min(closures[x][0], page_cost(x)[0] if paging else math.inf)
-                    key = (x in guide, -restore / (mem[x] * max(1, nu - t) ** 2), nu)
+                    key = (rank(x), -restore / (mem[x] * max(1, nu - t) ** 2), nu)
                 else:
-                    key = (x in guide, nu, mem[x])
+                    key = (rank(x), nu, mem[x])
                 if best_key is None or key > best_key:
                     best, best_key = (x, kind), key
             if best is None:
@@ -460,7 +477,8 @@ def _replays(g: CostedGraph, plan: Plan, budget: Budget) -> bool:
 
 def best_greedy(g: CostedGraph, budget: Budget, *, remat: bool = True, paging: bool = True,
                 cap_bytes: int | None = None, exhaustive_up_to: int = 400,
-                guide: dict[int, str] | None = None, per_rule: list | None = None) -> Plan | None:
+                guide: dict[int, str] | None = None, per_rule: list | None = None,
+                closest: list | None = None) -> Plan | None:
     """The cheapest feasible plan among the greedy's eviction rules (None if none is feasible).
 
     The greedy's running time estimate can undershoot (recomputation chains), so
@@ -468,11 +486,13 @@ def best_greedy(g: CostedGraph, budget: Budget, *, remat: bool = True, paging: b
     up to ``exhaustive_up_to`` nodes every internal deadline is tried (a tighter
     one sometimes steers the rule to a cheaper plan).  With a ``guide`` (the
     eviction cover's choice) the guided rule is tried as well.  ``per_rule``, if
-    given, receives the cheapest feasible plan of every rule.
+    given, receives the cheapest feasible plan of every rule; ``closest``, if
+    given and no rule meets the deadline, the plan that overruns it least.
     """
     best, best_e = None, math.inf
     prefs = ["energy", "page", "remat", "closure"] if (remat and paging) else ["energy", "closure"]
     rules = [(p, None) for p in prefs] + ([("energy", guide)] if guide else [])
+    over: list = []     # [runtime, plan] of the plan overrunning the deadline least
     for pref, gd in rules:
         rule_best, rule_e = None, math.inf
         for shrink in (1.0, 0.75, 0.5, 0.25, 0.0):
@@ -484,12 +504,14 @@ def best_greedy(g: CostedGraph, budget: Budget, *, remat: bool = True, paging: b
             if p is None:
                 break
             drop_unread_pageouts(p)
+            e, rt = plan_costs(g, p, budget.paging_time)
+            p.rule = (pref, gd or {}, b)
+            if budget.runtime_s is not None and rt > budget.runtime_s * (1 + 1e-9):
+                if closest is not None and (not over or rt < over[0]) and _replays(g, p, _ram_only(budget)):
+                    over[:] = [rt, p]
+                continue
             if not _replays(g, p, budget):
                 continue   # a rule's plan the emitter or validator refuses is skipped, never returned
-            e, rt = plan_costs(g, p, budget.paging_time)
-            if budget.runtime_s is not None and rt > budget.runtime_s * (1 + 1e-9):
-                continue
-            p.rule = (pref, gd or {}, b)
             if e < rule_e:
                 rule_best, rule_e = p, e
             if len(g.nodes) > exhaustive_up_to:
@@ -499,7 +521,13 @@ def best_greedy(g: CostedGraph, budget: Budget, *, remat: bool = True, paging: b
                 per_rule.append(rule_best)
             if rule_e < best_e:
                 best, best_e = rule_best, rule_e
+    if best is None and over and closest is not None:
+        closest.append(over[1])
     return best
+
+
+def _ram_only(budget: Budget) -> Budget:
+    return Budget(budget.ram_bytes, None, budget.paging_time)
 
 
 def search_guides(g: CostedGraph, budget: Budget, plan: Plan, *, remat: bool = True, paging: bool = True,
@@ -507,9 +535,10 @@ def search_guides(g: CostedGraph, budget: Budget, plan: Plan, *, remat: bool = T
                   seed: int = 0) -> Plan:
     """Improve a greedy plan by local search over its guide; the best plan found (``plan`` if none).
 
-    A move adds a tensor to the guide (to be evicted first, paged or recomputed),
-    drops one, flips one between paging and recomputation, or swaps one for
-    another; the rule that made ``plan`` re-runs with the new guide, and a cheaper
+    A plan over the deadline is first brought under it (least overrun first), then
+    made cheaper.  A move adds a tensor to the guide (to be evicted first, paged or
+    recomputed, or evicted last: ``keep``), drops one, changes one's kind, or swaps
+    one for another; the rule that made ``plan`` re-runs with the new guide, and a cheaper
     plan within the budgets is kept.  It stops at ``target_energy`` (a plan that
     cheap is proven good enough), after ``time_limit`` seconds, or after
     ``patience`` moves in a row without gain.  The search is seeded, so a run is
@@ -526,13 +555,20 @@ def search_guides(g: CostedGraph, budget: Budget, plan: Plan, *, remat: bool = T
     cands = [v for v in range(n) if g.ram[v] > 0 and last_read[v] > v + 1]
     if not cands:
         return plan
-    kinds = [k for k, ok in (("remat", remat), ("page", paging)) if ok]
+    kinds = [k for k, ok in (("remat", remat), ("page", paging)) if ok] + ["keep"]
     patience = patience if patience is not None else max(300, 4 * len(cands))
+    deadline = budget.runtime_s if budget.runtime_s is not None else math.inf
+
+    def key(p: Plan) -> tuple[float, float]:
+        e, rt = plan_costs(g, p, budget.paging_time)
+        return max(0.0, rt - deadline * (1 + 1e-9)), e
+
     best, best_guide = plan, dict(guide)
-    best_e, _ = plan_costs(g, plan, budget.paging_time)
+    best_key = key(plan)
     rnd = random.Random(seed)
     t0, idle = time.perf_counter(), 0
-    while best_e > target_energy and idle < patience and time.perf_counter() - t0 < time_limit:
+    while (best_key[0] > 0 or best_key[1] > target_energy) and idle < patience \
+            and time.perf_counter() - t0 < time_limit:
         idle += 1
         gd = dict(best_guide)
         v = rnd.choice(cands)
@@ -541,19 +577,19 @@ def search_guides(g: CostedGraph, budget: Budget, plan: Plan, *, remat: bool = T
             del gd[rnd.choice(sorted(gd))]
             gd.setdefault(v, rnd.choice(kinds))
         elif v in gd:
-            if move < 0.7 or len(kinds) == 1:
+            if move < 0.7:
                 del gd[v]
             else:
-                gd[v] = kinds[1 - kinds.index(gd[v])]
+                gd[v] = rnd.choice([k for k in kinds if k != gd[v]])
         else:
             gd[v] = rnd.choice(kinds)
         p = greedy_plan(g, rule_budget, remat=remat, paging=paging, prefer=prefer, guide=gd)
         if p is None:
             continue
         drop_unread_pageouts(p)
-        e, rt = plan_costs(g, p, budget.paging_time)
-        if e < best_e * (1 - 1e-12) and (budget.runtime_s is None or rt <= budget.runtime_s * (1 + 1e-9)) \
-                and _replays(g, p, budget):
+        k = key(p)
+        better = k[0] < best_key[0] * (1 - 1e-9) if best_key[0] > 0 else (k[0] == 0 and k[1] < best_key[1] * (1 - 1e-12))
+        if better and _replays(g, p, budget if k[0] == 0 else _ram_only(budget)):
             p.rule = (prefer, gd, rule_budget)
-            best, best_guide, best_e, idle = p, gd, e, 0
+            best, best_guide, best_key, idle = p, gd, k, 0
     return best

@@ -439,9 +439,15 @@ def _result_schedule(g, budget, strategy, steps, status, solver):
 
 def structural_bound(g: CostedGraph, budget: Budget, opts, *, remat: bool,
                      paging: bool) -> tuple[float, dict[int, str]]:
-    lb, guide = eviction_cover(g, budget, remat=remat, paging=paging,
-                               time_limit=min(10.0, opts.time_limit_s or 10.0))
-    return (lb if math.isfinite(lb) else g.plain_energy_j), guide   # inf cannot pass solve()'s RAM check
+    """The eviction cover's energy bound and guide; ``inf`` when no eviction set meets the deadline."""
+    return eviction_cover(g, budget, remat=remat, paging=paging, time_limit=min(10.0, opts.time_limit_s or 10.0))
+
+
+def _deadline_facts(g: CostedGraph, budget: Budget, opts, *, remat: bool, paging: bool) -> tuple[float, dict]:
+    """A proven lower bound on the runtime of any schedule within the RAM budget (eviction cover)."""
+    t_min, guide = eviction_cover(g, budget, remat=remat, paging=paging, objective="time",
+                                  time_limit=min(10.0, opts.time_limit_s or 10.0))
+    return t_min, guide
 
 
 def solve_milp(g: CostedGraph, budget: Budget, opts, *, remat: bool, paging: bool, strategy: str,
@@ -459,12 +465,37 @@ def solve_milp(g: CostedGraph, budget: Budget, opts, *, remat: bool, paging: boo
     solver: dict = {"requested_method": opts.method, "requested_gap": opts.gap,
                     "time_limit_s": opts.time_limit_s, "threads": opts.threads}
     lb, guide = structural_bound(g, budget, opts, remat=remat, paging=paging)
+    if not math.isfinite(lb):
+        # no set of evictions that makes RAM fit leaves enough time: the deadline is out of reach
+        t_min, _ = _deadline_facts(g, budget, opts, remat=remat, paging=paging)
+        solver.update({"method": "bound", "min_runtime_s_lower_bound": t_min,
+                       "solve_seconds": time.perf_counter() - t0,
+                       "message": (f"the deadline {fmt_seconds(budget.runtime_s)} is too short for "
+                                   f"{fmt_bytes(budget.ram_bytes)} of RAM (proven by the eviction cover)")})
+        if opts.find_min_budgets and len(g.nodes) <= AUTO_MAX_NODES:
+            solver.update(min_budgets(g, budget, opts, remat=remat, paging=paging))
+        return Schedule(graph=g, budget=budget, steps=(), status=INFEASIBLE, strategy=strategy, solver=solver)
     solver["structural_bound_energy_j"] = lb
     outside_proven = incumbent_energy is not None and incumbent_energy - lb <= opts.gap * incumbent_energy
     if method != "faithful":
         from .heuristics import best_greedy
+        from .heuristics import search_guides
         rule_plans: list = []
-        plan = best_greedy(g, budget, remat=remat, paging=paging, guide=guide, per_rule=rule_plans)
+        closest: list = []
+        plan = best_greedy(g, budget, remat=remat, paging=paging, guide=guide, per_rule=rule_plans,
+                           closest=closest)
+        if plan is None and closest:
+            # every rule overran the deadline: search the guide of the nearest miss until one meets it
+            ts = time.perf_counter()
+            left = None if opts.time_limit_s is None else opts.time_limit_s - (ts - t0)
+            cand = search_guides(g, budget, closest[0], remat=remat, paging=paging, target_energy=math.inf,
+                                 time_limit=30.0 if left is None else max(0.0, 0.5 * left))
+            miss = plan_costs(g, cand, budget.paging_time)[1]
+            if miss <= budget.runtime_s * (1 + 1e-9):
+                plan = cand
+            else:
+                solver["nearest_runtime_s"] = miss
+            solver["deadline_search_seconds"] = time.perf_counter() - ts
         solver["heuristic_seconds"] = time.perf_counter() - t0
         if plan is not None:
             plan_e, _ = plan_costs(g, plan, budget.paging_time)
@@ -473,7 +504,6 @@ def solve_milp(g: CostedGraph, budget: Budget, opts, *, remat: bool, paging: boo
         if gap_lb is not None and gap_lb > opts.gap and not outside_proven:
             # local search over the greedy's guide, for up to half the time left (30 s without a limit)
             # from the cheapest plan and from the cover-guided one, half of that time each
-            from .heuristics import search_guides
             ts = time.perf_counter()
             left = None if opts.time_limit_s is None else opts.time_limit_s - (ts - t0)
             span = 30.0 if left is None else max(0.0, 0.5 * left)
@@ -502,6 +532,13 @@ def solve_milp(g: CostedGraph, budget: Budget, opts, *, remat: bool, paging: boo
                             (f"optimal: the greedy schedule is within {gap_lb:.2e} of the structural lower bound"
                              if proven else f"feasible greedy schedule, {gap_lb:.2%} above the structural lower bound"))})
             if plan is None:
+                if budget.runtime_s is not None:
+                    t_min, _ = _deadline_facts(g, budget, opts, remat=remat, paging=paging)
+                    near = solver.get("nearest_runtime_s")
+                    solver.update({"min_runtime_s_lower_bound": t_min,
+                                   "message": (f"no schedule found within the deadline {fmt_seconds(budget.runtime_s)}"
+                                               + (f" (the nearest found takes {fmt_seconds(near)})" if near else "")
+                                               + "; a longer deadline or more RAM will help")})
                 return Schedule(graph=g, budget=budget, steps=(), status=NO_SOLUTION, strategy=strategy, solver=solver)
             return _result_schedule(g, budget, strategy, emit(g, plan), OPTIMAL if proven else FEASIBLE, solver)
 
