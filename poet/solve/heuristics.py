@@ -556,21 +556,18 @@ def search_guides(g: CostedGraph, budget: Budget, plan: Plan, *, remat: bool = T
     if not cands:
         return plan
     kinds = [k for k, ok in (("remat", remat), ("page", paging)) if ok] + ["keep"]
-    patience = patience if patience is not None else max(300, 4 * len(cands))
+    patience = patience if patience is not None else max(1000, 10 * len(cands))
     deadline = budget.runtime_s if budget.runtime_s is not None else math.inf
 
     def key(p: Plan) -> tuple[float, float]:
         e, rt = plan_costs(g, p, budget.paging_time)
         return max(0.0, rt - deadline * (1 + 1e-9)), e
 
-    best, best_guide = plan, dict(guide)
-    best_key = key(plan)
-    rnd = random.Random(seed)
-    t0, idle = time.perf_counter(), 0
-    while (best_key[0] > 0 or best_key[1] > target_energy) and idle < patience \
-            and time.perf_counter() - t0 < time_limit:
-        idle += 1
-        gd = dict(best_guide)
+    def better(a: tuple[float, float], b: tuple[float, float]) -> bool:
+        return a[0] < b[0] * (1 - 1e-9) if b[0] > 0 else (a[0] == 0 and a[1] < b[1] * (1 - 1e-12))
+
+    def moved(gd: dict[int, str]) -> dict[int, str]:
+        gd = dict(gd)
         v = rnd.choice(cands)
         move = rnd.random()
         if gd and move < 0.4:
@@ -583,13 +580,33 @@ def search_guides(g: CostedGraph, budget: Budget, plan: Plan, *, remat: bool = T
                 gd[v] = rnd.choice([k for k in kinds if k != gd[v]])
         else:
             gd[v] = rnd.choice(kinds)
+        return gd
+
+    best, best_guide = plan, dict(guide)
+    best_key = key(plan)
+    cur_guide, cur_key = best_guide, best_key      # the search point: the best, or a kick away from it
+    rnd = random.Random(seed)
+    kick = max(100, len(cands))
+    t0, idle, stuck = time.perf_counter(), 0, 0
+    while (best_key[0] > 0 or best_key[1] > target_energy) and idle < patience \
+            and time.perf_counter() - t0 < time_limit:
+        idle += 1
+        stuck += 1
+        if stuck > kick:
+            # no gain around the current point for a while: restart a few random moves from the best
+            cur_guide, cur_key, stuck = best_guide, (math.inf, math.inf), 0
+            for _ in range(3):
+                cur_guide = moved(cur_guide)
+        gd = moved(cur_guide)
         p = greedy_plan(g, rule_budget, remat=remat, paging=paging, prefer=prefer, guide=gd)
         if p is None:
             continue
         drop_unread_pageouts(p)
         k = key(p)
-        better = k[0] < best_key[0] * (1 - 1e-9) if best_key[0] > 0 else (k[0] == 0 and k[1] < best_key[1] * (1 - 1e-12))
-        if better and _replays(g, p, budget if k[0] == 0 else _ram_only(budget)):
+        if not better(k, cur_key):
+            continue
+        cur_guide, cur_key, stuck = gd, k, 0
+        if better(k, best_key) and _replays(g, p, budget if k[0] == 0 else _ram_only(budget)):
             p.rule = (prefer, gd, rule_budget)
             best, best_guide, best_key, idle = p, gd, k, 0
     return best
