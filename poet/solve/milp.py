@@ -443,11 +443,10 @@ def structural_bound(g: CostedGraph, budget: Budget, opts, *, remat: bool,
     return eviction_cover(g, budget, remat=remat, paging=paging, time_limit=min(10.0, opts.time_limit_s or 10.0))
 
 
-def _deadline_facts(g: CostedGraph, budget: Budget, opts, *, remat: bool, paging: bool) -> tuple[float, dict]:
+def _runtime_bound(g: CostedGraph, budget: Budget, opts, *, remat: bool, paging: bool) -> float:
     """A proven lower bound on the runtime of any schedule within the RAM budget (eviction cover)."""
-    t_min, guide = eviction_cover(g, budget, remat=remat, paging=paging, objective="time",
-                                  time_limit=min(10.0, opts.time_limit_s or 10.0))
-    return t_min, guide
+    return eviction_cover(g, budget, remat=remat, paging=paging, objective="time",
+                          time_limit=min(10.0, opts.time_limit_s or 10.0))[0]
 
 
 def solve_milp(g: CostedGraph, budget: Budget, opts, *, remat: bool, paging: bool, strategy: str,
@@ -467,7 +466,7 @@ def solve_milp(g: CostedGraph, budget: Budget, opts, *, remat: bool, paging: boo
     lb, guide = structural_bound(g, budget, opts, remat=remat, paging=paging)
     if not math.isfinite(lb):
         # no set of evictions that makes RAM fit leaves enough time: the deadline is out of reach
-        t_min, _ = _deadline_facts(g, budget, opts, remat=remat, paging=paging)
+        t_min = _runtime_bound(g, budget, opts, remat=remat, paging=paging)
         solver.update({"method": "bound", "min_runtime_s_lower_bound": t_min,
                        "solve_seconds": time.perf_counter() - t0,
                        "message": (f"the deadline {fmt_seconds(budget.runtime_s)} is too short for "
@@ -478,8 +477,7 @@ def solve_milp(g: CostedGraph, budget: Budget, opts, *, remat: bool, paging: boo
     solver["structural_bound_energy_j"] = lb
     outside_proven = incumbent_energy is not None and incumbent_energy - lb <= opts.gap * incumbent_energy
     if method != "faithful":
-        from .heuristics import best_greedy
-        from .heuristics import search_guides
+        from .heuristics import best_greedy, search_guides
         rule_plans: list = []
         closest: list = []
         plan = best_greedy(g, budget, remat=remat, paging=paging, guide=guide, per_rule=rule_plans,
@@ -502,8 +500,8 @@ def solve_milp(g: CostedGraph, budget: Budget, opts, *, remat: bool, paging: boo
             solver["heuristic_energy_j"] = plan_e
         gap_lb = None if plan_e is None else max(0.0, (plan_e - lb) / max(plan_e, 1e-300))
         if gap_lb is not None and gap_lb > opts.gap and not outside_proven:
-            # local search over the greedy's guide, for up to half the time left (30 s without a limit)
-            # from the cheapest plan and from the cover-guided one, half of that time each
+            # local search over the guides of the cheapest plan and of the cover-guided one: half the
+            # time left (30 s without a limit), shared between the two
             ts = time.perf_counter()
             left = None if opts.time_limit_s is None else opts.time_limit_s - (ts - t0)
             span = 30.0 if left is None else max(0.0, 0.5 * left)
@@ -533,7 +531,7 @@ def solve_milp(g: CostedGraph, budget: Budget, opts, *, remat: bool, paging: boo
                              if proven else f"feasible greedy schedule, {gap_lb:.2%} above the structural lower bound"))})
             if plan is None:
                 if budget.runtime_s is not None:
-                    t_min, _ = _deadline_facts(g, budget, opts, remat=remat, paging=paging)
+                    t_min = _runtime_bound(g, budget, opts, remat=remat, paging=paging)
                     near = solver.get("nearest_runtime_s")
                     solver.update({"min_runtime_s_lower_bound": t_min,
                                    "message": (f"no schedule found within the deadline {fmt_seconds(budget.runtime_s)}"
