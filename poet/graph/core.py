@@ -104,6 +104,11 @@ class _Topology:
         return tuple(tuple(sorted(x)) for x in s)
 
     @cached_property
+    def last_reader(self) -> tuple[int, ...]:
+        """Per node, the largest id that reads its output (-1 if nobody reads it)."""
+        return tuple(sc[-1] if sc else -1 for sc in self.succs)
+
+    @cached_property
     def last_useful_stage(self) -> tuple[int, ...]:
         """Per node, its largest descendant id (-1 if nobody reads it).
 

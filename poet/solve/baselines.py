@@ -17,7 +17,7 @@ from .api import register
 
 def keep_all_steps(g: CostedGraph) -> list[Step]:
     """Compute in order; free each output right after its last reader."""
-    last_use = [max(s) if s else i for i, s in enumerate(g.succs)]
+    last_use = [max(r, i) for i, r in enumerate(g.last_reader)]   # an unread output: freed at once
     steps: list[Step] = []
     for k in range(len(g.nodes)):
         steps.append(Step("compute", k, k))

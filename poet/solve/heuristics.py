@@ -111,7 +111,7 @@ def eviction_cover(g: CostedGraph, budget: Budget | None = None, *, remat: bool 
 
     n, m, nd = len(g.nodes), g.ram, g.nodes
     cap = ram_cap(budget.ram_bytes) - g.fixed_ram_bytes
-    last_read = [max(sc) if sc else -1 for sc in g.succs]
+    last_read = g.last_reader
     # inputs past their last use when their last reader is recomputed
     dead_inputs = [[p for p in sorted(set(g.preds[i])) if last_read[p] == i and m[p] > 0] for i in range(n)]
 
@@ -550,9 +550,7 @@ def search_guides(g: CostedGraph, budget: Budget, plan: Plan, *, remat: bool = T
     if plan.rule is None:
         return plan
     prefer, guide, rule_budget = plan.rule
-    n = len(g.nodes)
-    last_read = [max(sc) if sc else -1 for sc in g.succs]
-    cands = [v for v in range(n) if g.ram[v] > 0 and last_read[v] > v + 1]
+    cands = [v for v in range(len(g.nodes)) if g.ram[v] > 0 and g.last_reader[v] > v + 1]
     if not cands:
         return plan
     kinds = [k for k, ok in (("remat", remat), ("page", paging)) if ok] + ["keep"]

@@ -449,6 +449,11 @@ def _runtime_bound(g: CostedGraph, budget: Budget, opts, *, remat: bool, paging:
                           time_limit=min(10.0, opts.time_limit_s or 10.0))[0]
 
 
+def _search_seconds(opts, elapsed: float) -> float:
+    """Time for a guide search: half of what the time limit leaves, 30 s without a limit."""
+    return 30.0 if opts.time_limit_s is None else max(0.0, 0.5 * (opts.time_limit_s - elapsed))
+
+
 def solve_milp(g: CostedGraph, budget: Budget, opts, *, remat: bool, paging: bool, strategy: str,
                incumbent_energy: float | None = None) -> Schedule:
     """The MILP strategies' solve.  ``incumbent_energy``: the energy of a schedule the
@@ -485,9 +490,8 @@ def solve_milp(g: CostedGraph, budget: Budget, opts, *, remat: bool, paging: boo
         if plan is None and closest:
             # every rule overran the deadline: search the guide of the nearest miss until one meets it
             ts = time.perf_counter()
-            left = None if opts.time_limit_s is None else opts.time_limit_s - (ts - t0)
             cand = search_guides(g, budget, closest[0], remat=remat, paging=paging, target_energy=math.inf,
-                                 time_limit=30.0 if left is None else max(0.0, 0.5 * left))
+                                 time_limit=_search_seconds(opts, ts - t0))
             miss = plan_costs(g, cand, budget.paging_time)[1]
             if miss <= budget.runtime_s * (1 + 1e-9):
                 plan = cand
@@ -500,22 +504,21 @@ def solve_milp(g: CostedGraph, budget: Budget, opts, *, remat: bool, paging: boo
             solver["heuristic_energy_j"] = plan_e
         gap_lb = None if plan_e is None else max(0.0, (plan_e - lb) / max(plan_e, 1e-300))
         if gap_lb is not None and gap_lb > opts.gap and not outside_proven:
-            # local search over the guides of the cheapest plan and of the cover-guided one: half the
-            # time left (30 s without a limit), shared between the two
+            # local search over the guides of the cheapest plan and of the cover-guided one, sharing
+            # the search time
             ts = time.perf_counter()
-            left = None if opts.time_limit_s is None else opts.time_limit_s - (ts - t0)
-            span = 30.0 if left is None else max(0.0, 0.5 * left)
+            span = _search_seconds(opts, ts - t0)
             target = lb / (1 - opts.gap) if opts.gap < 1 else math.inf
             starts = [plan] + [p for p in rule_plans if p is not plan and p.rule and p.rule[1]][:1]
             for k, start in enumerate(starts):
                 share = (span - (time.perf_counter() - ts)) / (len(starts) - k)
                 cand = search_guides(g, budget, start, remat=remat, paging=paging, target_energy=target,
                                      time_limit=share)
-                if plan_costs(g, cand, budget.paging_time)[0] < plan_costs(g, plan, budget.paging_time)[0]:
-                    plan = cand
-                if plan_costs(g, plan, budget.paging_time)[0] <= target:
+                cand_e, _ = plan_costs(g, cand, budget.paging_time)
+                if cand_e < plan_e:
+                    plan, plan_e = cand, cand_e
+                if plan_e <= target:
                     break
-            plan_e, _ = plan_costs(g, plan, budget.paging_time)
             gap_lb = max(0.0, (plan_e - lb) / max(plan_e, 1e-300))
             solver["guide_search_seconds"] = time.perf_counter() - ts
             solver["heuristic_energy_j"] = plan_e
