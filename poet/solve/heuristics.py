@@ -344,9 +344,11 @@ def _greedy(g, budget, remat, paging, prefer, cap_bytes, guide):
             keep_next = {i for i in (K | C | set(ins)) if md[i] >= t + 1 and i not in drop_after}
             # --- RAM exactly as the MILP charges it
             last: dict[int, int] = {}
+            readers: dict[int, list[int]] = {}    # tensor -> the nodes of comp reading it, ascending
             for k in comp:
                 for p in preds[k]:
                     last[p] = k
+                    readers.setdefault(p, []).append(k)
             arr: dict[int, list[int]] = {}
             for i, k in ins.items():
                 arr.setdefault(k, []).append(i)
@@ -374,29 +376,48 @@ def _greedy(g, budget, remat, paging, prefer, cap_bytes, guide):
             best, best_key = None, None
             present = K | C | set(ins)
             closures: dict[int, tuple[float, float]] = {}
+            memo: dict = {}
+            # the guide's rank comes first in every key: only the highest rank with a candidate can win
+            by_rank: dict[int, list[int]] = {}
             for x in snap:
-                if x in pinned or mem[x] == 0:
-                    continue
-                read_before = any(k <= kstar for k in comp if x in preds[k])
-                read_after = [k for k in comp if k > kstar and x in preds[k]]
-                if x in K and not read_before:
-                    kind = "K"
-                    nu = read_after[0] if read_after else next_use(x, t)
-                elif x in keep_next and not read_after:
-                    kind = "drop_after"
-                    nu = next_use(x, t)
-                else:
-                    continue
-                if prefer == "closure":
-                    # cheapest restoration per byte, weighed by the square of the time until the next
-                    # use (a cost-aware Belady; the square measured best on the zoo and aten graphs)
+                if x not in pinned and mem[x] > 0:
+                    by_rank.setdefault(rank(x), []).append(x)
+            cands = []
+            for r in sorted(by_rank, reverse=True):
+                for x in by_rank[r]:
+                    rd = readers.get(x, ())
+                    read_after = [k for k in rd if k > kstar]
+                    if x in K and not (rd and rd[0] <= kstar):
+                        cands.append((x, "K", read_after[0] if read_after else next_use(x, t)))
+                    elif x in keep_next and not read_after:
+                        cands.append((x, "drop_after", next_use(x, t)))
+                if cands:
+                    break
+            if prefer == "closure":
+                # cheapest restoration per byte, weighed by the square of the time until the next
+                # use (a cost-aware Belady; the square measured best on the zoo and aten graphs).
+                # Ties go to the first candidate.  A closure costs at least x's own compute, so
+                # candidates are tried best-first by that optimistic key, and the search stops
+                # once no optimistic key can beat the best exact one.
+                scored = []
+                for pos, (x, kind, nu) in enumerate(cands):
+                    pe = page_cost(x)[0] if paging else math.inf
+                    scale = mem[x] * max(1, nu - t) ** 2
+                    optimistic = min(nd[x].compute_energy_j if remat else math.inf, pe)
+                    scored.append(((-optimistic / scale, nu, -pos), x, kind, nu, pe, scale))
+                scored.sort(reverse=True)
+                for opt_key, x, kind, nu, pe, scale in scored:
+                    if best_key is not None and opt_key <= best_key:
+                        break
                     closures[x] = remat_cost(x, nu, present) if remat else (math.inf, math.inf)
-                    restore = min(closures[x][0], page_cost(x)[0] if paging else math.inf)
-                    key = (rank(x), -restore / (mem[x] * max(1, nu - t) ** 2), nu)
-                else:
-                    key = (rank(x), nu, mem[x])
-                if best_key is None or key > best_key:
-                    best, best_key = (x, kind), key
+                    key = (-min(closures[x][0], pe) / scale, nu, opt_key[2])
+                    if best_key is None or key > best_key:
+                        best, best_key = (x, kind), key
+            else:
+                for x, kind, nu in cands:
+                    key = (nu, mem[x])
+                    if best_key is None or key > best_key:
+                        best, best_key = (x, kind), key
             if best is None:
                 raise _Fail
             x, kind = best

@@ -449,9 +449,12 @@ def _runtime_bound(g: CostedGraph, budget: Budget, opts, *, remat: bool, paging:
                           time_limit=min(10.0, opts.time_limit_s or 10.0))[0]
 
 
-def _search_seconds(opts, elapsed: float) -> float:
-    """Time for a guide search: half of what the time limit leaves, 30 s without a limit."""
-    return 30.0 if opts.time_limit_s is None else max(0.0, 0.5 * (opts.time_limit_s - elapsed))
+def _search_seconds(opts, elapsed: float, milp_follows: bool) -> float:
+    """Time for a guide search: half of what the time limit leaves when the MILP may follow, 90%
+    when nothing does (the rest covers emitting and validating); 30 s without a limit."""
+    if opts.time_limit_s is None:
+        return 30.0
+    return max(0.0, (0.5 if milp_follows else 0.9) * (opts.time_limit_s - elapsed))
 
 
 def solve_milp(g: CostedGraph, budget: Budget, opts, *, remat: bool, paging: bool, strategy: str,
@@ -491,7 +494,7 @@ def solve_milp(g: CostedGraph, budget: Budget, opts, *, remat: bool, paging: boo
             # every rule overran the deadline: search the guide of the nearest miss until one meets it
             ts = time.perf_counter()
             cand = search_guides(g, budget, closest[0], remat=remat, paging=paging, target_energy=math.inf,
-                                 time_limit=_search_seconds(opts, ts - t0))
+                                 time_limit=_search_seconds(opts, ts - t0, method != "heuristic"))
             miss = plan_costs(g, cand, budget.paging_time)[1]
             if miss <= budget.runtime_s * (1 + 1e-9):
                 plan = cand
@@ -507,7 +510,7 @@ def solve_milp(g: CostedGraph, budget: Budget, opts, *, remat: bool, paging: boo
             # local search over the guides of the cheapest plan and of the cover-guided one, sharing
             # the search time
             ts = time.perf_counter()
-            span = _search_seconds(opts, ts - t0)
+            span = _search_seconds(opts, ts - t0, method != "heuristic")
             target = lb / (1 - opts.gap) if opts.gap < 1 else math.inf
             starts = [plan] + [p for p in rule_plans if p is not plan and p.rule and p.rule[1]][:1]
             for k, start in enumerate(starts):
