@@ -126,7 +126,7 @@ def test_unknown_method_is_refused():
         solve(g, memory=keep_all_peak(g), method="nope")
 
 
-@pytest.mark.parametrize("prefer", ["energy", "page", "remat", "closure"])
+@pytest.mark.parametrize("prefer", ["energy", "page", "remat", "closure", "cascade"])
 @pytest.mark.parametrize("seed", [1, 6, 11])
 def test_every_greedy_rule_gives_a_valid_plan_never_below_the_oracle(prefer, seed):
     from poet.solve.heuristics import greedy_plan

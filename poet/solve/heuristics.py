@@ -17,6 +17,7 @@ for the MILP, are returned with their gap to a valid lower bound.
 from __future__ import annotations
 
 import math
+from collections import Counter
 from dataclasses import dataclass, field
 
 from ..graph.core import CostedGraph
@@ -228,7 +229,10 @@ def greedy_plan(g: CostedGraph, budget: Budget, *, remat: bool = True, paging: b
     """A feasible plan, or None when this rule cannot find one within the budgets.
 
     prefer: ``energy`` (page or drop, whichever is cheaper while time allows),
-    ``page`` (page whenever time allows) or ``remat`` (drop whenever time allows).
+    ``page`` (page whenever time allows), ``remat`` (drop whenever time allows),
+    ``closure`` (evict the cheapest restoration per byte and squared distance to the
+    next use) or ``cascade`` (``closure``, with a tensor's restoration counted once
+    more for every dropped tensor still waiting to be recomputed from it).
     guide: tensors to evict first and how to restore them (``eviction_cover``'s
     choice: ``"page"`` or ``"remat"``), or to evict last (``"keep"``); the others
     follow the rule.
@@ -253,6 +257,7 @@ def _greedy(g, budget, remat, paging, prefer, cap_bytes, guide):
     rt = g.plain_runtime_s
     plan = Plan.empty(n)
     stored: set[int] = set()
+    dropped: set[int] = set()    # evicted for recomputation
     resident: set[int] = set()   # in RAM after the previous stage
 
     def rank(x: int) -> int:
@@ -393,16 +398,21 @@ def _greedy(g, budget, remat, paging, prefer, cap_bytes, guide):
                         cands.append((x, "drop_after", next_use(x, t)))
                 if cands:
                     break
-            if prefer == "closure":
+            if prefer in ("closure", "cascade"):
                 # cheapest restoration per byte, weighed by the square of the time until the next
                 # use (a cost-aware Belady; the square measured best on the zoo and aten graphs).
                 # Ties go to the first candidate.  A closure costs at least x's own compute, so
                 # candidates are tried best-first by that optimistic key, and the search stops
-                # once no optimistic key can beat the best exact one.
+                # once no optimistic key can beat the best exact one.  A tensor that dropped
+                # tensors still awaiting recomputation read (a ResNet block's input, needed to
+                # recompute the block's output) costs one restoration more per such reader:
+                # evicting it turns their recomputations into cascades.
                 scored = []
+                waiting_on = Counter(p for v in dropped if v not in present and md[v] >= t for p in preds[v]) \
+                    if prefer == "cascade" else Counter()
                 for pos, (x, kind, nu) in enumerate(cands):
                     pe = page_cost(x)[0] if paging else math.inf
-                    scale = mem[x] * max(1, nu - t) ** 2
+                    scale = mem[x] * max(1, nu - t) ** 2 / (1 + waiting_on[x])
                     optimistic = min(nd[x].compute_energy_j if remat else math.inf, pe)
                     scored.append(((-optimistic / scale, nu, -pos), x, kind, nu, pe, scale))
                 scored.sort(reverse=True)
@@ -435,6 +445,8 @@ def _greedy(g, budget, remat, paging, prefer, cap_bytes, guide):
                         plan.outs[t].add(x)
                     stored.add(x)
                     rt += nd[x].pageout_time_s if count_paging else 0.0
+            if x not in stored:
+                dropped.add(x)
             if kind == "K":
                 K.discard(x)
             else:
@@ -511,7 +523,7 @@ def best_greedy(g: CostedGraph, budget: Budget, *, remat: bool = True, paging: b
     given and no rule meets the deadline, the plan that overruns it least.
     """
     best, best_e = None, math.inf
-    prefs = ["energy", "page", "remat", "closure"] if (remat and paging) else ["energy", "closure"]
+    prefs = ["energy", "page", "remat", "closure", "cascade"] if (remat and paging) else ["energy", "closure", "cascade"]
     rules = [(p, None) for p in prefs] + ([("energy", guide)] if guide else [])
     over: list = []     # [runtime, plan] of the plan overrunning the deadline least
     for pref, gd in rules:

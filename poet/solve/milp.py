@@ -512,7 +512,12 @@ def solve_milp(g: CostedGraph, budget: Budget, opts, *, remat: bool, paging: boo
             ts = time.perf_counter()
             span = _search_seconds(opts, ts - t0, method != "heuristic")
             target = lb / (1 - opts.gap) if opts.gap < 1 else math.inf
-            starts = [plan] + [p for p in rule_plans if p is not plan and p.rule and p.rule[1]][:1]
+            # the cheapest plan, the cover-guided one and the cheapest of another rule: each rule's
+            # search explores a different neighbourhood
+            guided = [p for p in rule_plans if p is not plan and p.rule and p.rule[1]][:1]
+            others = sorted((p for p in rule_plans if p is not plan and p.rule and not p.rule[1]
+                             and p.rule[0] != plan.rule[0]), key=lambda p: plan_costs(g, p, budget.paging_time)[0])
+            starts = [plan] + guided + others[:1]
             for k, start in enumerate(starts):
                 share = (span - (time.perf_counter() - ts)) / (len(starts) - k)
                 cand = search_guides(g, budget, start, remat=remat, paging=paging, target_energy=target,
