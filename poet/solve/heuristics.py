@@ -381,7 +381,6 @@ def _greedy(g, budget, remat, paging, prefer, cap_bytes, guide):
             best, best_key = None, None
             present = K | C | set(ins)
             closures: dict[int, tuple[float, float]] = {}
-            memo: dict = {}
             # the guide's rank comes first in every key: only the highest rank with a candidate can win
             by_rank: dict[int, list[int]] = {}
             for x in snap:

@@ -507,13 +507,12 @@ def solve_milp(g: CostedGraph, budget: Budget, opts, *, remat: bool, paging: boo
             solver["heuristic_energy_j"] = plan_e
         gap_lb = None if plan_e is None else max(0.0, (plan_e - lb) / max(plan_e, 1e-300))
         if gap_lb is not None and gap_lb > opts.gap and not outside_proven:
-            # local search over the guides of the cheapest plan and of the cover-guided one, sharing
-            # the search time
+            # local search over the guides of three starts, sharing the search time: the cheapest plan,
+            # the cover-guided one and the cheapest of another rule (each rule's search explores a
+            # different neighbourhood)
             ts = time.perf_counter()
             span = _search_seconds(opts, ts - t0, method != "heuristic")
             target = lb / (1 - opts.gap) if opts.gap < 1 else math.inf
-            # the cheapest plan, the cover-guided one and the cheapest of another rule: each rule's
-            # search explores a different neighbourhood
             guided = [p for p in rule_plans if p is not plan and p.rule and p.rule[1]][:1]
             others = sorted((p for p in rule_plans if p is not plan and p.rule and not p.rule[1]
                              and p.rule[0] != plan.rule[0]), key=lambda p: plan_costs(g, p, budget.paging_time)[0])
