@@ -159,3 +159,48 @@ def test_guide_search_only_improves_and_returns_a_valid_plan(model, device, frac
     assert lb * (1 - 1e-9) <= t.energy_j <= e0 * (1 + 1e-12)
     again = search_guides(g, b, start, **kw)                 # seeded: the same moves, the same plan
     assert plan_costs(g, again, b.paging_time)[0] == plan_costs(g, found, b.paging_time)[0]
+
+
+@pytest.mark.parametrize("prefer", ["energy", "remat", "closure", "cascade"])
+@pytest.mark.parametrize("seed", [1, 6, 11])
+def test_rules_guided_once_by_the_runtime_cover_give_valid_plans_never_below_the_oracle(prefer, seed):
+    from poet.solve.heuristics import eviction_cover, greedy_plan
+    g = relu_chain(2, seed)
+    b = Budget(g.min_ram_bytes(), 1.5 * g.plain_runtime_s, "serial")
+    best = brute_force_energy(g, b.ram_bytes, b.runtime_s)
+    t_min, fast = eviction_cover(g, b, objective="time")
+    plan = greedy_plan(g, b, prefer=prefer, guide=fast, guide_once=True)
+    if plan is None:
+        return
+    t = validate(g, emit(g, plan), Budget(b.ram_bytes))
+    assert t.runtime_s >= t_min * (1 - 1e-9)                 # the runtime cover is a valid bound
+    if t.runtime_s <= b.runtime_s and best is not None:
+        assert t.energy_j >= best * (1 - 1e-9)
+
+
+def _aten_resnet(blocks, device):
+    torch = pytest.importorskip("torch")
+    import torch.nn.functional as F
+
+    from poet.execute.models import SmallResNet
+    from poet.graph.torch_export import export_training_graph
+    torch.manual_seed(0)
+    model = SmallResNet(channels=16, blocks=blocks).train()
+    x, y = torch.randn(1, 3, 32, 32), torch.tensor([3])
+    return export_training_graph(model, (x,), F.cross_entropy, (y,), name="r").costed(device)
+
+
+def test_a_deadline_every_rule_misses_is_met_by_rules_guided_by_the_runtime_cover():
+    from poet.solve.heuristics import eviction_cover, rule_names
+    g = _aten_resnet(2, "a72")
+    b = Budget(_ram(g, 0.3), 1.2 * g.plain_runtime_s, "serial")
+    lb, guide = eviction_cover(g, b)
+    assert best_greedy(g, b, guide=guide) is None           # the case the fallback exists for
+    t_min, fast = eviction_cover(g, b, objective="time")
+    plan = best_greedy(g, b, rules=[(r, fast, True) for r in rule_names()])
+    assert plan is not None
+    t = validate(g, emit(g, plan), b)                        # within RAM and the deadline
+    assert t.energy_j >= lb * (1 - 1e-9) and t.runtime_s >= t_min * (1 - 1e-9)
+    s = solve(g, memory=b.ram_bytes, runtime="1.2x", method="heuristic", time_limit=5, find_min_budgets=False)
+    assert s.feasible and s.totals.runtime_s <= b.runtime_s * (1 + 1e-9)
+    assert s.solver["min_runtime_s_lower_bound"] == pytest.approx(t_min)

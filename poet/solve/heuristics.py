@@ -43,7 +43,7 @@ class Plan:
     keep: list = field(default_factory=list)
     ins: list = field(default_factory=list)
     outs: list = field(default_factory=list)
-    rule: tuple | None = None     # (prefer, guide, budget) of the greedy run that made it
+    rule: tuple | None = None     # (prefer, guide, budget, guide_once) of the greedy run that made it
 
     @classmethod
     def empty(cls, n: int) -> "Plan":
@@ -225,7 +225,7 @@ class _Fail(Exception):
 
 def greedy_plan(g: CostedGraph, budget: Budget, *, remat: bool = True, paging: bool = True,
                 prefer: str = "energy", cap_bytes: int | None = None,
-                guide: dict[int, str] | None = None) -> Plan | None:
+                guide: dict[int, str] | None = None, guide_once: bool = False) -> Plan | None:
     """A feasible plan, or None when this rule cannot find one within the budgets.
 
     prefer: ``energy`` (page or drop, whichever is cheaper while time allows),
@@ -235,15 +235,17 @@ def greedy_plan(g: CostedGraph, budget: Budget, *, remat: bool = True, paging: b
     more for every dropped tensor still waiting to be recomputed from it).
     guide: tensors to evict first and how to restore them (``eviction_cover``'s
     choice: ``"page"`` or ``"remat"``), or to evict last (``"keep"``); the others
-    follow the rule.
+    follow the rule.  guide_once: a tensor listed for eviction loses that priority once it
+    has been restored (recomputed or paged in), so a recomputed chain can stay for its
+    next readers instead of being evicted first again.
     """
     try:
-        return _greedy(g, budget, remat, paging, prefer, cap_bytes, guide or {})
+        return _greedy(g, budget, remat, paging, prefer, cap_bytes, guide or {}, guide_once)
     except _Fail:
         return None
 
 
-def _greedy(g, budget, remat, paging, prefer, cap_bytes, guide):
+def _greedy(g, budget, remat, paging, prefer, cap_bytes, guide, guide_once=False):
     n = len(g.nodes)
     nd = g.nodes
     preds, succs = g.preds, g.succs
@@ -259,11 +261,14 @@ def _greedy(g, budget, remat, paging, prefer, cap_bytes, guide):
     stored: set[int] = set()
     dropped: set[int] = set()    # evicted for recomputation
     resident: set[int] = set()   # in RAM after the previous stage
+    restored: set[int] = set()   # recomputed or paged in at least once (for guide_once)
 
     def rank(x: int) -> int:
         """Eviction priority from the guide: listed for eviction first, ``keep`` last."""
         kind = guide.get(x)
-        return 1 if kind is None else (0 if kind == "keep" else 2)
+        if kind is None or (guide_once and kind != "keep" and x in restored):
+            return 1
+        return 0 if kind == "keep" else 2
 
     def next_use(x: int, after: int) -> int:
         for s in succs[x]:
@@ -462,6 +467,9 @@ def _greedy(g, budget, remat, paging, prefer, cap_bytes, guide):
         for k in comp:
             if k != t:
                 rt += nd[k].compute_time_s
+        if guide_once:
+            restored.update(ins)
+            restored.update(k for k in comp if k != t)
         resident = keep_next
     plan.keep[n] = set()
     _tidy(g, plan, md)
@@ -510,7 +518,7 @@ def _replays(g: CostedGraph, plan: Plan, budget: Budget) -> bool:
 def best_greedy(g: CostedGraph, budget: Budget, *, remat: bool = True, paging: bool = True,
                 cap_bytes: int | None = None, exhaustive_up_to: int = 400,
                 guide: dict[int, str] | None = None, per_rule: list | None = None,
-                closest: list | None = None) -> Plan | None:
+                closest: list | None = None, rules: list | None = None) -> Plan | None:
     """The cheapest feasible plan among the greedy's eviction rules (None if none is feasible).
 
     The greedy's running time estimate can undershoot (recomputation chains), so
@@ -520,24 +528,26 @@ def best_greedy(g: CostedGraph, budget: Budget, *, remat: bool = True, paging: b
     eviction cover's choice) the guided rule is tried as well.  ``per_rule``, if
     given, receives the cheapest feasible plan of every rule; ``closest``, if
     given and no rule meets the deadline, the plan that overruns it least.
+    ``rules``: the (prefer, guide, guide_once) runs to try instead of these.
     """
     best, best_e = None, math.inf
-    prefs = ["energy", "page", "remat", "closure", "cascade"] if (remat and paging) else ["energy", "closure", "cascade"]
-    rules = [(p, None) for p in prefs] + ([("energy", guide)] if guide else [])
+    if rules is None:
+        rules = [(p, None, False) for p in rule_names(remat, paging)] + ([("energy", guide, False)] if guide else [])
     over: list = []     # [runtime, plan] of the plan overrunning the deadline least
-    for pref, gd in rules:
+    for pref, gd, once in rules:
         rule_best, rule_e = None, math.inf
         for shrink in (1.0, 0.75, 0.5, 0.25, 0.0):
             b = budget
             if budget.runtime_s is not None and shrink < 1.0:
                 slack = max(0.0, budget.runtime_s - g.plain_runtime_s)
                 b = Budget(budget.ram_bytes, g.plain_runtime_s + shrink * slack, budget.paging_time)
-            p = greedy_plan(g, b, remat=remat, paging=paging, prefer=pref, cap_bytes=cap_bytes, guide=gd)
+            p = greedy_plan(g, b, remat=remat, paging=paging, prefer=pref, cap_bytes=cap_bytes, guide=gd,
+                            guide_once=once)
             if p is None:
                 break
             drop_unread_pageouts(p)
             e, rt = plan_costs(g, p, budget.paging_time)
-            p.rule = (pref, gd or {}, b)
+            p.rule = (pref, gd or {}, b, once)
             if budget.runtime_s is not None and rt > budget.runtime_s * (1 + 1e-9):
                 if closest is not None and (not over or rt < over[0]) and _replays(g, p, _ram_only(budget)):
                     over[:] = [rt, p]
@@ -556,6 +566,11 @@ def best_greedy(g: CostedGraph, budget: Budget, *, remat: bool = True, paging: b
     if best is None and over and closest is not None:
         closest.append(over[1])
     return best
+
+
+def rule_names(remat: bool = True, paging: bool = True) -> list[str]:
+    """The greedy's rules that apply when both (or only one) of recomputation and paging are allowed."""
+    return ["energy", "page", "remat", "closure", "cascade"] if (remat and paging) else ["energy", "closure", "cascade"]
 
 
 def _ram_only(budget: Budget) -> Budget:
@@ -581,7 +596,7 @@ def search_guides(g: CostedGraph, budget: Budget, plan: Plan, *, remat: bool = T
     import time
     if plan.rule is None:
         return plan
-    prefer, guide, rule_budget = plan.rule
+    prefer, guide, rule_budget, once = plan.rule
     cands = [v for v in range(len(g.nodes)) if g.ram[v] > 0 and g.last_reader[v] > v + 1]
     if not cands:
         return plan
@@ -628,7 +643,7 @@ def search_guides(g: CostedGraph, budget: Budget, plan: Plan, *, remat: bool = T
             for _ in range(3):
                 cur_guide = moved(cur_guide)
         gd = moved(cur_guide)
-        p = greedy_plan(g, rule_budget, remat=remat, paging=paging, prefer=prefer, guide=gd)
+        p = greedy_plan(g, rule_budget, remat=remat, paging=paging, prefer=prefer, guide=gd, guide_once=once)
         if p is None:
             continue
         drop_unread_pageouts(p)
@@ -637,6 +652,6 @@ def search_guides(g: CostedGraph, budget: Budget, plan: Plan, *, remat: bool = T
             continue
         cur_guide, cur_key, stuck = gd, k, 0
         if better(k, best_key) and _replays(g, p, budget if k[0] == 0 else _ram_only(budget)):
-            p.rule = (prefer, gd, rule_budget)
+            p.rule = (prefer, gd, rule_budget, once)
             best, best_guide, best_key, idle = p, gd, k, 0
     return best

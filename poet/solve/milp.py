@@ -443,10 +443,16 @@ def structural_bound(g: CostedGraph, budget: Budget, opts, *, remat: bool,
     return eviction_cover(g, budget, remat=remat, paging=paging, time_limit=min(10.0, opts.time_limit_s or 10.0))
 
 
-def _runtime_bound(g: CostedGraph, budget: Budget, opts, *, remat: bool, paging: bool) -> float:
-    """A proven lower bound on the runtime of any schedule within the RAM budget (eviction cover)."""
+def _runtime_cover(g: CostedGraph, budget: Budget, opts, *, remat: bool,
+                   paging: bool) -> tuple[float, dict[int, str]]:
+    """A proven lower bound on the runtime of any schedule within the RAM budget, and the
+    eviction set that attains it (eviction cover)."""
     return eviction_cover(g, budget, remat=remat, paging=paging, objective="time",
-                          time_limit=min(10.0, opts.time_limit_s or 10.0))[0]
+                          time_limit=min(10.0, opts.time_limit_s or 10.0))
+
+
+def _runtime_bound(g: CostedGraph, budget: Budget, opts, *, remat: bool, paging: bool) -> float:
+    return _runtime_cover(g, budget, opts, remat=remat, paging=paging)[0]
 
 
 def _search_seconds(opts, elapsed: float, milp_follows: bool) -> float:
@@ -485,11 +491,22 @@ def solve_milp(g: CostedGraph, budget: Budget, opts, *, remat: bool, paging: boo
     solver["structural_bound_energy_j"] = lb
     outside_proven = incumbent_energy is not None and incumbent_energy - lb <= opts.gap * incumbent_energy
     if method != "faithful":
-        from .heuristics import best_greedy, search_guides
+        from .heuristics import best_greedy, rule_names, search_guides
         rule_plans: list = []
         closest: list = []
         plan = best_greedy(g, budget, remat=remat, paging=paging, guide=guide, per_rule=rule_plans,
                            closest=closest)
+        if plan is None and closest:
+            # every rule overran the deadline: guide each by the fastest eviction set (the runtime
+            # cover's), its tensors evicted first only until their first restoration
+            t_min, fast_guide = _runtime_cover(g, budget, opts, remat=remat, paging=paging)
+            solver["min_runtime_s_lower_bound"] = t_min
+            nearer: list = []
+            plan = best_greedy(g, budget, remat=remat, paging=paging, per_rule=rule_plans, closest=nearer,
+                               rules=[(r, fast_guide, True) for r in rule_names(remat, paging)])
+            if nearer and plan_costs(g, nearer[0], budget.paging_time)[1] < \
+                    plan_costs(g, closest[0], budget.paging_time)[1]:
+                closest[:] = nearer
         if plan is None and closest:
             # every rule overran the deadline: search the guide of the nearest miss until one meets it
             ts = time.perf_counter()
@@ -541,7 +558,9 @@ def solve_milp(g: CostedGraph, budget: Budget, opts, *, remat: bool, paging: boo
                              if proven else f"feasible greedy schedule, {gap_lb:.2%} above the structural lower bound"))})
             if plan is None:
                 if budget.runtime_s is not None:
-                    t_min = _runtime_bound(g, budget, opts, remat=remat, paging=paging)
+                    t_min = solver.get("min_runtime_s_lower_bound")
+                    if t_min is None:
+                        t_min = _runtime_bound(g, budget, opts, remat=remat, paging=paging)
                     near = solver.get("nearest_runtime_s")
                     solver.update({"min_runtime_s_lower_bound": t_min,
                                    "message": (f"no schedule found within the deadline {fmt_seconds(budget.runtime_s)}"
