@@ -524,16 +524,16 @@ def solve_milp(g: CostedGraph, budget: Budget, opts, *, remat: bool, paging: boo
             solver["heuristic_energy_j"] = plan_e
         gap_lb = None if plan_e is None else max(0.0, (plan_e - lb) / max(plan_e, 1e-300))
         if gap_lb is not None and gap_lb > opts.gap and not outside_proven:
-            # local search over the guides of three starts, sharing the search time: the cheapest plan,
-            # the cover-guided one and the cheapest of another rule (each rule's search explores a
-            # different neighbourhood)
+            # local search over the guides of two starts, sharing the search time: the cheapest plan and
+            # a cover-guided one, or else the cheapest of another rule (each rule's search explores a
+            # different neighbourhood; a third start only thins the time of the other two)
             ts = time.perf_counter()
             span = _search_seconds(opts, ts - t0, method != "heuristic")
             target = lb / (1 - opts.gap) if opts.gap < 1 else math.inf
             guided = [p for p in rule_plans if p is not plan and p.rule and p.rule[1]][:1]
             others = sorted((p for p in rule_plans if p is not plan and p.rule and not p.rule[1]
                              and p.rule[0] != plan.rule[0]), key=lambda p: plan_costs(g, p, budget.paging_time)[0])
-            starts = [plan] + guided + others[:1]
+            starts = [plan] + (guided or others[:1])
             for k, start in enumerate(starts):
                 share = (span - (time.perf_counter() - ts)) / (len(starts) - k)
                 cand = search_guides(g, budget, start, remat=remat, paging=paging, target_energy=target,
