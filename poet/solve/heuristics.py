@@ -526,10 +526,10 @@ def best_greedy(g: CostedGraph, budget: Budget, *, remat: bool = True, paging: b
     up to ``exhaustive_up_to`` nodes every internal deadline is tried (a tighter
     one sometimes steers the rule to a cheaper plan).  With a ``guide`` (the
     eviction cover's choice) the guided rule is tried as well, with and without
-    ``guide_once``.  ``per_rule``, if
-    given, receives the cheapest feasible plan of every rule; ``closest``, if
-    given and no rule meets the deadline, the plan that overruns it least.
-    ``rules``: the (prefer, guide, guide_once) runs to try instead of these.
+    ``guide_once``.  ``per_rule``, if given, receives the cheapest feasible plan
+    of every rule; ``closest``, if given and no rule meets the deadline, the plan
+    that overruns it least.  ``rules``: the (prefer, guide, guide_once) runs to
+    try instead of these.
     """
     best, best_e = None, math.inf
     if rules is None:
