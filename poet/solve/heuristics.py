@@ -536,6 +536,9 @@ def best_greedy(g: CostedGraph, budget: Budget, *, remat: bool = True, paging: b
         rules = [(p, None, False) for p in rule_names(remat, paging)]
         if guide:
             rules += [("energy", guide, False), ("energy", guide, True)]
+            ck = checkpointed(g, guide)
+            if ck:
+                rules.append(("energy", ck, False))
     over: list = []     # [runtime, plan] of the plan overrunning the deadline least
     for pref, gd, once in rules:
         rule_best, rule_e = None, math.inf
@@ -569,6 +572,35 @@ def best_greedy(g: CostedGraph, budget: Budget, *, remat: bool = True, paging: b
     if best is None and over and closest is not None:
         closest.append(over[1])
     return best
+
+
+def checkpointed(g: CostedGraph, guide: dict[int, str], every: int = 3) -> dict[int, str]:
+    """The guide with every ``every``-th chain link kept (set to ``keep``), or {} when it has none.
+
+    A chain link is a tensor the guide recomputes that another recomputed tensor needs as a live
+    input, and whose own recomputation needs one: a ResNet block output, which recomputing the
+    next block's output needs.  With every link dropped, each recomputation in the backward pass
+    runs back through all earlier blocks; keeping every k-th one bounds that chain, as
+    checkpointing does.
+    """
+    def live_remat_inputs(v: int) -> set[int]:
+        out, stack, seen = set(), [v], set()
+        while stack:
+            u = stack.pop()
+            for p in g.preds[u]:
+                if p in seen:
+                    continue
+                seen.add(p)
+                if g.last_reader[p] == u and g.ram[p] > 0:
+                    stack.append(p)          # past its use: recomputed along with u
+                elif guide.get(p) == "remat":
+                    out.add(p)
+        return out
+    needs = {v: live_remat_inputs(v) for v, k in guide.items() if k == "remat"}
+    links = sorted({p for ins in needs.values() for p in ins if needs.get(p)})
+    if not links:
+        return {}
+    return {**guide, **{v: "keep" for v in links[every - 1::every]}}
 
 
 def rule_names(remat: bool = True, paging: bool = True) -> list[str]:
