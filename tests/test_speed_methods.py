@@ -204,3 +204,23 @@ def test_a_deadline_every_rule_misses_is_met_by_rules_guided_by_the_runtime_cove
     s = solve(g, memory=b.ram_bytes, runtime="1.15x", method="heuristic", time_limit=5, find_min_budgets=False)
     assert s.feasible and s.totals.runtime_s <= b.runtime_s * (1 + 1e-9)
     assert s.solver["min_runtime_s_lower_bound"] == pytest.approx(t_min)
+
+
+def test_checkpointed_guides_keep_every_third_residual_block_output():
+    from poet.solve.heuristics import checkpointed, greedy_plan
+    g = _aten_resnet(8, "m4")
+    relus = [v for v, nd in enumerate(g.nodes) if nd.kind == "forward" and nd.name.startswith("relu")]
+    # a block output feeds the next block's residual add; recomputing that add needs it
+    outputs = [v for v in relus if any(g.nodes[s].name.startswith("add") and g.ram[s] > 8 for s in g.succs[v])]
+    guide = {v: "remat" for v in relus}
+    ck = checkpointed(g, guide)
+    kept = sorted(v for v, k in ck.items() if k == "keep")
+    assert set(ck) == set(guide) and kept and set(kept) <= set(outputs)
+    # chain links: block outputs whose own recomputation needs the previous one (not the stem's)
+    links = sorted(v for v in outputs[1:])
+    assert kept == links[2::3]
+    assert checkpointed(g, {v: "remat" for v in outputs[:1]}) == {}      # one output alone is no chain
+    b = Budget(_ram(g, 0.3), None, "serial")
+    plan = greedy_plan(g, b, guide=ck)
+    assert plan is not None
+    validate(g, emit(g, plan), b)
