@@ -32,16 +32,8 @@ MODELS = ["linear", "vgg16_cifar", "vgg16", "resnet18_cifar", "resnet18", "trans
 
 def aten_resnet(blocks: int, device: str):
     """A residual conv net exported op by op (about 16 nodes per block), priced on ``device``."""
-    import torch
-    import torch.nn.functional as F
-
-    from poet.execute.models import SmallResNet
-    from poet.graph.torch_export import export_training_graph
-    torch.manual_seed(0)
-    model = SmallResNet(channels=16, blocks=blocks).train()
-    x, y = torch.randn(1, 3, 32, 32), torch.tensor([3])
-    prog = export_training_graph(model, (x,), F.cross_entropy, (y,), name=f"aten_resnet{blocks}")
-    return prog.costed(device)
+    from poet.execute.models import resnet_training_graph
+    return resnet_training_graph(blocks, device)
 
 
 def case_budget(g, mult: float, ram_frac: float, paging_time: str) -> Budget:

@@ -36,6 +36,16 @@ class SmallResNet(nn.Module):
         return self.fc(self.dropout(h.mean((2, 3))))
 
 
+def resnet_training_graph(blocks: int, device: str, channels: int = 16):
+    """A SmallResNet's training graph exported op by op (about 16 nodes per block, one 1x3x32x32
+    sample, seeded), priced on ``device``: the op-level graph of the solver benchmarks and tests."""
+    from ..graph.torch_export import export_training_graph
+    torch.manual_seed(0)
+    model = SmallResNet(channels=channels, blocks=blocks).train()
+    x, y = torch.randn(1, 3, 32, 32), torch.tensor([3])
+    return export_training_graph(model, (x,), F.cross_entropy, (y,), name=f"aten_resnet{blocks}").costed(device)
+
+
 class MLP(nn.Module):
     def __init__(self, d_in: int = 32, hidden: int = 64, layers: int = 3, num_classes: int = 10,
                  dropout: float = 0.0):
