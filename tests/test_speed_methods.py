@@ -218,3 +218,22 @@ def test_checkpointed_guides_keep_every_third_residual_block_output():
     plan = greedy_plan(g, b, guide=ck)
     assert plan is not None
     validate(g, emit(g, plan), b)
+
+
+def test_stalled_searches_restart_with_new_seeds_and_never_end_worse(monkeypatch):
+    # A 6-layer chain's searches stall in well under a second; with a time limit left, further
+    # rounds search the same starts with new seeds.  Round one is the single round of the old
+    # behaviour, so the restarted result can only be cheaper, and it is a validated schedule.
+    from poet.solve import milp
+    g = training_chain(6, 4, skip=True)
+    kw = dict(memory=_ram(g, 0.1), runtime="1.2x", gap=1e-9, time_limit=60, method="heuristic",
+              find_min_budgets=False)
+    monkeypatch.setattr(milp, "RESTART_MIN_NODES", 10**9)
+    once = solve(g, **kw)
+    monkeypatch.setattr(milp, "RESTART_MIN_NODES", 0)
+    again = solve(g, **kw)
+    assert once.solver["guide_search_rounds"] == 1
+    assert again.solver["guide_search_rounds"] == milp.SEARCH_ROUNDS
+    t = validate(g, again.steps, Budget(kw["memory"], 1.2 * g.plain_runtime_s, "serial"))
+    assert t.energy_j <= once.totals.energy_j * (1 + 1e-12)
+    assert again.solver["guide_search_seconds"] < 60

@@ -437,6 +437,14 @@ def _result_schedule(g, budget, strategy, steps, status, solver):
     return Schedule(graph=g, budget=budget, steps=tuple(steps), status=status, strategy=strategy, solver=solver)
 
 
+# Seeds per search start when searches stall before the search time is up, on graphs of at least
+# RESTART_MIN_NODES nodes.  Below that the MILP that follows proves small graphs faster than more
+# searching would (the 20- and 30-node zoo nets in seconds); from about 70 nodes on, a warm-started
+# MILP ran for minutes without improving its start (docs/solver.md).
+SEARCH_ROUNDS = 4
+RESTART_MIN_NODES = 100
+
+
 def _cover_seconds(opts) -> float:
     """The eviction cover's time: 10 s, or a quarter of a longer time limit.  On 1,600-node
     graphs HiGHS's presolve of the cover alone takes about 10 s, and a cover stopped before its
@@ -543,15 +551,26 @@ def solve_milp(g: CostedGraph, budget: Budget, opts, *, remat: bool, paging: boo
             others = sorted((p for p in rule_plans if p is not plan and p.rule and not p.rule[1]
                              and p.rule[0] != plan.rule[0]), key=lambda p: plan_costs(g, p, budget.paging_time)[0])
             starts = [plan] + (guided or others[:1])
-            for k, start in enumerate(starts):
-                share = (span - (time.perf_counter() - ts)) / (len(starts) - k)
-                cand = search_guides(g, budget, start, remat=remat, paging=paging, target_energy=target,
-                                     time_limit=share)
-                cand_e, _ = plan_costs(g, cand, budget.paging_time)
-                if cand_e < plan_e:
-                    plan, plan_e = cand, cand_e
-                if plan_e <= target:
-                    break
+            reached = [math.inf] * len(starts)
+            order = list(range(len(starts)))
+            # A search that stalls (no gain in its patience) ends before its share of the time; the
+            # time left goes to fresh searches of the same starts with the next seed, the start whose
+            # searches reached the cheapest plan first, at most SEARCH_ROUNDS rounds in all.
+            rounds, max_rounds = 0, SEARCH_ROUNDS if len(g.nodes) >= RESTART_MIN_NODES else 1
+            while rounds < max_rounds and plan_e > target and span - (time.perf_counter() - ts) > 0.01 * span:
+                for j, k in enumerate(order):
+                    left = span - (time.perf_counter() - ts)
+                    if left <= 0.01 * span or plan_e <= target:
+                        break
+                    cand = search_guides(g, budget, starts[k], remat=remat, paging=paging, target_energy=target,
+                                         time_limit=left / (len(order) - j), seed=rounds)
+                    cand_e, _ = plan_costs(g, cand, budget.paging_time)
+                    reached[k] = min(reached[k], cand_e)
+                    if cand_e < plan_e:
+                        plan, plan_e = cand, cand_e
+                order.sort(key=reached.__getitem__)
+                rounds += 1
+            solver["guide_search_rounds"] = rounds
             gap_lb = max(0.0, (plan_e - lb) / max(plan_e, 1e-300))
             solver["guide_search_seconds"] = time.perf_counter() - ts
             solver["heuristic_energy_j"] = plan_e
