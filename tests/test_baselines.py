@@ -154,3 +154,17 @@ def test_capuchin_plan_stops_when_nothing_is_left():
     plan, steps, info = capuchin_plan(g, Budget(ram_bytes=1, runtime_s=None))
     assert info["evictions"] <= info["candidates"]
     validate(g, steps, Budget(10**12))
+
+
+def test_capuchin_stopped_by_its_time_limit_says_so_and_returns_no_schedule(r18):
+    # resnet18_cifar at its smallest RAM needs dozens of eviction rounds; with no time for them the
+    # strategy stops, claims nothing ("no_solution", not "infeasible") and never returns the
+    # unfinished plan, which does not fit
+    budget = int(r18.min_ram_bytes() * 1.1)
+    full = poet.solve(r18, memory=budget, strategy="capuchin")
+    assert full.steps and full.solver["rounds"] > 5
+    s = poet.solve(r18, memory=budget, strategy="capuchin", time_limit=1e-9)
+    assert s.status == "no_solution" and not s.steps
+    assert "time limit" in s.solver["message"] and "longer time limit" in s.solver["message"]
+    plan, steps, info = capuchin_plan(r18, Budget(budget), time_limit=1e-9)
+    assert info["stopped"] and info["rounds"] == 1
