@@ -472,6 +472,14 @@ def _runtime_bound(g: CostedGraph, budget: Budget, opts, *, remat: bool, paging:
     return _runtime_cover(g, budget, opts, remat=remat, paging=paging)[0]
 
 
+def _rules_seconds(opts, elapsed: float) -> float | None:
+    """Time for the greedy rules: half of what the time limit leaves (they take a few seconds below
+    2,000 nodes, but minutes in all on 5,000), none without a limit."""
+    if opts.time_limit_s is None:
+        return None
+    return max(0.0, 0.5 * (opts.time_limit_s - elapsed))
+
+
 def _search_seconds(opts, elapsed: float, milp_follows: bool) -> float:
     """Time for a guide search: half of what the time limit leaves when the MILP may follow, 90%
     when nothing does (the rest covers emitting and validating); 30 s without a limit."""
@@ -512,7 +520,7 @@ def solve_milp(g: CostedGraph, budget: Budget, opts, *, remat: bool, paging: boo
         rule_plans: list = []
         closest: list = []
         plan = best_greedy(g, budget, remat=remat, paging=paging, guide=guide, per_rule=rule_plans,
-                           closest=closest)
+                           closest=closest, time_limit=_rules_seconds(opts, time.perf_counter() - t0))
         if plan is None and closest:
             # every rule overran the deadline: guide each by the fastest eviction set (the runtime
             # cover's), its tensors evicted first only until their first restoration
@@ -520,7 +528,8 @@ def solve_milp(g: CostedGraph, budget: Budget, opts, *, remat: bool, paging: boo
             solver["min_runtime_s_lower_bound"] = t_min
             nearer: list = []
             plan = best_greedy(g, budget, remat=remat, paging=paging, per_rule=rule_plans, closest=nearer,
-                               rules=[(r, fast_guide, True) for r in rule_names(remat, paging)])
+                               rules=[(r, fast_guide, True) for r in rule_names(remat, paging)],
+                               time_limit=_rules_seconds(opts, time.perf_counter() - t0))
             if nearer and plan_costs(g, nearer[0], budget.paging_time)[1] < \
                     plan_costs(g, closest[0], budget.paging_time)[1]:
                 closest[:] = nearer
