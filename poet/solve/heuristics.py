@@ -362,25 +362,33 @@ def _greedy(g, budget, remat, paging, prefer, cap_bytes, guide, guide_once=False
             arr: dict[int, list[int]] = {}
             for i, k in ins.items():
                 arr.setdefault(k, []).append(i)
-            cur = fixed + sum(mem[i] for i in K)
-            res = set(K)
-            peak, kstar, snap = -1, -1, None
-            for k in comp:
-                for i in arr.get(k, ()):
-                    cur += mem[i]
-                    res.add(i)
-                cur += mem[k]
-                res.add(k)
-                if cur > peak:
-                    peak, kstar = cur, k
-                    if cur > cap:
-                        snap = set(res)
-                for i in (*preds[k], k):
-                    if i in res and i not in keep_next and last.get(i, -1) <= k:
-                        res.discard(i)
-                        cur -= mem[i]
+            def replay(until: int = -1):
+                """The stage's RAM peak and where it is; with ``until``, what is resident there."""
+                cur = fixed + sum(mem[i] for i in K)
+                res = set(K)
+                peak, kstar = -1, -1
+                for k in comp:
+                    for i in arr.get(k, ()):
+                        cur += mem[i]
+                        res.add(i)
+                    cur += mem[k]
+                    res.add(k)
+                    if k == until:
+                        return set(res)     # a copy, as candidates are taken in its order
+                    if cur > peak:
+                        peak, kstar = cur, k
+                    for i in (*preds[k], k):
+                        if i in res and i not in keep_next and last.get(i, -1) <= k:
+                            res.discard(i)
+                            cur -= mem[i]
+                return peak, kstar
+
+            # (a stage that recomputes a long chain computes thousands of nodes: the resident set
+            # is rebuilt once, at the peak, not copied at every new high)
+            peak, kstar = replay()
             if peak <= cap:
                 break
+            snap = replay(kstar)
             # --- evict one tensor charged at the peak
             pinned = set(preds[kstar]) | {kstar}
             best, best_key = None, None
