@@ -225,8 +225,10 @@ class _Fail(Exception):
 
 def greedy_plan(g: CostedGraph, budget: Budget, *, remat: bool = True, paging: bool = True,
                 prefer: str = "energy", cap_bytes: int | None = None,
-                guide: dict[int, str] | None = None, guide_once: bool = False) -> Plan | None:
-    """A feasible plan, or None when this rule cannot find one within the budgets.
+                guide: dict[int, str] | None = None, guide_once: bool = False,
+                time_limit: float | None = None) -> Plan | None:
+    """A feasible plan, or None when this rule cannot find one within the budgets (or within
+    ``time_limit`` seconds).
 
     prefer: ``energy`` (page or drop, whichever is cheaper while time allows),
     ``page`` (page whenever time allows), ``remat`` (drop whenever time allows),
@@ -239,13 +241,16 @@ def greedy_plan(g: CostedGraph, budget: Budget, *, remat: bool = True, paging: b
     has been restored (recomputed or paged in), so a recomputed chain can stay for its
     next readers instead of being evicted first again.
     """
+    import time
+    stop_at = None if time_limit is None else time.perf_counter() + time_limit
     try:
-        return _greedy(g, budget, remat, paging, prefer, cap_bytes, guide or {}, guide_once)
+        return _greedy(g, budget, remat, paging, prefer, cap_bytes, guide or {}, guide_once, stop_at)
     except _Fail:
         return None
 
 
-def _greedy(g, budget, remat, paging, prefer, cap_bytes, guide, guide_once=False):
+def _greedy(g, budget, remat, paging, prefer, cap_bytes, guide, guide_once=False, stop_at=None):
+    import time
     n = len(g.nodes)
     nd = g.nodes
     preds, succs = g.preds, g.succs
@@ -325,6 +330,8 @@ def _greedy(g, budget, remat, paging, prefer, cap_bytes, guide, guide_once=False
         return want
 
     for t in range(n):
+        if stop_at is not None and time.perf_counter() > stop_at:
+            raise _Fail
         K = {i for i in resident if md[i] >= t}
         drop_after: set[int] = set()
         paged_now: set[int] = set()    # evicted at this boundary with a page-out in stage t-1
@@ -538,9 +545,9 @@ def best_greedy(g: CostedGraph, budget: Budget, *, remat: bool = True, paging: b
     ``guide_once``.  ``per_rule``, if given, receives the cheapest feasible plan
     of every rule; ``closest``, if given and no rule meets the deadline, the plan
     that overruns it least.  ``rules``: the (prefer, guide, guide_once) runs to
-    try instead of these.  ``time_limit``: once a run has produced a plan, no run
-    starts after that many seconds (one run takes about 0.4 s on 1,600 nodes, but
-    tens of seconds on 5,000); what was found by then is returned.
+    try instead of these.  ``time_limit``: once a run has produced a plan, the runs
+    stop after that many seconds (one run takes about 0.4 s on 1,600 nodes, but
+    10 s to minutes on 5,000); what was found by then is returned.
     """
     import time
     t0 = time.perf_counter()
@@ -562,8 +569,9 @@ def best_greedy(g: CostedGraph, budget: Budget, *, remat: bool = True, paging: b
             if budget.runtime_s is not None and shrink < 1.0:
                 slack = max(0.0, budget.runtime_s - g.plain_runtime_s)
                 b = Budget(budget.ram_bytes, g.plain_runtime_s + shrink * slack, budget.paging_time)
+            left = None if time_limit is None or not made else time_limit - (time.perf_counter() - t0)
             p = greedy_plan(g, b, remat=remat, paging=paging, prefer=pref, cap_bytes=cap_bytes, guide=gd,
-                            guide_once=once)
+                            guide_once=once, time_limit=left)
             if p is None:
                 break
             made = True
@@ -694,7 +702,8 @@ def search_guides(g: CostedGraph, budget: Budget, plan: Plan, *, remat: bool = T
             for _ in range(3):
                 cur_guide = moved(cur_guide)
         gd = moved(cur_guide)
-        p = greedy_plan(g, rule_budget, remat=remat, paging=paging, prefer=prefer, guide=gd, guide_once=once)
+        p = greedy_plan(g, rule_budget, remat=remat, paging=paging, prefer=prefer, guide=gd, guide_once=once,
+                        time_limit=time_limit - (time.perf_counter() - t0))
         if p is None:
             continue
         drop_unread_pageouts(p)
