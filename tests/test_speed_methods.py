@@ -237,3 +237,19 @@ def test_stalled_searches_restart_with_new_seeds_and_never_end_worse(monkeypatch
     t = validate(g, again.steps, Budget(kw["memory"], 1.2 * g.plain_runtime_s, "serial"))
     assert t.energy_j <= once.totals.energy_j * (1 + 1e-12)
     assert again.solver["guide_search_seconds"] < 60
+
+
+def test_greedy_rules_stop_at_their_time_limit_once_a_plan_exists():
+    # with no time at all, a single run still makes the first plan (so a solve always has one),
+    # and no other rule starts; a run given no time stops at once
+    from poet.solve.heuristics import greedy_plan
+    g = training_chain(5, 3, skip=True)
+    b = Budget(_ram(g, 0.2), 1.5 * g.plain_runtime_s, "serial")
+    everything: list = []
+    assert best_greedy(g, b, per_rule=everything) is not None and len(everything) > 1
+    first: list = []
+    plan = best_greedy(g, b, per_rule=first, time_limit=0.0)
+    assert plan is not None and len(first) == 1 and plan.rule[0] == "energy"
+    t = validate(g, emit(g, plan), b)
+    assert t.energy_j == pytest.approx(plan_costs(g, plan, b.paging_time)[0], rel=1e-9)
+    assert greedy_plan(g, b, time_limit=-1.0) is None
