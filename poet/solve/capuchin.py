@@ -31,6 +31,7 @@ The result is a fixed-rule schedule: status ``heuristic``, no optimality claim.
 """
 from __future__ import annotations
 
+import time
 from bisect import bisect_left, bisect_right
 from collections import defaultdict
 
@@ -220,7 +221,6 @@ def capuchin_plan(g: CostedGraph, budget: Budget, max_rounds: int | None = None,
     (3.5 s on 658 nodes, 41 s on 1,618); past ``time_limit`` seconds it stops where it is and
     says so in ``info["stopped"]``.
     """
-    import time
     t0 = time.perf_counter()
     plan = _Plan(g)
     nob = Budget(ram_bytes=10**30, runtime_s=None, paging_time=budget.paging_time)
@@ -301,8 +301,8 @@ def solve_capuchin(g: CostedGraph, budget: Budget, opts) -> Schedule:
         # stopped before the peak fit: nothing is proven, and the unfinished plan is not returned
         sv = dict(s.solver)
         sv["message"] = (f"capuchin stopped at its {info['stopped']} after {info['evictions']} evictions, "
-                         f"before its schedule fit ({sv['message'].removeprefix('capuchin schedule ')}); "
-                         f"a longer time limit may help")
+                         f"before its schedule fit (it needs {fmt_bytes(sv['strategy_peak_ram_bytes'])} of RAM, "
+                         f"budget {fmt_bytes(budget.ram_bytes)}); a longer time limit may help")
         return Schedule(graph=g, budget=budget, steps=(), status=NO_SOLUTION, strategy="capuchin", solver=sv)
     if s.steps:   # judged() leaves its own message on an infeasible result
         sv = s.solver

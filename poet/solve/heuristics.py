@@ -17,6 +17,7 @@ for the MILP, are returned with their gap to a valid lower bound.
 from __future__ import annotations
 
 import math
+import time
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -241,7 +242,6 @@ def greedy_plan(g: CostedGraph, budget: Budget, *, remat: bool = True, paging: b
     has been restored (recomputed or paged in), so a recomputed chain can stay for its
     next readers instead of being evicted first again.
     """
-    import time
     stop_at = None if time_limit is None else time.perf_counter() + time_limit
     try:
         return _greedy(g, budget, remat, paging, prefer, cap_bytes, guide or {}, guide_once, stop_at)
@@ -250,7 +250,6 @@ def greedy_plan(g: CostedGraph, budget: Budget, *, remat: bool = True, paging: b
 
 
 def _greedy(g, budget, remat, paging, prefer, cap_bytes, guide, guide_once=False, stop_at=None):
-    import time
     n = len(g.nodes)
     nd = g.nodes
     preds, succs = g.preds, g.succs
@@ -549,7 +548,6 @@ def best_greedy(g: CostedGraph, budget: Budget, *, remat: bool = True, paging: b
     stop after that many seconds (one run takes about 0.4 s on 1,600 nodes, but
     10 s to minutes on 5,000); what was found by then is returned.
     """
-    import time
     t0 = time.perf_counter()
     best, best_e, made = None, math.inf, False
     if rules is None:
@@ -563,13 +561,13 @@ def best_greedy(g: CostedGraph, budget: Budget, *, remat: bool = True, paging: b
     for pref, gd, once in rules:
         rule_best, rule_e = None, math.inf
         for shrink in (1.0, 0.75, 0.5, 0.25, 0.0):
-            if time_limit is not None and made and time.perf_counter() - t0 > time_limit:
+            left = None if time_limit is None or not made else time_limit - (time.perf_counter() - t0)
+            if left is not None and left < 0:
                 break
             b = budget
             if budget.runtime_s is not None and shrink < 1.0:
                 slack = max(0.0, budget.runtime_s - g.plain_runtime_s)
                 b = Budget(budget.ram_bytes, g.plain_runtime_s + shrink * slack, budget.paging_time)
-            left = None if time_limit is None or not made else time_limit - (time.perf_counter() - t0)
             p = greedy_plan(g, b, remat=remat, paging=paging, prefer=pref, cap_bytes=cap_bytes, guide=gd,
                             guide_once=once, time_limit=left)
             if p is None:
@@ -652,7 +650,6 @@ def search_guides(g: CostedGraph, budget: Budget, plan: Plan, *, remat: bool = T
     validator before it is returned.
     """
     import random
-    import time
     if plan.rule is None:
         return plan
     prefer, guide, rule_budget, once = plan.rule

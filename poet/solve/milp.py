@@ -566,13 +566,19 @@ def solve_milp(g: CostedGraph, budget: Budget, opts, *, remat: bool, paging: boo
             # time left goes to fresh searches of the same starts with the next seed, the start whose
             # searches reached the cheapest plan first, at most SEARCH_ROUNDS rounds in all.
             rounds, max_rounds = 0, SEARCH_ROUNDS if len(g.nodes) >= RESTART_MIN_NODES else 1
-            while rounds < max_rounds and plan_e > target and span - (time.perf_counter() - ts) > 0.01 * span:
+
+            def left() -> float:
+                """Search time left, 0 once the plan is good enough or the last 1% of the span is reached."""
+                rest = span - (time.perf_counter() - ts)
+                return 0.0 if plan_e <= target or rest <= 0.01 * span else rest
+
+            while rounds < max_rounds and left():
                 for j, k in enumerate(order):
-                    left = span - (time.perf_counter() - ts)
-                    if left <= 0.01 * span or plan_e <= target:
+                    rest = left()
+                    if not rest:
                         break
                     cand = search_guides(g, budget, starts[k], remat=remat, paging=paging, target_energy=target,
-                                         time_limit=left / (len(order) - j), seed=rounds)
+                                         time_limit=rest / (len(order) - j), seed=rounds)
                     cand_e, _ = plan_costs(g, cand, budget.paging_time)
                     reached[k] = min(reached[k], cand_e)
                     if cand_e < plan_e:
