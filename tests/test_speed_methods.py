@@ -161,6 +161,29 @@ def test_guide_search_only_improves_and_returns_a_valid_plan(model, device, frac
     assert plan_costs(g, again, b.paging_time)[0] == plan_costs(g, found, b.paging_time)[0]
 
 
+def test_a_resumed_guide_search_makes_the_same_moves_as_one_run():
+    # GuideSearch.run continues where it stopped: 60 moves without gain, then up to 150, is the
+    # same search as up to 150 at once, and a search stalled at its patience makes no more moves
+    from poet.solve.api import costed_graph
+    from poet.solve.heuristics import GuideSearch, eviction_cover
+    g = costed_graph("resnet18_cifar", "m4")
+    b = Budget(_ram(g, 0.2), 1.2 * g.plain_runtime_s, "serial")
+    lb, guide = eviction_cover(g, b)
+    start = best_greedy(g, b, guide=guide)
+    one = GuideSearch(g, b, start, seed=5)
+    one.run(60.0, 150)
+    two = GuideSearch(g, b, start, seed=5)
+    two.run(60.0, 60)
+    assert two.idle == 60
+    two.run(60.0, 150)
+    assert (two.idle, two.best_key, two.best_guide) == (one.idle, one.best_key, one.best_guide) and one.idle == 150
+    assert one.best_key[1] < plan_costs(g, start, b.paging_time)[0]
+    state = one.rnd.getstate()
+    one.run(60.0, 150)
+    assert one.rnd.getstate() == state
+    validate(g, emit(g, one.best), b)
+
+
 @pytest.mark.parametrize("prefer", ["energy", "remat", "closure", "cascade"])
 @pytest.mark.parametrize("seed", [1, 6, 11])
 def test_rules_guided_once_by_the_runtime_cover_give_valid_plans_never_below_the_oracle(prefer, seed):
@@ -222,8 +245,9 @@ def test_checkpointed_guides_keep_every_third_residual_block_output():
 
 def test_stalled_searches_restart_with_new_seeds_and_never_end_worse(monkeypatch):
     # A 6-layer chain's searches stall in well under a second; with a time limit left, further
-    # rounds search the same starts with new seeds.  Round one is the single round of the old
-    # behaviour, so the restarted result can only be cheaper, and it is a validated schedule.
+    # rounds search the same starts with new seeds.  The first seed's searches, resumed round by
+    # round up to their own patience, make the moves of the single round without restarts, so the
+    # restarted result can only be cheaper, and it is a validated schedule.
     from poet.solve import milp
     g = training_chain(6, 4, skip=True)
     kw = dict(memory=_ram(g, 0.1), runtime="1.2x", gap=1e-9, time_limit=60, method="heuristic",

@@ -17,6 +17,7 @@ for the MILP, are returned with their gap to a valid lower bound.
 from __future__ import annotations
 
 import math
+import random
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -334,67 +335,74 @@ def _greedy(g, budget, remat, paging, prefer, cap_bytes, guide, guide_once=False
         K = {i for i in resident if md[i] >= t}
         drop_after: set[int] = set()
         paged_now: set[int] = set()    # evicted at this boundary with a page-out in stage t-1
+        replan = True   # False: the last eviction left the stage's plan as it was
+
+        def carried() -> set[int]:
+            """What stays in RAM into stage t+1 (built afresh: the next stage's candidate order follows it)."""
+            return {i for i in (K | C | set(ins)) if md[i] >= t + 1 and i not in drop_after}
+
         for _attempt in range(4 * n + 10):
-            # --- plan the stage: what to compute / page in
-            C: set[int] = {t}
-            ins: dict[int, int] = {}
+            if replan:
+                # --- plan the stage: what to compute / page in
+                C: set[int] = {t}
+                ins: dict[int, int] = {}
 
-            def avail(p, k):
-                if p in K or p in C:
-                    return
-                if p in ins:
-                    ins[p] = min(ins[p], k)
-                    return
-                if p in stored and paging:
-                    ins[p] = k
-                    return
-                if not remat:
-                    raise _Fail
-                C.add(p)
-                for q in preds[p]:
-                    avail(q, p)
+                def avail(p, k):
+                    if p in K or p in C:
+                        return
+                    if p in ins:
+                        ins[p] = min(ins[p], k)
+                        return
+                    if p in stored and paging:
+                        ins[p] = k
+                        return
+                    if not remat:
+                        raise _Fail
+                    C.add(p)
+                    for q in preds[p]:
+                        avail(q, p)
 
-            for p in preds[t]:
-                avail(p, t)
-            comp = sorted(C)
-            keep_next = {i for i in (K | C | set(ins)) if md[i] >= t + 1 and i not in drop_after}
-            # --- RAM exactly as the MILP charges it
-            last: dict[int, int] = {}
-            readers: dict[int, list[int]] = {}    # tensor -> the nodes of comp reading it, ascending
-            for k in comp:
-                for p in preds[k]:
-                    last[p] = k
-                    readers.setdefault(p, []).append(k)
-            arr: dict[int, list[int]] = {}
-            for i, k in ins.items():
-                arr.setdefault(k, []).append(i)
-            def replay(until: int = -1):
-                """The stage's RAM peak and where it is; with ``until``, what is resident there."""
-                cur = fixed + sum(mem[i] for i in K)
-                res = set(K)
-                peak, kstar = -1, -1
+                for p in preds[t]:
+                    avail(p, t)
+                comp = sorted(C)
+                keep_next = carried()
+                # --- RAM exactly as the MILP charges it
+                last: dict[int, int] = {}
+                readers: dict[int, list[int]] = {}    # tensor -> the nodes of comp reading it, ascending
                 for k in comp:
-                    for i in arr.get(k, ()):
-                        cur += mem[i]
-                        res.add(i)
-                    cur += mem[k]
-                    res.add(k)
-                    if k == until:
-                        return set(res)     # a copy, as candidates are taken in its order
-                    if cur > peak:
-                        peak, kstar = cur, k
-                    for i in (*preds[k], k):
-                        if i in res and i not in keep_next and last.get(i, -1) <= k:
-                            res.discard(i)
-                            cur -= mem[i]
-                return peak, kstar
+                    for p in preds[k]:
+                        last[p] = k
+                        readers.setdefault(p, []).append(k)
+                arr: dict[int, list[int]] = {}
+                for i, k in ins.items():
+                    arr.setdefault(k, []).append(i)
+                def replay(until: int = -1):
+                    """The stage's RAM peak and where it is; with ``until``, what is resident there."""
+                    cur = fixed + sum(mem[i] for i in K)
+                    res = set(K)
+                    peak, kstar = -1, -1
+                    for k in comp:
+                        for i in arr.get(k, ()):
+                            cur += mem[i]
+                            res.add(i)
+                        cur += mem[k]
+                        res.add(k)
+                        if k == until:
+                            return set(res)     # a copy, as candidates are taken in its order
+                        if cur > peak:
+                            peak, kstar = cur, k
+                        for i in (*preds[k], k):
+                            if i in res and i not in keep_next and last.get(i, -1) <= k:
+                                res.discard(i)
+                                cur -= mem[i]
+                    return peak, kstar
 
-            # (a stage that recomputes a long chain computes thousands of nodes: the resident set
-            # is rebuilt once, at the peak, not copied at every new high)
-            peak, kstar = replay()
-            if peak <= cap:
-                break
-            snap = replay(kstar)
+                # (a stage that recomputes a long chain computes thousands of nodes: the resident set
+                # is rebuilt once, at the peak, not copied at every new high)
+                peak, kstar = replay()
+                if peak <= cap:
+                    break
+                snap = replay(kstar)
             # --- evict one tensor charged at the peak
             pinned = set(preds[kstar]) | {kstar}
             best, best_key = None, None
@@ -467,8 +475,19 @@ def _greedy(g, budget, remat, paging, prefer, cap_bytes, guide, guide_once=False
                 dropped.add(x)
             if kind == "K":
                 K.discard(x)
+                # x read by no node of the stage: what the stage computes and pages in stays as it was,
+                # and x's bytes leave every position, so the peak stays where it was, that much lower
+                replan = x in readers
+                if not replan:
+                    keep_next.discard(x)
+                    peak -= mem[x]
+                    if peak <= cap:
+                        keep_next = carried()
+                        break
+                    snap = replay(kstar)
             else:
                 drop_after.add(x)
+                replan = True
         else:
             raise _Fail
         # --- commit the stage
@@ -649,27 +668,43 @@ def search_guides(g: CostedGraph, budget: Budget, plan: Plan, *, remat: bool = T
     repeatable for a given number of moves; its result is replayed by the
     validator before it is returned.
     """
-    import random
-    if plan.rule is None:
-        return plan
-    prefer, guide, rule_budget, once = plan.rule
-    cands = [v for v in range(len(g.nodes)) if g.ram[v] > 0 and g.last_reader[v] > v + 1]
-    if not cands:
-        return plan
-    kinds = [k for k, ok in (("remat", remat), ("page", paging)) if ok] + ["keep"]
-    patience = patience if patience is not None else max(1000, 10 * len(cands))
-    deadline = budget.runtime_s if budget.runtime_s is not None else math.inf
+    search = GuideSearch(g, budget, plan, remat=remat, paging=paging, target_energy=target_energy, seed=seed)
+    return search.run(time_limit, patience)
 
-    def key(p: Plan) -> tuple[float, float]:
-        e, rt = plan_costs(g, p, budget.paging_time)
-        return max(0.0, rt - deadline * (1 + 1e-9)), e
 
-    def better(a: tuple[float, float], b: tuple[float, float]) -> bool:
+class GuideSearch:
+    """The local search of :func:`search_guides`, resumable: ``run`` continues where the last call
+    stopped, so a search can be given more patience later without repeating its moves."""
+
+    def __init__(self, g: CostedGraph, budget: Budget, plan: Plan, *, remat: bool = True, paging: bool = True,
+                 target_energy: float = 0.0, seed: int = 0):
+        self.g, self.budget, self.remat, self.paging = g, budget, remat, paging
+        self.target = target_energy
+        self.best = plan
+        self.cands = [v for v in range(len(g.nodes)) if g.ram[v] > 0 and g.last_reader[v] > v + 1]
+        self.kinds = [k for k, ok in (("remat", remat), ("page", paging)) if ok] + ["keep"]
+        self.deadline = budget.runtime_s if budget.runtime_s is not None else math.inf
+        self.patience = max(1000, 10 * len(self.cands))    # moves without gain before it stops
+        self.kick = max(100, len(self.cands))
+        self.rnd = random.Random(seed)
+        self.idle = self.stuck = 0
+        if plan.rule is not None:
+            self.best_guide = dict(plan.rule[1])
+            self.best_key = self._key(plan)
+            self.cur_guide, self.cur_key = self.best_guide, self.best_key  # the best, or a kick away from it
+
+    def _key(self, p: Plan) -> tuple[float, float]:
+        e, rt = plan_costs(self.g, p, self.budget.paging_time)
+        return max(0.0, rt - self.deadline * (1 + 1e-9)), e
+
+    @staticmethod
+    def _better(a: tuple[float, float], b: tuple[float, float]) -> bool:
         return a[0] < b[0] * (1 - 1e-9) if b[0] > 0 else (a[0] == 0 and a[1] < b[1] * (1 - 1e-12))
 
-    def moved(gd: dict[int, str]) -> dict[int, str]:
+    def _moved(self, gd: dict[int, str]) -> dict[int, str]:
+        rnd, kinds = self.rnd, self.kinds
         gd = dict(gd)
-        v = rnd.choice(cands)
+        v = rnd.choice(self.cands)
         move = rnd.random()
         if gd and move < 0.4:
             del gd[rnd.choice(sorted(gd))]
@@ -683,32 +718,41 @@ def search_guides(g: CostedGraph, budget: Budget, plan: Plan, *, remat: bool = T
             gd[v] = rnd.choice(kinds)
         return gd
 
-    best, best_guide = plan, dict(guide)
-    best_key = key(plan)
-    cur_guide, cur_key = best_guide, best_key      # the search point: the best, or a kick away from it
-    rnd = random.Random(seed)
-    kick = max(100, len(cands))
-    t0, idle, stuck = time.perf_counter(), 0, 0
-    while (best_key[0] > 0 or best_key[1] > target_energy) and idle < patience \
-            and time.perf_counter() - t0 < time_limit:
-        idle += 1
-        stuck += 1
-        if stuck > kick:
-            # no gain around the current point for a while: restart a few random moves from the best
-            cur_guide, cur_key, stuck = best_guide, (math.inf, math.inf), 0
-            for _ in range(3):
-                cur_guide = moved(cur_guide)
-        gd = moved(cur_guide)
-        p = greedy_plan(g, rule_budget, remat=remat, paging=paging, prefer=prefer, guide=gd, guide_once=once,
-                        time_limit=time_limit - (time.perf_counter() - t0))
-        if p is None:
-            continue
-        drop_unread_pageouts(p)
-        k = key(p)
-        if not better(k, cur_key):
-            continue
-        cur_guide, cur_key, stuck = gd, k, 0
-        if better(k, best_key) and _replays(g, p, budget if k[0] == 0 else _ram_only(budget)):
-            p.rule = (prefer, gd, rule_budget, once)
-            best, best_guide, best_key, idle = p, gd, k, 0
-    return best
+    @property
+    def done(self) -> bool:
+        """Nothing left to search, or the target is reached."""
+        return (self.best.rule is None or not self.cands
+                or (self.best_key[0] == 0 and self.best_key[1] <= self.target))
+
+    def run(self, time_limit: float, patience: int | None = None) -> Plan:
+        """Search until ``patience`` moves in a row (counted across calls) bring no gain, or for
+        ``time_limit`` seconds, or until the target is reached; the best plan so far."""
+        if self.done:
+            return self.best
+        g = self.g
+        prefer, _, rule_budget, once = self.best.rule
+        patience = patience if patience is not None else self.patience
+        t0 = time.perf_counter()
+        while not self.done and self.idle < patience and time.perf_counter() - t0 < time_limit:
+            self.idle += 1
+            self.stuck += 1
+            if self.stuck > self.kick:
+                # no gain around the current point for a while: restart a few random moves from the best
+                self.cur_guide, self.cur_key, self.stuck = self.best_guide, (math.inf, math.inf), 0
+                for _ in range(3):
+                    self.cur_guide = self._moved(self.cur_guide)
+            gd = self._moved(self.cur_guide)
+            p = greedy_plan(g, rule_budget, remat=self.remat, paging=self.paging, prefer=prefer, guide=gd,
+                            guide_once=once, time_limit=time_limit - (time.perf_counter() - t0))
+            if p is None:
+                continue
+            drop_unread_pageouts(p)
+            k = self._key(p)
+            if not self._better(k, self.cur_key):
+                continue
+            self.cur_guide, self.cur_key, self.stuck = gd, k, 0
+            if self._better(k, self.best_key) and \
+                    _replays(g, p, self.budget if k[0] == 0 else _ram_only(self.budget)):
+                p.rule = (prefer, gd, rule_budget, once)
+                self.best, self.best_guide, self.best_key, self.idle = p, gd, k, 0
+        return self.best

@@ -437,10 +437,10 @@ def _result_schedule(g, budget, strategy, steps, status, solver):
     return Schedule(graph=g, budget=budget, steps=tuple(steps), status=status, strategy=strategy, solver=solver)
 
 
-# Seeds per search start when searches stall before the search time is up, on graphs of at least
-# RESTART_MIN_NODES nodes.  Below that the MILP that follows proves small graphs faster than more
-# searching would (the 20- and 30-node zoo nets in seconds); from about 70 nodes on, a warm-started
-# MILP ran for minutes without improving its start (docs/solver.md).
+# Seeds per search start on graphs of at least RESTART_MIN_NODES nodes, a new one each round of the
+# guide search.  Below that the MILP that follows proves small graphs faster than more searching
+# would (the 20- and 30-node zoo nets in seconds); from about 70 nodes on, a warm-started MILP ran
+# for minutes without improving its start (docs/solver.md).
 SEARCH_ROUNDS = 4
 RESTART_MIN_NODES = 100
 
@@ -516,7 +516,7 @@ def solve_milp(g: CostedGraph, budget: Budget, opts, *, remat: bool, paging: boo
     solver["structural_bound_energy_j"] = lb
     outside_proven = incumbent_energy is not None and incumbent_energy - lb <= opts.gap * incumbent_energy
     if method != "faithful":
-        from .heuristics import best_greedy, rule_names, search_guides
+        from .heuristics import GuideSearch, best_greedy, rule_names, search_guides
         rule_plans: list = []
         closest: list = []
         plan = best_greedy(g, budget, remat=remat, paging=paging, guide=guide, per_rule=rule_plans,
@@ -560,30 +560,39 @@ def solve_milp(g: CostedGraph, budget: Budget, opts, *, remat: bool, paging: boo
             others = sorted((p for p in rule_plans if p is not plan and p.rule and not p.rule[1]
                              and p.rule[0] != plan.rule[0]), key=lambda p: plan_costs(g, p, budget.paging_time)[0])
             starts = [plan] + (guided or others[:1])
-            reached = [math.inf] * len(starts)
-            order = list(range(len(starts)))
-            # A search that stalls (no gain in its patience) ends before its share of the time; the
-            # time left goes to fresh searches of the same starts with the next seed, the start whose
-            # searches reached the cheapest plan first, at most SEARCH_ROUNDS rounds in all.
-            rounds, max_rounds = 0, SEARCH_ROUNDS if len(g.nodes) >= RESTART_MIN_NODES else 1
+            # Where a search stalls depends on its seed: on resnet18_cifar/m4 at 30% RAM every search
+            # gains within its first 250 moves or not at all, and two seeds in four reach the bound
+            # within 100 moves, while on resnet18/m4 at 20% the one that does goes 350 moves without
+            # gain first.  So the searches are resumable and run in rounds: each round adds a search of
+            # every start with the next seed (up to SEARCH_ROUNDS seeds, on graphs of RESTART_MIN_NODES
+            # or more), then resumes every search, best first, until it goes twice as many moves
+            # without gain as in the round before (first twice its kick distance, at most its own
+            # patience).  It ends when every search has stalled at its own patience.
+            max_seeds = SEARCH_ROUNDS if len(g.nodes) >= RESTART_MIN_NODES else 1
+            searches: list = []
+            rounds = 0
 
             def left() -> float:
                 """Search time left, 0 once the plan is good enough or the last 1% of the span is reached."""
                 rest = span - (time.perf_counter() - ts)
                 return 0.0 if plan_e <= target or rest <= 0.01 * span else rest
 
-            while rounds < max_rounds and left():
-                for j, k in enumerate(order):
+            while left():
+                if rounds < max_seeds:
+                    searches += [GuideSearch(g, budget, st, remat=remat, paging=paging, target_energy=target,
+                                             seed=rounds) for st in starts]
+                elif all(sr.done or sr.idle >= sr.patience for sr in searches):
+                    break
+                searches.sort(key=lambda sr: plan_costs(g, sr.best, budget.paging_time)[0])
+                for j, sr in enumerate(searches):
                     rest = left()
                     if not rest:
                         break
-                    cand = search_guides(g, budget, starts[k], remat=remat, paging=paging, target_energy=target,
-                                         time_limit=rest / (len(order) - j), seed=rounds)
+                    patience = sr.patience if max_seeds == 1 else min(sr.patience, 2 * sr.kick << rounds)
+                    cand = sr.run(rest / (len(searches) - j), patience)
                     cand_e, _ = plan_costs(g, cand, budget.paging_time)
-                    reached[k] = min(reached[k], cand_e)
                     if cand_e < plan_e:
                         plan, plan_e = cand, cand_e
-                order.sort(key=reached.__getitem__)
                 rounds += 1
             solver["guide_search_rounds"] = rounds
             gap_lb = max(0.0, (plan_e - lb) / max(plan_e, 1e-300))
