@@ -161,6 +161,50 @@ def test_guide_search_only_improves_and_returns_a_valid_plan(model, device, frac
     assert plan_costs(g, again, b.paging_time)[0] == plan_costs(g, found, b.paging_time)[0]
 
 
+def test_searches_run_side_by_side_end_as_when_run_in_turn():
+    # the pool's workers run the same seeded searches; bounded by patience (not time) each makes
+    # the same moves, so the plans are the same, and the searches come back resumable
+    from poet.solve.api import costed_graph
+    from poet.solve.heuristics import GuideSearch, eviction_cover
+    from poet.solve.parallel import SearchPool
+    g = costed_graph("resnet18_cifar", "m4")
+    b = Budget(_ram(g, 0.2), 1.2 * g.plain_runtime_s, "serial")
+    lb, guide = eviction_cover(g, b)
+    start = best_greedy(g, b, guide=guide)
+    alone = [GuideSearch(g, b, start, seed=s) for s in (1, 2, 3)]
+    for sr in alone:
+        sr.run(60.0, 80)
+    with SearchPool(g, 2) as pool:
+        assert pool.pool is not None          # forked workers (Linux)
+        side = pool.run([(GuideSearch(g, b, start, seed=s), 60.0, 80) for s in (1, 2, 3)])
+        assert [sr.best_key for sr in side] == [sr.best_key for sr in alone]
+        assert all(sr.g is g for sr in side)
+        again = pool.run([(sr, 60.0, 120) for sr in side])    # resumed in the workers
+    for sr in alone:
+        sr.run(60.0, 120)
+    assert [sr.best_key for sr in again] == [sr.best_key for sr in alone]
+    for sr in again:
+        validate(g, emit(g, sr.best), b)
+
+
+def test_a_search_reaching_its_target_stops_the_others():
+    from poet.solve.api import costed_graph
+    from poet.solve.heuristics import GuideSearch, eviction_cover
+    from poet.solve.parallel import SearchPool
+    g = costed_graph("resnet18_cifar", "m4")
+    b = Budget(_ram(g, 0.2), 1.2 * g.plain_runtime_s, "serial")
+    lb, guide = eviction_cover(g, b)
+    start = best_greedy(g, b, guide=guide)
+    e0 = plan_costs(g, start, b.paging_time)[0]
+    easy = GuideSearch(g, b, start, target_energy=e0 * 2, seed=0)        # the start already meets it
+    hard = GuideSearch(g, b, start, target_energy=0.0, seed=1)
+    assert easy.reached and not hard.reached
+    with SearchPool(g, 2) as pool:
+        pool.reached.set()     # as the first search to reach its target does
+        out = pool.run([(hard, 60.0, None), (GuideSearch(g, b, start, seed=2), 60.0, None)])
+    assert all(sr.idle == 0 for sr in out)       # told to stop, neither made a move
+
+
 def test_a_resumed_guide_search_makes_the_same_moves_as_one_run():
     # GuideSearch.run continues where it stopped: 60 moves without gain, then up to 150, is the
     # same search as up to 150 at once, and a search stalled at its patience makes no more moves

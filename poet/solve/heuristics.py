@@ -688,10 +688,9 @@ class GuideSearch:
         self.kick = max(100, len(self.cands))
         self.rnd = random.Random(seed)
         self.idle = self.stuck = 0
-        if plan.rule is not None:
-            self.best_guide = dict(plan.rule[1])
-            self.best_key = self._key(plan)
-            self.cur_guide, self.cur_key = self.best_guide, self.best_key  # the best, or a kick away from it
+        self.best_key = self._key(plan)
+        self.best_guide = dict(plan.rule[1]) if plan.rule is not None else {}
+        self.cur_guide, self.cur_key = self.best_guide, self.best_key    # the best, or a kick away from it
 
     def _key(self, p: Plan) -> tuple[float, float]:
         e, rt = plan_costs(self.g, p, self.budget.paging_time)
@@ -718,22 +717,32 @@ class GuideSearch:
             gd[v] = rnd.choice(kinds)
         return gd
 
+    def __getstate__(self) -> dict:
+        # sent to a worker process without the graph, which the worker already holds
+        return {k: v for k, v in self.__dict__.items() if k != "g"}
+
+    @property
+    def reached(self) -> bool:
+        """A plan within the deadline and at or below the target energy was found."""
+        return self.best.rule is not None and self.best_key[0] == 0 and self.best_key[1] <= self.target
+
     @property
     def done(self) -> bool:
         """Nothing left to search, or the target is reached."""
-        return (self.best.rule is None or not self.cands
-                or (self.best_key[0] == 0 and self.best_key[1] <= self.target))
+        return self.best.rule is None or not self.cands or self.reached
 
-    def run(self, time_limit: float, patience: int | None = None) -> Plan:
+    def run(self, time_limit: float, patience: int | None = None, stop=None) -> Plan:
         """Search until ``patience`` moves in a row (counted across calls) bring no gain, or for
-        ``time_limit`` seconds, or until the target is reached; the best plan so far."""
+        ``time_limit`` seconds, or until the target is reached (or ``stop()`` is true); the best
+        plan so far."""
         if self.done:
             return self.best
         g = self.g
         prefer, _, rule_budget, once = self.best.rule
         patience = patience if patience is not None else self.patience
         t0 = time.perf_counter()
-        while not self.done and self.idle < patience and time.perf_counter() - t0 < time_limit:
+        while not self.done and self.idle < patience and time.perf_counter() - t0 < time_limit \
+                and not (stop is not None and stop()):
             self.idle += 1
             self.stuck += 1
             if self.stuck > self.kick:

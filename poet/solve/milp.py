@@ -517,6 +517,7 @@ def solve_milp(g: CostedGraph, budget: Budget, opts, *, remat: bool, paging: boo
     outside_proven = incumbent_energy is not None and incumbent_energy - lb <= opts.gap * incumbent_energy
     if method != "faithful":
         from .heuristics import GuideSearch, best_greedy, rule_names, search_guides
+        from .parallel import SearchPool, worker_count
         rule_plans: list = []
         closest: list = []
         plan = best_greedy(g, budget, remat=remat, paging=paging, guide=guide, per_rule=rule_plans,
@@ -567,7 +568,8 @@ def solve_milp(g: CostedGraph, budget: Budget, opts, *, remat: bool, paging: boo
             # every start with the next seed (up to SEARCH_ROUNDS seeds, on graphs of RESTART_MIN_NODES
             # or more), then resumes every search, best first, until it goes twice as many moves
             # without gain as in the round before (first twice its kick distance, at most its own
-            # patience).  It ends when every search has stalled at its own patience.
+            # patience).  It ends when every search has stalled at its own patience.  The searches
+            # of a round run side by side, one per core (poet.solve.parallel).
             max_seeds = SEARCH_ROUNDS if len(g.nodes) >= RESTART_MIN_NODES else 1
             searches: list = []
             rounds = 0
@@ -577,23 +579,28 @@ def solve_milp(g: CostedGraph, budget: Budget, opts, *, remat: bool, paging: boo
                 rest = span - (time.perf_counter() - ts)
                 return 0.0 if plan_e <= target or rest <= 0.01 * span else rest
 
-            while left():
-                if rounds < max_seeds:
-                    searches += [GuideSearch(g, budget, st, remat=remat, paging=paging, target_energy=target,
-                                             seed=rounds) for st in starts]
-                elif all(sr.done or sr.idle >= sr.patience for sr in searches):
-                    break
-                searches.sort(key=lambda sr: plan_costs(g, sr.best, budget.paging_time)[0])
-                for j, sr in enumerate(searches):
-                    rest = left()
-                    if not rest:
+            with SearchPool(g, worker_count(opts.threads)) as pool:
+                while left():
+                    if rounds < max_seeds:
+                        searches += [GuideSearch(g, budget, st, remat=remat, paging=paging, target_energy=target,
+                                                 seed=rounds) for st in starts]
+                    elif all(sr.done or sr.idle >= sr.patience for sr in searches):
                         break
-                    patience = sr.patience if max_seeds == 1 else min(sr.patience, 2 * sr.kick << rounds)
-                    cand = sr.run(rest / (len(searches) - j), patience)
-                    cand_e, _ = plan_costs(g, cand, budget.paging_time)
-                    if cand_e < plan_e:
-                        plan, plan_e = cand, cand_e
-                rounds += 1
+                    searches.sort(key=lambda sr: sr.best_key[1])
+                    for j in range(0, len(searches), pool.workers):
+                        rest = left()
+                        if not rest:
+                            break
+                        batch = searches[j:j + pool.workers]
+                        share = rest * len(batch) / (len(searches) - j)
+                        searches[j:j + pool.workers] = pool.run(
+                            [(sr, share, sr.patience if max_seeds == 1 else min(sr.patience, 2 * sr.kick << rounds))
+                             for sr in batch])
+                        for sr in searches[j:j + pool.workers]:
+                            cand_e, _ = plan_costs(g, sr.best, budget.paging_time)
+                            if cand_e < plan_e:
+                                plan, plan_e = sr.best, cand_e
+                    rounds += 1
             solver["guide_search_rounds"] = rounds
             gap_lb = max(0.0, (plan_e - lb) / max(plan_e, 1e-300))
             solver["guide_search_seconds"] = time.perf_counter() - ts

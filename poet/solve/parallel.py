@@ -1,0 +1,91 @@
+"""Guide searches on several cores at once.
+
+A guide search is pure Python, so threads would take turns on one core.  Each
+search runs instead in a worker process forked from the solve, and comes back
+(its state pickled, without the graph) to be resumed in a later round.  Only
+where ``fork`` exists (Linux): a forked worker re-imports nothing, so a user's
+script without a ``__main__`` guard is safe, and the graph is shared, not copied
+through a pipe.  Elsewhere, on one core, or with ``threads=1``, the searches
+run in turn in the solving process.
+
+The results are those of the same searches run one after another for the same
+moves: a search is seeded and only its time share decides how far it gets.
+"""
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+
+from ..graph.core import CostedGraph
+from .heuristics import GuideSearch
+
+_graph: CostedGraph | None = None   # the workers' graph, inherited through fork
+_reached = None                     # set once a search reaches its target: the others stop
+
+
+def worker_count(threads: int | None) -> int:
+    """Processes for the guide searches: the cores this process may use, at most ``threads``."""
+    if "fork" not in mp.get_all_start_methods():
+        return 1
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:
+        cores = os.cpu_count() or 1
+    return max(1, min(cores, threads or cores))
+
+
+def _init(g: CostedGraph, reached) -> None:
+    global _graph, _reached
+    _graph, _reached = g, reached
+
+
+def _run(search: GuideSearch, time_limit: float, patience: int | None) -> GuideSearch:
+    search.g = _graph
+    search.run(time_limit, patience, stop=_reached.is_set)
+    if search.reached:
+        _reached.set()
+    return search
+
+
+class SearchPool:
+    """Runs batches of guide searches side by side; with one worker, in this process."""
+
+    def __init__(self, g: CostedGraph, workers: int):
+        self.g = g
+        self.pool = None
+        if workers > 1:
+            ctx = mp.get_context("fork")
+            self.reached = ctx.Event()
+            self.pool = ProcessPoolExecutor(workers, mp_context=ctx, initializer=_init,
+                                            initargs=(g, self.reached))
+        self.workers = workers
+
+    def run(self, jobs: list[tuple[GuideSearch, float, int | None]]) -> list[GuideSearch]:
+        """Run each (search, seconds, patience) job; the searches, advanced, in the same order."""
+        if self.pool is not None and len(jobs) > 1:
+            try:
+                futures = [self.pool.submit(_run, s, t, p) for s, t, p in jobs]
+                done = [f.result() for f in futures]
+            except BrokenProcessPool:
+                # a worker died (killed, out of memory): carry on in this process
+                self.close()
+            else:
+                for s in done:
+                    s.g = self.g
+                return done
+        for s, t, p in jobs:
+            s.run(t, p)
+        return [s for s, _, _ in jobs]
+
+    def close(self) -> None:
+        if self.pool is not None:
+            self.pool.shutdown(wait=True, cancel_futures=True)
+            self.pool = None
+
+    def __enter__(self) -> "SearchPool":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
