@@ -187,7 +187,8 @@ def build_parser() -> argparse.ArgumentParser:
     sol.add_argument("--strategy", default="poet",
                      help="poet (default), remat, paging, keep-all, chen, capuchin")
     sol.add_argument("--time-limit", type=float, default=None, help="seconds; the best schedule found is returned")
-    sol.add_argument("--threads", type=int, default=None)
+    sol.add_argument("--threads", type=int, default=None,
+                     help="cores to use: HiGHS threads, and guide searches side by side (default: all)")
     sol.add_argument("--gap", type=float, default=1e-3, help="relative gap that counts as optimal (default 1e-3)")
     sol.add_argument("--method", default="auto", help="MILP formulation (auto, faithful, ...; docs/solver.md)")
     out = s.add_argument_group("output")

@@ -430,6 +430,7 @@ def run_sweep(spec: SweepSpec, out, *, jobs: int | None = None, force: bool = Fa
     # inherit half-dead (solves then hang); fresh interpreters cost ~1 s each and are always safe.
     import multiprocessing
     pool = (ProcessPoolExecutor(max_workers=jobs, initializer=_worker_init,
+                                initargs=(max(1, (os.cpu_count() or 1) // jobs),),
                                 mp_context=multiprocessing.get_context("spawn")) if todo else None)
     old_term = _on_sigterm()
     try:
@@ -499,9 +500,12 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def _worker_init():
+def _worker_init(cores: int = 1):
     import signal
+
+    from .solve.parallel import limit_workers
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    limit_workers(cores)     # the sweep's points run side by side: each solve gets its share of the cores
 
 
 def _on_sigterm():

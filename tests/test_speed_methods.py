@@ -205,6 +205,23 @@ def test_a_search_reaching_its_target_stops_the_others():
     assert all(sr.idle == 0 for sr in out)       # told to stop, neither made a move
 
 
+def test_a_sweep_point_gets_its_share_of_the_cores_for_its_searches(monkeypatch):
+    import os
+    import signal
+
+    from poet import sweep
+    from poet.solve import parallel
+    monkeypatch.setattr(parallel, "_cap", None)
+    cores = len(os.sched_getaffinity(0))
+    assert parallel.worker_count(None) == cores and parallel.worker_count(1) == 1
+    old = signal.getsignal(signal.SIGTERM)
+    try:
+        sweep._worker_init(1)            # a sweep running as many points at once as there are cores
+    finally:
+        signal.signal(signal.SIGTERM, old)
+    assert parallel.worker_count(None) == 1
+
+
 def test_a_resumed_guide_search_makes_the_same_moves_as_one_run():
     # GuideSearch.run continues where it stopped: 60 moves without gain, then up to 150, is the
     # same search as up to 150 at once, and a search stalled at its patience makes no more moves

@@ -6,7 +6,9 @@ search runs instead in a worker process forked from the solve, and comes back
 where ``fork`` exists (Linux): a forked worker re-imports nothing, so a user's
 script without a ``__main__`` guard is safe, and the graph is shared, not copied
 through a pipe.  Elsewhere, on one core, or with ``threads=1``, the searches
-run in turn in the solving process.
+run in turn in the solving process.  The workers run the greedy and the
+validator only, never HiGHS: a forked child inherits HiGHS's thread pool
+half-dead, and a solve there would hang.
 
 The results are those of the same searches run one after another for the same
 moves: a search is seeded and only its time share decides how far it gets.
@@ -23,6 +25,14 @@ from .heuristics import GuideSearch
 
 _graph: CostedGraph | None = None   # the workers' graph, inherited through fork
 _reached = None                     # set once a search reaches its target: the others stop
+_cap: int | None = None             # at most this many workers (see limit_workers)
+
+
+def limit_workers(n: int | None) -> None:
+    """At most ``n`` search workers per solve in this process (a sweep running several solves at
+    once gives each its share of the cores); None: no limit."""
+    global _cap
+    _cap = n
 
 
 def worker_count(threads: int | None) -> int:
@@ -33,7 +43,7 @@ def worker_count(threads: int | None) -> int:
         cores = len(os.sched_getaffinity(0))
     except AttributeError:
         cores = os.cpu_count() or 1
-    return max(1, min(cores, threads or cores))
+    return max(1, min(cores, threads or cores, _cap or cores))
 
 
 def _init(g: CostedGraph, reached) -> None:
@@ -81,6 +91,7 @@ class SearchPool:
 
     def close(self) -> None:
         if self.pool is not None:
+            self.reached.set()      # searches still running (the solve was interrupted) stop at their next move
             self.pool.shutdown(wait=True, cancel_futures=True)
             self.pool = None
 
