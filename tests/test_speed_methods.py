@@ -205,6 +205,31 @@ def test_a_search_reaching_its_target_stops_the_others():
     assert all(sr.idle == 0 for sr in out)       # told to stop, neither made a move
 
 
+def _worker_dies(search, time_limit, patience):
+    import os
+    os._exit(3)
+
+
+def test_searches_carry_on_in_the_solve_when_a_worker_dies(monkeypatch):
+    # a killed worker (out of memory, say) loses nothing: the searches run in turn, in this process,
+    # sharing the batch's time
+    from poet.solve import parallel
+    from poet.solve.api import costed_graph
+    from poet.solve.heuristics import GuideSearch, eviction_cover
+    g = costed_graph("resnet18_cifar", "m4")
+    b = Budget(_ram(g, 0.2), 1.2 * g.plain_runtime_s, "serial")
+    lb, guide = eviction_cover(g, b)
+    start = best_greedy(g, b, guide=guide)
+    monkeypatch.setattr(parallel, "_run", _worker_dies)
+    with parallel.SearchPool(g, 2) as pool:
+        out = pool.run([(GuideSearch(g, b, start, seed=s), 60.0, 40) for s in (1, 2)])
+        assert pool.pool is None and pool.workers == 1
+    alone = GuideSearch(g, b, start, seed=2)
+    alone.run(60.0, 40)
+    assert out[1].best_key == alone.best_key and out[1].idle == 40
+    validate(g, emit(g, out[0].best), b)
+
+
 def test_a_sweep_point_gets_its_share_of_the_cores_for_its_searches(monkeypatch):
     import os
     import signal

@@ -81,12 +81,13 @@ class SearchPool:
             except BrokenProcessPool:
                 # a worker died (killed, out of memory): carry on in this process
                 self.close()
+                self.workers = 1
             else:
                 for s in done:
                     s.g = self.g
                 return done
-        for s, t, p in jobs:
-            s.run(t, p)
+        for s, t, p in jobs:     # in turn: jobs meant to run side by side share their time
+            s.run(t / len(jobs), p)
         return [s for s, _, _ in jobs]
 
     def close(self) -> None:
