@@ -3,7 +3,7 @@ import math
 import random
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from bruteforce import brute_force_energy
@@ -25,6 +25,8 @@ def _budget(g, frac):
 @given(seed=st.integers(0, 10_000), layers=st.integers(2, 4), frac=st.sampled_from([0.0, 0.3, 0.6, 1.0]),
        slack=st.sampled_from([None, 1.05, 1.3, 2.0]), skip=st.booleans(),
        strategy=st.sampled_from(sorted(MILPS)))
+# HiGHS's presolve stops this one with "Solve error" (the backend then solves without presolve)
+@example(seed=3487, layers=3, frac=0.6, slack=1.3, skip=False, strategy="remat")
 def test_milp_optimum_equals_exhaustive_search(seed, layers, frac, slack, skip, strategy):
     g = training_chain(layers, seed, skip=skip)
     ram = _budget(g, frac)

@@ -204,6 +204,16 @@ def solve_highs(p: MilpProblem, *, time_limit: float | None = None, threads: int
             r2.seconds += seconds
             r2.extra["restarted_without_start"] = True
             return r2
+    if ms == S.kSolveError and (options or {}).get("presolve") != "off":
+        # HiGHS 1.16's presolve can reduce a small MILP to nothing and postsolve that to a point
+        # violating a row, then stop with "Solve error" (seen on a 6-node chain): solve again
+        # without presolve
+        rest = None if time_limit is None else max(0.1, time_limit - (time.perf_counter() - t0))
+        r2 = solve_highs(p, time_limit=rest, threads=threads, gap=gap, start=start, progress=progress,
+                         verbose=verbose, options={**(options or {}), "presolve": "off"})
+        r2.seconds += seconds
+        r2.extra["resolved_without_presolve"] = True
+        return r2
     bound = info.mip_dual_bound
     mgap = info.mip_gap if has_sol else None
     detail = h.modelStatusToString(ms)
