@@ -2,8 +2,8 @@
 
 A guide search is pure Python, so threads would take turns on one core.  Each
 search runs instead in a worker process forked from the solve, and comes back
-(its state pickled, without the graph) to be resumed in a later round.  Only
-where ``fork`` exists (Linux): a forked worker re-imports nothing, so a user's
+(its state pickled, without the graph) to be resumed in a later round.  Only on
+Linux, where ``fork`` is safe: a forked worker re-imports nothing, so a user's
 script without a ``__main__`` guard is safe, and the graph is shared, not copied
 through a pipe.  Elsewhere, on one core, or with ``threads=1``, the searches
 run in turn in the solving process.  The workers run the greedy and the
@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
+import sys
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 
@@ -37,8 +38,8 @@ def limit_workers(n: int | None) -> None:
 
 def worker_count(threads: int | None) -> int:
     """Processes for the guide searches: the cores this process may use, at most ``threads``."""
-    if "fork" not in mp.get_all_start_methods():
-        return 1
+    if not sys.platform.startswith("linux"):
+        return 1        # macOS lists fork, but its system libraries are not safe in a forked child
     try:
         cores = len(os.sched_getaffinity(0))
     except AttributeError:
