@@ -161,16 +161,23 @@ def test_guide_search_only_improves_and_returns_a_valid_plan(model, device, frac
     assert plan_costs(g, again, b.paging_time)[0] == plan_costs(g, found, b.paging_time)[0]
 
 
-def test_searches_run_side_by_side_end_as_when_run_in_turn():
-    # the pool's workers run the same seeded searches; bounded by patience (not time) each makes
-    # the same moves, so the plans are the same, and the searches come back resumable
+@pytest.fixture(scope="module")
+def r18c_start():
+    """resnet18_cifar on m4 at 20% RAM and 1.2x, and its cheapest greedy plan: a search start."""
     from poet.solve.api import costed_graph
-    from poet.solve.heuristics import GuideSearch, eviction_cover
-    from poet.solve.parallel import SearchPool
+    from poet.solve.heuristics import eviction_cover
     g = costed_graph("resnet18_cifar", "m4")
     b = Budget(_ram(g, 0.2), 1.2 * g.plain_runtime_s, "serial")
     lb, guide = eviction_cover(g, b)
-    start = best_greedy(g, b, guide=guide)
+    return g, b, best_greedy(g, b, guide=guide)
+
+
+def test_searches_run_side_by_side_end_as_when_run_in_turn(r18c_start):
+    # the pool's workers run the same seeded searches; bounded by patience (not time) each makes
+    # the same moves, so the plans are the same, and the searches come back resumable
+    from poet.solve.heuristics import GuideSearch
+    from poet.solve.parallel import SearchPool
+    g, b, start = r18c_start
     alone = [GuideSearch(g, b, start, seed=s) for s in (1, 2, 3)]
     for sr in alone:
         sr.run(60.0, 80)
@@ -187,14 +194,10 @@ def test_searches_run_side_by_side_end_as_when_run_in_turn():
         validate(g, emit(g, sr.best), b)
 
 
-def test_a_search_reaching_its_target_stops_the_others():
-    from poet.solve.api import costed_graph
-    from poet.solve.heuristics import GuideSearch, eviction_cover
+def test_a_search_reaching_its_target_stops_the_others(r18c_start):
+    from poet.solve.heuristics import GuideSearch
     from poet.solve.parallel import SearchPool
-    g = costed_graph("resnet18_cifar", "m4")
-    b = Budget(_ram(g, 0.2), 1.2 * g.plain_runtime_s, "serial")
-    lb, guide = eviction_cover(g, b)
-    start = best_greedy(g, b, guide=guide)
+    g, b, start = r18c_start
     e0 = plan_costs(g, start, b.paging_time)[0]
     easy = GuideSearch(g, b, start, target_energy=e0 * 2, seed=0)        # the start already meets it
     hard = GuideSearch(g, b, start, target_energy=0.0, seed=1)
@@ -210,16 +213,12 @@ def _worker_dies(search, time_limit, patience):
     os._exit(3)
 
 
-def test_searches_carry_on_in_the_solve_when_a_worker_dies(monkeypatch):
+def test_searches_carry_on_in_the_solve_when_a_worker_dies(monkeypatch, r18c_start):
     # a killed worker (out of memory, say) loses nothing: the searches run in turn, in this process,
     # sharing the batch's time
     from poet.solve import parallel
-    from poet.solve.api import costed_graph
-    from poet.solve.heuristics import GuideSearch, eviction_cover
-    g = costed_graph("resnet18_cifar", "m4")
-    b = Budget(_ram(g, 0.2), 1.2 * g.plain_runtime_s, "serial")
-    lb, guide = eviction_cover(g, b)
-    start = best_greedy(g, b, guide=guide)
+    from poet.solve.heuristics import GuideSearch
+    g, b, start = r18c_start
     monkeypatch.setattr(parallel, "_run", _worker_dies)
     with parallel.SearchPool(g, 2) as pool:
         out = pool.run([(GuideSearch(g, b, start, seed=s), 60.0, 40) for s in (1, 2)])
@@ -247,15 +246,11 @@ def test_a_sweep_point_gets_its_share_of_the_cores_for_its_searches(monkeypatch)
     assert parallel.worker_count(None) == 1
 
 
-def test_a_resumed_guide_search_makes_the_same_moves_as_one_run():
+def test_a_resumed_guide_search_makes_the_same_moves_as_one_run(r18c_start):
     # GuideSearch.run continues where it stopped: 60 moves without gain, then up to 150, is the
     # same search as up to 150 at once, and a search stalled at its patience makes no more moves
-    from poet.solve.api import costed_graph
-    from poet.solve.heuristics import GuideSearch, eviction_cover
-    g = costed_graph("resnet18_cifar", "m4")
-    b = Budget(_ram(g, 0.2), 1.2 * g.plain_runtime_s, "serial")
-    lb, guide = eviction_cover(g, b)
-    start = best_greedy(g, b, guide=guide)
+    from poet.solve.heuristics import GuideSearch
+    g, b, start = r18c_start
     one = GuideSearch(g, b, start, seed=5)
     one.run(60.0, 150)
     two = GuideSearch(g, b, start, seed=5)

@@ -593,10 +593,10 @@ def solve_milp(g: CostedGraph, budget: Budget, opts, *, remat: bool, paging: boo
                             break
                         batch = searches[j:j + pool.workers]
                         share = rest * len(batch) / (len(searches) - j)
-                        searches[j:j + pool.workers] = pool.run(
-                            [(sr, share, sr.patience if max_seeds == 1 else min(sr.patience, 2 * sr.kick << rounds))
-                             for sr in batch])
-                        for sr in searches[j:j + pool.workers]:
+                        batch = pool.run([(sr, share, sr.patience if max_seeds == 1
+                                           else min(sr.patience, 2 * sr.kick << rounds)) for sr in batch])
+                        searches[j:j + len(batch)] = batch
+                        for sr in batch:
                             cand_e, _ = plan_costs(g, sr.best, budget.paging_time)
                             if cand_e < plan_e:
                                 plan, plan_e = sr.best, cand_e
