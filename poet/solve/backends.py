@@ -186,8 +186,8 @@ def solve_highs(p: MilpProblem, *, time_limit: float | None = None, threads: int
     def again(why: str, **changed) -> MilpResult:
         """The same solve once more, with ``changed`` arguments, in the time left; marked ``why``."""
         rest = None if time_limit is None else max(0.1, time_limit - (time.perf_counter() - t0))
-        r2 = solve_highs(p, **{"time_limit": rest, "threads": threads, "gap": gap, "progress": progress,
-                               "verbose": verbose, **changed})
+        r2 = solve_highs(p, **{"time_limit": rest, "threads": threads, "gap": gap, "start": start,
+                               "progress": progress, "verbose": verbose, "options": options, **changed})
         r2.seconds += seconds
         r2.extra[why] = True
         return r2
@@ -207,12 +207,12 @@ def solve_highs(p: MilpProblem, *, time_limit: float | None = None, threads: int
         elif start is not None:
             # The incumbent HiGHS reports was not handed back (seen when presolve alone solves
             # a warm-started model): solve again without the start.
-            return again("restarted_without_start", start=None, options=options)
+            return again("restarted_without_start", start=None)
     if ms == S.kSolveError and (options or {}).get("presolve") != "off":
         # HiGHS 1.16's presolve can reduce a small MILP to nothing and postsolve that to a point
         # violating a row, then stop with "Solve error" (seen on a 6-node chain): solve again
         # without presolve
-        return again("resolved_without_presolve", start=start, options={**(options or {}), "presolve": "off"})
+        return again("resolved_without_presolve", options={**(options or {}), "presolve": "off"})
     bound = info.mip_dual_bound
     mgap = info.mip_gap if has_sol else None
     detail = h.modelStatusToString(ms)
