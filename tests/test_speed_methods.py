@@ -304,6 +304,31 @@ def test_a_deadline_every_rule_misses_is_met_by_rules_guided_by_the_runtime_cove
     assert s.solver["min_runtime_s_lower_bound"] == pytest.approx(t_min)
 
 
+def test_guides_of_the_cover_at_a_stricter_deadline_meet_the_deadline_more_cheaply_than_the_fastest_guide():
+    from poet.solve.api import SolveOptions
+    from poet.solve.heuristics import eviction_cover, plan_costs, rule_names
+    from poet.solve.milp import _tightened_guides
+    g = _aten_resnet(8, "a72")
+    b = Budget(_ram(g, 0.3), 1.2 * g.plain_runtime_s, "serial")
+    lb, guide = eviction_cover(g, b)
+    assert best_greedy(g, b, guide=guide) is None           # every rule overruns: the fallback runs
+    t_min, fast = eviction_cover(g, b, objective="time")
+    strict = _tightened_guides(g, b, t_min, SolveOptions(), remat=True, paging=True)
+    assert strict and strict[0] != guide
+    plan = best_greedy(g, b, rules=[(r, gd, False) for gd in strict for r in ("energy", "remat")])
+    t = validate(g, emit(g, plan), b)                        # within RAM and the deadline
+    assert t.energy_j >= lb * (1 - 1e-9)
+    fastest = best_greedy(g, b, rules=[(r, fast, True) for r in rule_names()])
+    assert t.energy_j < plan_costs(g, fastest, b.paging_time)[0]
+    s = solve(g, memory=b.ram_bytes, runtime="1.2x", method="heuristic", time_limit=5, find_min_budgets=False)
+    assert s.feasible and s.totals.runtime_s <= b.runtime_s * (1 + 1e-9)
+    assert s.totals.energy_j <= t.energy_j * (1 + 1e-9)
+    # no stricter deadline to give when the deadline is the fastest possible, or when there is none
+    assert _tightened_guides(g, Budget(b.ram_bytes, t_min, "serial"), t_min, SolveOptions(),
+                             remat=True, paging=True) == []
+    assert _tightened_guides(g, Budget(b.ram_bytes), t_min, SolveOptions(), remat=True, paging=True) == []
+
+
 def test_checkpointed_guides_keep_every_third_residual_block_output():
     from poet.solve.heuristics import checkpointed, greedy_plan
     g = _aten_resnet(8, "m4")
