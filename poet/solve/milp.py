@@ -477,15 +477,19 @@ TIGHTENED_DEADLINE_SHARE = 0.15
 
 
 def _tightened_guides(g: CostedGraph, budget: Budget, t_min: float, opts, *, remat: bool,
-                      paging: bool) -> list[dict[int, str]]:
+                      paging: bool, time_left: float | None = None) -> list[dict[int, str]]:
     """The energy cover's guide for a deadline stricter than the real one, as it is and checkpointed:
-    room for the restorations the cover does not see (a chain rebuilt more than once)."""
+    room for the restorations the cover does not see (a chain rebuilt more than once).  The cover
+    gets at most half of ``time_left``; none when that is under a second."""
     from .heuristics import checkpointed
     if budget.runtime_s is None or not math.isfinite(t_min) or t_min >= budget.runtime_s:
         return []
+    seconds = _cover_seconds(opts) if time_left is None else min(_cover_seconds(opts), 0.5 * time_left)
+    if seconds < 1.0:
+        return []
     strict = Budget(budget.ram_bytes, t_min + TIGHTENED_DEADLINE_SHARE * (budget.runtime_s - t_min),
                     budget.paging_time)
-    lb, guide = eviction_cover(g, strict, remat=remat, paging=paging, time_limit=_cover_seconds(opts))
+    lb, guide = eviction_cover(g, strict, remat=remat, paging=paging, time_limit=seconds)
     if not math.isfinite(lb) or not guide:
         return []
     return [guide] + [ck for every in (3, 4, 6) if (ck := checkpointed(g, guide, every))]
@@ -543,23 +547,36 @@ def solve_milp(g: CostedGraph, budget: Budget, opts, *, remat: bool, paging: boo
         from .parallel import SearchPool, worker_count
         rule_plans: list = []
         closest: list = []
+        tr, share = time.perf_counter(), _rules_seconds(opts, time.perf_counter() - t0)
         plan = best_greedy(g, budget, remat=remat, paging=paging, guide=guide, per_rule=rule_plans,
-                           closest=closest, time_limit=_rules_seconds(opts, time.perf_counter() - t0))
+                           closest=closest, time_limit=share)
+        rules_cut = share is not None and time.perf_counter() - tr >= 0.9 * share
         if plan is None and closest:
             # every rule overran the deadline: guide two rules by the energy cover's eviction set for a
-            # stricter deadline, and each rule by the fastest eviction set (the runtime cover's), its
-            # tensors evicted first only until their first restoration
+            # stricter deadline (unless the rules above ran out of their time: on 4,818 nodes the
+            # deadline search below needs what is left), then each rule by the fastest eviction set
+            # (the runtime cover's), its tensors evicted first only until their first restoration
             t_min, fast_guide = _runtime_cover(g, budget, opts, remat=remat, paging=paging)
             solver["min_runtime_s_lower_bound"] = t_min
-            strict = _tightened_guides(g, budget, t_min, opts, remat=remat, paging=paging)
-            nearer: list = []
-            plan = best_greedy(g, budget, remat=remat, paging=paging, per_rule=rule_plans, closest=nearer,
-                               rules=[(r, gd, False) for gd in strict for r in ("energy", "remat")]
-                               + [(r, fast_guide, True) for r in rule_names(remat, paging)],
-                               time_limit=_rules_seconds(opts, time.perf_counter() - t0))
-            if nearer and plan_costs(g, nearer[0], budget.paging_time)[1] < \
-                    plan_costs(g, closest[0], budget.paging_time)[1]:
-                closest[:] = nearer
+            for fastest in (False, True):
+                if fastest:
+                    rules = [(r, fast_guide, True) for r in rule_names(remat, paging)]
+                elif rules_cut:
+                    rules = []
+                else:
+                    left = None if opts.time_limit_s is None else opts.time_limit_s - (time.perf_counter() - t0)
+                    rules = [(r, gd, False) for gd in _tightened_guides(g, budget, t_min, opts, remat=remat,
+                                                                        paging=paging, time_left=left)
+                             for r in ("energy", "remat")]
+                nearer: list = []
+                found = best_greedy(g, budget, remat=remat, paging=paging, per_rule=rule_plans, closest=nearer,
+                                    rules=rules, time_limit=_rules_seconds(opts, time.perf_counter() - t0))
+                if found is not None and (plan is None or plan_costs(g, found, budget.paging_time)[0]
+                                          < plan_costs(g, plan, budget.paging_time)[0]):
+                    plan = found
+                if nearer and plan_costs(g, nearer[0], budget.paging_time)[1] < \
+                        plan_costs(g, closest[0], budget.paging_time)[1]:
+                    closest[:] = nearer
         if plan is None and closest:
             # every rule overran the deadline: search the guide of the nearest miss until one meets it
             ts = time.perf_counter()
