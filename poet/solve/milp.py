@@ -559,16 +559,11 @@ def solve_milp(g: CostedGraph, budget: Budget, opts, *, remat: bool, paging: boo
             # (the runtime cover's), its tensors evicted first only until their first restoration
             t_min, fast_guide = _runtime_cover(g, budget, opts, remat=remat, paging=paging)
             solver["min_runtime_s_lower_bound"] = t_min
-            for fastest in (False, True):
-                if fastest:
-                    rules = [(r, fast_guide, True) for r in rule_names(remat, paging)]
-                elif rules_cut:
-                    rules = []
-                else:
-                    left = None if opts.time_limit_s is None else opts.time_limit_s - (time.perf_counter() - t0)
-                    rules = [(r, gd, False) for gd in _tightened_guides(g, budget, t_min, opts, remat=remat,
-                                                                        paging=paging, time_left=left)
-                             for r in ("energy", "remat")]
+            left = None if opts.time_limit_s is None else opts.time_limit_s - (time.perf_counter() - t0)
+            strict = [] if rules_cut else _tightened_guides(g, budget, t_min, opts, remat=remat, paging=paging,
+                                                            time_left=left)
+            for rules in ([(r, gd, False) for gd in strict for r in ("energy", "remat")],
+                          [(r, fast_guide, True) for r in rule_names(remat, paging)]):
                 nearer: list = []
                 found = best_greedy(g, budget, remat=remat, paging=paging, per_rule=rule_plans, closest=nearer,
                                     rules=rules, time_limit=_rules_seconds(opts, time.perf_counter() - t0))
