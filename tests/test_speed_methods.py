@@ -314,7 +314,7 @@ def test_guides_of_the_cover_at_a_stricter_deadline_meet_the_deadline_more_cheap
     assert best_greedy(g, b, guide=guide) is None           # every rule overruns: the fallback runs
     t_min, fast = eviction_cover(g, b, objective="time")
     strict = _tightened_guides(g, b, t_min, SolveOptions(), remat=True, paging=True)
-    assert strict and strict[0] != guide
+    assert strict and strict[-1] != guide                   # as it is (last; checkpointed first)
     plan = best_greedy(g, b, rules=[(r, gd, False) for gd in strict for r in ("energy", "remat")])
     t = validate(g, emit(g, plan), b)                        # within RAM and the deadline
     assert t.energy_j >= lb * (1 - 1e-9)
@@ -384,3 +384,45 @@ def test_greedy_rules_stop_at_their_time_limit_once_a_plan_exists():
     t = validate(g, emit(g, plan), b)
     assert t.energy_j == pytest.approx(plan_costs(g, plan, b.paging_time)[0], rel=1e-9)
     assert greedy_plan(g, b, time_limit=-1.0) is None
+
+
+def test_runs_bound_to_overrun_are_given_up_and_the_rules_end_with_the_same_plans(monkeypatch):
+    # A run is given up once the time it has committed (compute, page-ins, page-outs already read
+    # back) exceeds what it may take: exactly the runs whose whole plan would take longer.
+    from poet.solve import heuristics as H
+    g = _aten_resnet(4, "a72")
+    b = Budget(_ram(g, 0.3), 1.1 * g.plain_runtime_s, "serial")
+    lb, guide = H.eviction_cover(g, b)
+    tried = 0
+    for rule in H.rule_names():
+        for gd in (None, guide):
+            full = H.greedy_plan(g, b, prefer=rule, guide=gd)
+            if full is None:
+                continue
+            tried += 1
+            rt = plan_costs(g, H.drop_unread_pageouts(full), b.paging_time)[1]
+            assert H.greedy_plan(g, b, prefer=rule, guide=gd, give_up_above=rt * (1 + 1e-9)) is not None
+            assert H.greedy_plan(g, b, prefer=rule, guide=gd, give_up_above=rt * (1 - 1e-6)) is None
+    assert tried >= 5
+
+    def outcome():
+        per_rule, closest = [], []
+        best = H.best_greedy(g, b, guide=guide, per_rule=per_rule, closest=closest)
+        return [None if p is None else (p.comp, p.keep, p.ins, p.outs) for p in [best, *per_rule, *closest]]
+
+    given_up = []
+    greedy = H._greedy
+
+    def counted(*args):
+        try:
+            return greedy(*args)
+        except H._Overrun:
+            given_up.append(args[4])
+            raise
+
+    monkeypatch.setattr(H, "_greedy", counted)
+    mine = outcome()
+    assert mine[0] is None and len(mine) == 2      # every rule overruns: the nearest miss comes back
+    assert given_up                                 # and some runs were given up on the way
+    monkeypatch.setattr(H, "_greedy", lambda *args: greedy(*args[:-1], None))
+    assert outcome() == mine

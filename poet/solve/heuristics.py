@@ -17,6 +17,7 @@ for the MILP, are returned with their gap to a valid lower bound.
 from __future__ import annotations
 
 import math
+from bisect import bisect_left, bisect_right
 import random
 import time
 from collections import Counter
@@ -76,9 +77,21 @@ def lower_bound_energy(g: CostedGraph, budget: Budget | None = None, *, remat: b
     return eviction_cover(g, budget, remat=remat, paging=paging, time_limit=time_limit)[0]
 
 
+# Chain links the cover follows from a recomputed tensor (the greedy's recomputations go as deep).
+# Stopping a chain drops constraints, so the bound stays valid; it was the same at depth 8 as
+# unbounded on every zoo and aten case measured but one (aten 100 blocks on the a72 at 1.2x: 9e-6
+# of plain lower), while a backward pass's gradient chains (560 links each on 40 blocks) made up
+# most of the ILP: 944k columns on 4,818 nodes, 45k at depth 8.
+COVER_CHAIN_DEPTH = 8
+# The cover stops within this much of the plain energy (or runtime) of optimal: its dual bound
+# is still what is used, and proving the last 1e-5 took most of its time (HiGHS had the bound of
+# the 4,818-node a72 case at its root, then branched for minutes).
+COVER_ABS_GAP = 1e-5
+
+
 def eviction_cover(g: CostedGraph, budget: Budget | None = None, *, remat: bool = True,
                    paging: bool = True, time_limit: float = 10.0,
-                   objective: str = "energy") -> tuple[float, dict[int, str]]:
+                   objective: str = "energy", abs_gap: float = COVER_ABS_GAP) -> tuple[float, dict[int, str]]:
     """A valid lower bound on the energy of any schedule in the MILP's stage form, and the
     evictions that attain it (tensor -> ``"page"`` or ``"remat"``), a guide for the greedy.
 
@@ -91,7 +104,7 @@ def eviction_cover(g: CostedGraph, budget: Budget | None = None, *, remat: bool 
     Recomputation cascades are priced.  Restoring tensor i by recomputation needs
     its inputs.  An input p whose last reader is i (a BatchNorm output feeding a
     ReLU) is past its use by then: it comes back too (paged in or recomputed, and
-    then its own such inputs, recursively), or it stayed in RAM since before i
+    then its own such inputs, recursively up to ``COVER_CHAIN_DEPTH`` links), or it stayed in RAM since before i
     was first computed -- and then it, or a later link of the chain, sits in RAM at
     every moment i is absent, cancelling (up to) i's bytes there.  Each restoring
     event is charged once: the chain's events for i happen after i's first
@@ -100,7 +113,8 @@ def eviction_cover(g: CostedGraph, budget: Budget | None = None, *, remat: bool 
     paging time, the paging) time.
 
     It is a small covering ILP (binaries per tensor and per chain link, one row per
-    moment); its proven dual bound is used, so a time limit keeps it valid.
+    moment); its proven dual bound is used, so a time limit keeps it valid.  It stops once
+    within ``abs_gap`` of the plain energy (or runtime) of optimal.
 
     ``objective="time"`` bounds the runtime instead (the deadline is then not a
     constraint): above the budget's deadline, no schedule meets it.
@@ -136,7 +150,7 @@ def eviction_cover(g: CostedGraph, budget: Budget | None = None, *, remat: bool 
 
     chain: dict[int, list[tuple[int, float]]] = {}     # root i -> [(kept column, RAM it cancels)]
 
-    def link(root: int, consumer_rc: int, v: int, budget_bytes: float):
+    def link(root: int, consumer_rc: int, v: int, budget_bytes: float, depth: int = 1):
         # v must be in RAM when its last reader is recomputed: paged in, recomputed, or kept
         pi = column(nd[v].pagein_energy_j, "page", nd[v].pagein_time_s)
         rho = column(nd[v].compute_energy_j, "remat", nd[v].compute_time_s)
@@ -145,23 +159,45 @@ def eviction_cover(g: CostedGraph, budget: Budget | None = None, *, remat: bool 
         rows.append(({pi: 1.0, O + v: -1.0}, -math.inf, 0.0))
         share = min(m[v], budget_bytes)
         chain[root].append((keep, share))
-        kids = dead_inputs[v]
+        kids = dead_inputs[v] if depth < COVER_CHAIN_DEPTH else []
         for q in kids:
-            link(root, rho, q, share / len(kids))
+            link(root, rho, q, share / len(kids), depth + 1)
 
-    live_at: list[list[int]] = []
-    needs: list[int] = []
-    credited: set[int] = set()
+    # tight moments: node t's inputs, output and the tensors alive across it (m > 0, read after t)
+    # exceed the budget by need; alive is kept incrementally (a tensor enters after its stage and
+    # leaves at its last reader), so this is linear in the graph's size
+    ends: dict[int, list[int]] = {}
+    alive: set[int] = set()
+    alive_bytes = 0
+    tight: list[int] = []
+    needs: list[float] = []
     for t in range(n):
+        if t > 0 and m[t - 1] > 0 and last_read[t - 1] > t:
+            alive.add(t - 1)
+            alive_bytes += m[t - 1]
+            ends.setdefault(last_read[t - 1], []).append(t - 1)
+        for i in ends.pop(t, ()):
+            alive.discard(i)
+            alive_bytes -= m[i]
         inputs = set(g.preds[t])
-        live = [i for i in range(t) if i not in inputs and last_read[i] > t and m[i] > 0]
-        need = m[t] + sum(m[i] for i in inputs) + sum(m[i] for i in live) - cap
+        need = m[t] + sum(m[i] for i in inputs) + alive_bytes - sum(m[i] for i in inputs & alive) - cap
         if need > 0:
-            live_at.append(live)
+            tight.append(t)
             needs.append(need)
-            credited.update(live)
     if not needs:
         return (g.plain_runtime_s if objective == "time" else plain), {}
+    # tensor i is alive across the tight moments tight[a_i:b_i]; it is credited (may be absent)
+    # at those where it is not an input
+    is_tight = set(tight)
+    span: dict[int, tuple[int, int]] = {}
+    for i in range(n):
+        if m[i] <= 0 or last_read[i] <= i + 1:
+            continue
+        a, b = bisect_right(tight, i), bisect_left(tight, last_read[i])
+        read_inside = sum(1 for s_ in set(g.succs[i]) if s_ in is_tight and s_ < last_read[i])
+        if b - a > read_inside:
+            span[i] = (a, b)
+    credited = set(span)
     for i in sorted(credited):
         rows.append(({X + i: 1.0, A + i: -1.0, R + i: -1.0}, -math.inf, 0.0))   # x_i <= a_i + r_i
         rows.append(({A + i: 1.0, O + i: -1.0}, -math.inf, 0.0))                # a page-in needs a page-out
@@ -169,7 +205,15 @@ def eviction_cover(g: CostedGraph, budget: Budget | None = None, *, remat: bool 
         kids = dead_inputs[i]
         for p in kids:
             link(i, R + i, p, m[i] / len(kids))
-    for live, need in zip(live_at, needs):
+    # one row per tight moment: the bytes its alive tensors free (absent, less what their kept
+    # chains hold) cover its need
+    live_at: list[list[int]] = [[] for _ in tight]
+    for i, (a, b) in span.items():
+        for k in range(a, b):
+            live_at[k].append(i)
+    for k, (t, need) in enumerate(zip(tight, needs)):
+        inputs = set(g.preds[t])
+        live = [i for i in live_at[k] if i not in inputs]
         row = {X + i: m[i] / need for i in live}
         for i in live:
             for keep, share in chain[i]:
@@ -208,7 +252,7 @@ def eviction_cover(g: CostedGraph, budget: Budget | None = None, *, remat: bool 
     p = MilpProblem(c=np.array(cost) / unit, col_lo=np.zeros(ncol), col_hi=hi, integer=np.ones(ncol, bool),
                     starts=np.array(starts), index=np.array(index, dtype=np.int64), value=np.array(value),
                     row_lo=np.array([r[1] for r in rows]), row_hi=np.array([r[2] for r in rows]))
-    r = solve_highs(p, time_limit=time_limit, gap=1e-6)
+    r = solve_highs(p, time_limit=time_limit, gap=1e-6, options={"mip_abs_gap": abs_gap})
     if r.status == "infeasible":
         return math.inf, {}      # no eviction set fits every moment (within the runtime budget)
     extra = r.bound if r.bound is not None and math.isfinite(r.bound) else 0.0
@@ -225,12 +269,17 @@ class _Fail(Exception):
     pass
 
 
+class _Overrun(_Fail):
+    """The run's plan is bound to take longer than it may (``give_up_above``)."""
+
+
 def greedy_plan(g: CostedGraph, budget: Budget, *, remat: bool = True, paging: bool = True,
                 prefer: str = "energy", cap_bytes: int | None = None,
                 guide: dict[int, str] | None = None, guide_once: bool = False,
-                time_limit: float | None = None) -> Plan | None:
+                time_limit: float | None = None, give_up_above: float | None = None) -> Plan | None:
     """A feasible plan, or None when this rule cannot find one within the budgets (or within
-    ``time_limit`` seconds).
+    ``time_limit`` seconds, or once the plan is bound to take more than ``give_up_above``
+    seconds to run).
 
     prefer: ``energy`` (page or drop, whichever is cheaper while time allows),
     ``page`` (page whenever time allows), ``remat`` (drop whenever time allows),
@@ -245,12 +294,14 @@ def greedy_plan(g: CostedGraph, budget: Budget, *, remat: bool = True, paging: b
     """
     stop_at = None if time_limit is None else time.perf_counter() + time_limit
     try:
-        return _greedy(g, budget, remat, paging, prefer, cap_bytes, guide or {}, guide_once, stop_at)
+        return _greedy(g, budget, remat, paging, prefer, cap_bytes, guide or {}, guide_once, stop_at,
+                       give_up_above)
     except _Fail:
         return None
 
 
-def _greedy(g, budget, remat, paging, prefer, cap_bytes, guide, guide_once=False, stop_at=None):
+def _greedy(g, budget, remat, paging, prefer, cap_bytes, guide, guide_once=False, stop_at=None,
+            give_up_above=None):
     n = len(g.nodes)
     nd = g.nodes
     preds, succs = g.preds, g.succs
@@ -262,6 +313,10 @@ def _greedy(g, budget, remat, paging, prefer, cap_bytes, guide, guide_once=False
     deadline = budget.runtime_s if budget.runtime_s is not None else math.inf
     # runtime committed so far: every node once, plus extra work decided on the way
     rt = g.plain_runtime_s
+    # page-out time of copies not yet paged in: drop_unread_pageouts may remove those, so only
+    # rt - unread is sure to be spent (it never decreases)
+    unread, unread_t = set(), 0.0
+    give_up = math.inf if give_up_above is None else give_up_above
     plan = Plan.empty(n)
     stored: set[int] = set()
     dropped: set[int] = set()    # evicted for recomputation
@@ -470,7 +525,10 @@ def _greedy(g, budget, remat, paging, prefer, cap_bytes, guide, guide_once=False
                     else:
                         plan.outs[t].add(x)
                     stored.add(x)
-                    rt += nd[x].pageout_time_s if count_paging else 0.0
+                    if count_paging:
+                        rt += nd[x].pageout_time_s
+                        unread.add(x)
+                        unread_t += nd[x].pageout_time_s
             if x not in stored:
                 dropped.add(x)
             if kind == "K":
@@ -497,9 +555,14 @@ def _greedy(g, budget, remat, paging, prefer, cap_bytes, guide, guide_once=False
             plan.ins[t].setdefault(k, []).append(i)
             if count_paging:
                 rt += nd[i].pagein_time_s
+                if i in unread:
+                    unread.discard(i)
+                    unread_t -= nd[i].pageout_time_s
         for k in comp:
             if k != t:
                 rt += nd[k].compute_time_s
+        if rt - unread_t > give_up:
+            raise _Overrun
         if guide_once:
             restored.update(ins)
             restored.update(k for k in comp if k != t)
@@ -587,9 +650,21 @@ def best_greedy(g: CostedGraph, budget: Budget, *, remat: bool = True, paging: b
             if budget.runtime_s is not None and shrink < 1.0:
                 slack = max(0.0, budget.runtime_s - g.plain_runtime_s)
                 b = Budget(budget.ram_bytes, g.plain_runtime_s + shrink * slack, budget.paging_time)
-            p = greedy_plan(g, b, remat=remat, paging=paging, prefer=pref, cap_bytes=cap_bytes, guide=gd,
-                            guide_once=once, time_limit=left)
-            if p is None:
+            # a run bound to overrun the deadline is given up as soon as that is certain, unless its plan
+            # may yet be the nearest miss: it would be discarded (the same plans, sooner)
+            give_up = None
+            if budget.runtime_s is not None:
+                if closest is None or best is not None or rule_best is not None:
+                    give_up = budget.runtime_s * (1 + 1e-7)
+                elif over:
+                    give_up = max(budget.runtime_s, over[0]) * (1 + 1e-7)
+            try:
+                p = _greedy(g, b, remat, paging, pref, cap_bytes, gd or {}, once,
+                            None if left is None else time.perf_counter() + left, give_up)
+            except _Overrun:
+                made = True
+                continue
+            except _Fail:
                 break
             made = True
             drop_unread_pageouts(p)
