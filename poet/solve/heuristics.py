@@ -77,12 +77,15 @@ def lower_bound_energy(g: CostedGraph, budget: Budget | None = None, *, remat: b
     return eviction_cover(g, budget, remat=remat, paging=paging, time_limit=time_limit)[0]
 
 
-# Chain links the cover follows from a recomputed tensor (the greedy's recomputations go as deep).
-# Stopping a chain drops constraints, so the bound stays valid; it was the same at depth 8 as
-# unbounded on every zoo and aten case measured but one (aten 100 blocks on the a72 at 1.2x: 9e-6
-# of plain lower), while a backward pass's gradient chains (560 links each on 40 blocks) made up
-# most of the ILP: 944k columns on 4,818 nodes, 45k at depth 8.
+# Chain links the cover follows from a recomputed tensor when following them all would exceed
+# COVER_MAX_LINKS in all (the greedy's recomputations go 8 deep).  A backward pass's gradient
+# chains run hundreds deep (560 links on 40 blocks): on 4,818 nodes they made 944k of the ILP's
+# columns, 45k at depth 8.  Stopping a chain drops constraints, so the bound stays valid; it was
+# the same at depth 8 on every zoo and aten case measured, but the optimal eviction set it
+# returns, the guide, can differ, and the rules' plans with it (aten 40 blocks on m4: 1.1385 of
+# plain against 1.1157), so chains are cut only where they are that many.
 COVER_CHAIN_DEPTH = 8
+COVER_MAX_LINKS = 100_000
 # The cover stops within this much of the plain energy (or runtime) of optimal: its dual bound
 # is still what is used, and proving the last 1e-5 took most of its time (HiGHS had the bound of
 # the 4,818-node a72 case at its root, then branched for minutes).
@@ -90,8 +93,8 @@ COVER_ABS_GAP = 1e-5
 
 
 def eviction_cover(g: CostedGraph, budget: Budget | None = None, *, remat: bool = True,
-                   paging: bool = True, time_limit: float = 10.0,
-                   objective: str = "energy", abs_gap: float = COVER_ABS_GAP) -> tuple[float, dict[int, str]]:
+                   paging: bool = True, time_limit: float = 10.0, objective: str = "energy",
+                   abs_gap: float = COVER_ABS_GAP) -> tuple[float, dict[int, str]]:
     """A valid lower bound on the energy of any schedule in the MILP's stage form, and the
     evictions that attain it (tensor -> ``"page"`` or ``"remat"``), a guide for the greedy.
 
@@ -104,8 +107,9 @@ def eviction_cover(g: CostedGraph, budget: Budget | None = None, *, remat: bool 
     Recomputation cascades are priced.  Restoring tensor i by recomputation needs
     its inputs.  An input p whose last reader is i (a BatchNorm output feeding a
     ReLU) is past its use by then: it comes back too (paged in or recomputed, and
-    then its own such inputs, recursively up to ``COVER_CHAIN_DEPTH`` links), or it stayed in RAM since before i
-    was first computed -- and then it, or a later link of the chain, sits in RAM at
+    then its own such inputs, recursively; where the chains are very many, up to
+    ``COVER_CHAIN_DEPTH`` links deep), or it stayed in RAM since before i was
+    first computed -- and then it, or a later link of the chain, sits in RAM at
     every moment i is absent, cancelling (up to) i's bytes there.  Each restoring
     event is charged once: the chain's events for i happen after i's first
     computation and before i's last restoration, so chains of different tensors
@@ -159,10 +163,13 @@ def eviction_cover(g: CostedGraph, budget: Budget | None = None, *, remat: bool 
         rows.append(({pi: 1.0, O + v: -1.0}, -math.inf, 0.0))
         share = min(m[v], budget_bytes)
         chain[root].append((keep, share))
-        kids = dead_inputs[v] if depth < COVER_CHAIN_DEPTH else []
+        kids = dead_inputs[v] if depth < max_depth else []
         for q in kids:
             link(root, rho, q, share / len(kids), depth + 1)
 
+    below = [0] * n     # links a chain from v has below v (each tensor has one last reader: a forest)
+    for v in range(n):
+        below[v] = sum(1 + below[q] for q in dead_inputs[v])
     # tight moments: node t's inputs, output and the tensors alive across it (m > 0, read after t)
     # exceed the budget by need; alive is kept incrementally (a tensor enters after its stage and
     # leaves at its last reader), so this is linear in the graph's size
@@ -198,6 +205,7 @@ def eviction_cover(g: CostedGraph, budget: Budget | None = None, *, remat: bool 
         if b - a > read_inside:
             span[i] = (a, b)
     credited = set(span)
+    max_depth = COVER_CHAIN_DEPTH if sum(below[i] for i in credited) > COVER_MAX_LINKS else math.inf
     for i in sorted(credited):
         rows.append(({X + i: 1.0, A + i: -1.0, R + i: -1.0}, -math.inf, 0.0))   # x_i <= a_i + r_i
         rows.append(({A + i: 1.0, O + i: -1.0}, -math.inf, 0.0))                # a page-in needs a page-out
