@@ -174,8 +174,8 @@ def test_eviction_cover_prices_recomputation_cascades_exactly_on_small_blocks(se
 def test_cover_with_its_chains_cut_short_stays_a_valid_bound(seed, monkeypatch):
     # where chains are very many the cover follows a recomputation's dead inputs COVER_CHAIN_DEPTH
     # links deep (a backward pass's gradient chains run hundreds deep); cutting a chain drops
-    # constraints, so the bound can only fall, never past the optimum.  relu_chain's blocks are two links deep: cut at one,
-    # the conv output no longer has to come back with the ReLU's
+    # constraints, so the bound can only fall, never past the optimum.  relu_chain's blocks are
+    # two links deep: cut at one, the conv output no longer has to come back with the ReLU's
     from poet.solve import heuristics
     g = relu_chain(2, seed)
     b = Budget(g.min_ram_bytes())

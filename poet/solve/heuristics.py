@@ -17,9 +17,9 @@ for the MILP, are returned with their gap to a valid lower bound.
 from __future__ import annotations
 
 import math
-from bisect import bisect_left, bisect_right
 import random
 import time
+from bisect import bisect_left, bisect_right
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -167,9 +167,6 @@ def eviction_cover(g: CostedGraph, budget: Budget | None = None, *, remat: bool 
         for q in kids:
             link(root, rho, q, share / len(kids), depth + 1)
 
-    below = [0] * n     # links a chain from v has below v (each tensor has one last reader: a forest)
-    for v in range(n):
-        below[v] = sum(1 + below[q] for q in dead_inputs[v])
     # tight moments: node t's inputs, output and the tensors alive across it (m > 0, read after t)
     # exceed the budget by need; alive is kept incrementally (a tensor enters after its stage and
     # leaves at its last reader), so this is linear in the graph's size
@@ -205,6 +202,9 @@ def eviction_cover(g: CostedGraph, budget: Budget | None = None, *, remat: bool 
         if b - a > read_inside:
             span[i] = (a, b)
     credited = set(span)
+    below = [0] * n     # links a chain from v has below v (each tensor has one last reader: a forest)
+    for v in range(n):
+        below[v] = sum(1 + below[q] for q in dead_inputs[v])
     max_depth = COVER_CHAIN_DEPTH if sum(below[i] for i in credited) > COVER_MAX_LINKS else math.inf
     for i in sorted(credited):
         rows.append(({X + i: 1.0, A + i: -1.0, R + i: -1.0}, -math.inf, 0.0))   # x_i <= a_i + r_i
