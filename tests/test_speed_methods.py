@@ -5,6 +5,8 @@ the exact methods reach the same optimum, and that the heuristic is honest about
 its gap (measured against a valid lower bound).
 """
 
+import math
+
 import pytest
 
 from bruteforce import brute_force_energy
@@ -330,6 +332,35 @@ def test_guides_of_the_cover_at_a_stricter_deadline_meet_the_deadline_more_cheap
     assert _tightened_guides(g, Budget(b.ram_bytes), t_min, SolveOptions(), remat=True, paging=True) == []
 
 
+def test_when_the_cover_takes_the_whole_slack_the_deadline_guides_run_first_with_the_same_result(monkeypatch):
+    from poet.solve import heuristics as H
+    from poet.solve import milp as M
+    g = _aten_resnet(4, "a72")
+    b = Budget(_ram(g, 0.3), 1.15 * g.plain_runtime_s, "serial")
+    info: dict = {}
+    lb, guide = H.eviction_cover(g, b, info=info)
+    assert M.DEADLINE_BOUND_SHARE <= info["slack_used"] <= 1 + 1e-6   # the deadline binds the cover
+    no_deadline: dict = {}
+    H.eviction_cover(g, Budget(b.ram_bytes), info=no_deadline)
+    assert "slack_used" not in no_deadline
+    calls = []
+
+    def recording(*a, **k):
+        calls.append("guides" if k.get("rules") else "rules")
+        return best_greedy(*a, **k)
+    monkeypatch.setattr(H, "best_greedy", recording)
+    # gap 0.5: no guide search, so the result is the cheapest plan of the runs alone
+    kw = dict(memory=b.ram_bytes, runtime="1.15x", method="heuristic", gap=0.5, find_min_budgets=False)
+    first = solve(g, **kw)
+    assert first.solver["deadline_bound"] and calls[0] == "guides" and calls[-1] == "rules"
+    calls.clear()
+    monkeypatch.setattr(M, "DEADLINE_BOUND_SHARE", math.inf)
+    then = solve(g, **kw)
+    assert not then.solver["deadline_bound"] and calls[0] == "rules" and "guides" in calls
+    assert first.feasible and first.totals.runtime_s <= b.runtime_s * (1 + 1e-9)
+    assert first.totals.energy_j == then.totals.energy_j
+
+
 def test_checkpointed_guides_keep_every_third_residual_block_output():
     from poet.solve.heuristics import checkpointed, greedy_plan
     g = _aten_resnet(8, "m4")
@@ -384,6 +415,32 @@ def test_greedy_rules_stop_at_their_time_limit_once_a_plan_exists():
     t = validate(g, emit(g, plan), b)
     assert t.energy_j == pytest.approx(plan_costs(g, plan, b.paging_time)[0], rel=1e-9)
     assert greedy_plan(g, b, time_limit=-1.0) is None
+
+
+def test_rules_that_keep_overrunning_stop_at_half_their_time_limit(monkeypatch):
+    # a clock that moves one second per run: the runs stop at half the limit while every one has
+    # overrun the deadline, at the whole limit once one has met it
+    from poet.solve import heuristics as H
+    g = _aten_resnet(4, "a72")
+    clock = [0.0]
+    greedy = H._greedy
+
+    def one_second(*args):
+        clock[0] += 1.0
+        return greedy(*args)
+    monkeypatch.setattr(H, "_greedy", one_second)
+    monkeypatch.setattr(H, "time", type("Clock", (), {"perf_counter": staticmethod(lambda: clock[0])}))
+
+    def runs(mult, limit):
+        clock[0] = 0.0
+        b = Budget(_ram(g, 0.3), mult * g.plain_runtime_s, "serial")
+        plan = H.best_greedy(g, b, closest=[], time_limit=limit)
+        return plan, clock[0]
+    assert runs(1.15, None)[0] is None and runs(1.15, None)[1] > 20     # every rule overruns
+    assert runs(1.15, 10.0) == (None, 6.0)          # stopped at 5 s: the run started at 5 s is cut short
+    plan, spent = runs(2.0, None)
+    assert plan is not None and spent > 20
+    assert runs(2.0, 10.0)[1] == 11.0               # the first run met the deadline: the whole 10 s
 
 
 def test_runs_bound_to_overrun_are_given_up_and_the_rules_end_with_the_same_plans(monkeypatch):

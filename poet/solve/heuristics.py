@@ -94,7 +94,7 @@ COVER_ABS_GAP = 1e-5
 
 def eviction_cover(g: CostedGraph, budget: Budget | None = None, *, remat: bool = True,
                    paging: bool = True, time_limit: float = 10.0, objective: str = "energy",
-                   abs_gap: float = COVER_ABS_GAP) -> tuple[float, dict[int, str]]:
+                   abs_gap: float = COVER_ABS_GAP, info: dict | None = None) -> tuple[float, dict[int, str]]:
     """A valid lower bound on the energy of any schedule in the MILP's stage form, and the
     evictions that attain it (tensor -> ``"page"`` or ``"remat"``), a guide for the greedy.
 
@@ -121,7 +121,10 @@ def eviction_cover(g: CostedGraph, budget: Budget | None = None, *, remat: bool 
     within ``abs_gap`` of the plain energy (or runtime) of optimal.
 
     ``objective="time"`` bounds the runtime instead (the deadline is then not a
-    constraint): above the budget's deadline, no schedule meets it.
+    constraint): above the budget's deadline, no schedule meets it.  ``info``, if
+    given, receives ``slack_used``: the share of the deadline's slack over plain
+    that the returned evictions' restorations take (energy objective, with a
+    deadline and a solution).
     """
     plain = g.plain_energy_j
     if budget is None or not (remat or paging):
@@ -238,6 +241,7 @@ def eviction_cover(g: CostedGraph, budget: Budget | None = None, *, remat: bool 
     counted = ("remat", "page") if budget.paging_time == PAGING_SERIAL else ("remat",)
     tr = {k: v for k, v in time_of.items() if v > 0 and kind[k] in counted}
     plain_obj = plain
+    slack_row = None
     if objective == "time":
         plain_obj = g.plain_runtime_s
         cost = [0.0] * ncol
@@ -248,6 +252,7 @@ def eviction_cover(g: CostedGraph, budget: Budget | None = None, *, remat: bool 
         if tr and slack > 0:
             scale = max(tr.values())
             rows.append(({k: v / scale for k, v in tr.items()}, -math.inf, slack / scale))
+            slack_row = slack
         elif tr:
             for k in tr:
                 hi[k] = 0
@@ -267,6 +272,8 @@ def eviction_cover(g: CostedGraph, budget: Budget | None = None, *, remat: bool 
     extra -= 1e-6 * (1.0 + abs(extra))   # the solver's dual bound is exact only to its tolerances
     guide: dict[int, str] = {}
     if r.x is not None:
+        if info is not None and slack_row is not None:
+            info["slack_used"] = math.fsum(v * r.x[k] for k, v in tr.items()) / slack_row
         for i in credited:
             if r.x[X + i] > 0.5:
                 guide[i] = "page" if r.x[A + i] > 0.5 else "remat"
@@ -636,7 +643,9 @@ def best_greedy(g: CostedGraph, budget: Budget, *, remat: bool = True, paging: b
     that overruns it least.  ``rules``: the (prefer, guide, guide_once) runs to
     try instead of these.  ``time_limit``: once a run has produced a plan, the runs
     stop after that many seconds (one run takes about 0.4 s on 1,600 nodes, but
-    10 s to minutes on 5,000); what was found by then is returned.
+    10 s to minutes on 5,000); what was found by then is returned.  Until a plan
+    meets the deadline they stop after half of it: rules that keep overrunning
+    leave the rest to the deadline's guides.
     """
     t0 = time.perf_counter()
     best, best_e, made = None, math.inf, False
@@ -651,7 +660,10 @@ def best_greedy(g: CostedGraph, budget: Budget, *, remat: bool = True, paging: b
     for pref, gd, once in rules:
         rule_best, rule_e = None, math.inf
         for shrink in (1.0, 0.75, 0.5, 0.25, 0.0):
-            left = None if time_limit is None or not made else time_limit - (time.perf_counter() - t0)
+            left = None
+            if time_limit is not None and made:
+                met = best is not None or rule_best is not None
+                left = (time_limit if met else 0.5 * time_limit) - (time.perf_counter() - t0)
             if left is not None and left < 0:
                 break
             b = budget
