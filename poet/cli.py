@@ -24,11 +24,13 @@ class Progress:
         self.enabled = enabled
         self.t0 = time.perf_counter()
         self.shown = False
+        self.width = 0
 
     def __call__(self, d: dict):
         if not self.enabled:
             return
-        parts = [f"solving... {d.get('elapsed_s', time.perf_counter() - self.t0):5.0f} s"]
+        phase = f" ({d['phase']})" if d.get("phase") else ""
+        parts = [f"solving{phase}... {time.perf_counter() - self.t0:5.0f} s"]
         unit = d.get("energy_unit_j")
         if d.get("objective") is not None:
             obj = d["objective"] * unit if unit else d["objective"]
@@ -38,8 +40,10 @@ class Progress:
             parts.append(f"bound {fmt_energy(bnd) if unit else f'{bnd:.6g}'}")
         if d.get("gap") is not None and d["gap"] != float("inf"):
             parts.append(f"gap {d['gap']:.2%}")
-        sys.stderr.write("\r" + ", ".join(parts) + " " * 10)
+        line = ", ".join(parts)
+        sys.stderr.write("\r" + line.ljust(self.width))   # blanks what a longer line left behind
         sys.stderr.flush()
+        self.width = max(self.width, len(line))
         self.shown = True
 
     def done(self):

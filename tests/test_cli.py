@@ -133,3 +133,24 @@ def test_unreachable_deadline_is_proven_infeasible_with_a_runtime_bound(capsys):
     rc2, text2, _ = run(capsys, "solve", "--model", "resnet50", "--device", "m4", "--memory", "40MB",
                         "--runtime", f"{1.2 * t_min}", "--json", "--time-limit", "20")
     assert rc2 == 0 and json.loads(text2)["status"] in ("optimal", "feasible")
+
+
+def test_a_long_solve_shows_which_step_it_is_in_and_the_best_energy_and_bound_so_far(capsys):
+    # resnet18_cifar on m4 at 1.8 MB: a bound, the rules, a guide search (and the MILP), each named on
+    # the progress line (stderr), with the bound in joules as the eviction cover gives it
+    from poet.solve.api import costed_graph, make_budget
+    from poet.solve.heuristics import eviction_cover
+    argv = ["solve", "--model", "resnet18_cifar", "--device", "m4", "--memory", "1.8MB", "--runtime", "1.2x",
+            "--time-limit", "3"]
+    rc, text, err = run(capsys, *argv)
+    assert rc == 0 and "Status:" in text and "; )" not in text
+    lines = [ln.strip() for ln in err.split("\r") if ln.strip()]
+    phases = [ln.split(")...")[0].removeprefix("solving (") for ln in lines]
+    assert phases.index("Capuchin-style schedule") < phases.index("lower bound") \
+        < phases.index("greedy rules") < phases.index("guide search")
+    g = costed_graph("resnet18_cifar", "m4")
+    lb, _ = eviction_cover(g, make_budget(g, "1.8MB", "1.2x", "serial"))
+    assert all(f"bound {lb:.4g} J" in ln for ln in lines if ln.startswith(("solving (greedy", "solving (guide")))
+    assert any("best" in ln and "gap" in ln for ln in lines if ln.startswith("solving (guide"))
+    rc, text, err = run(capsys, *argv, "--time-limit", "1", "--json")
+    assert rc == 0 and err == ""                        # --json: no progress line

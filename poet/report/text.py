@@ -27,7 +27,8 @@ def status_line(s: Schedule) -> str:
     if s.status == FEASIBLE:
         gap = sv.get("gap")
         g = f"{gap:.2%}" if isinstance(gap, (int, float)) else "unknown"
-        return f"feasible, NOT proven optimal (gap {g}; {sv.get('status_detail', '')}){tail}"
+        detail = f"; {sv['status_detail']}" if sv.get("status_detail") else ""
+        return f"feasible, NOT proven optimal (gap {g}{detail}){tail}"
     if s.status == HEURISTIC:
         return f"heuristic schedule (no optimality claim){tail}"
     if s.status == INFEASIBLE:
