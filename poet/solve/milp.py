@@ -603,16 +603,18 @@ def solve_milp(g: CostedGraph, budget: Budget, opts, *, remat: bool, paging: boo
         # restore some tensors more than once, tend to overrun it (all of them on the op-level ResNets
         # on the a72 at 1.2x, minutes of runs on 4,818 nodes), so the deadline's guides go first.
         solver["deadline_bound"] = cover_info.get("slack_used", 0.0) >= DEADLINE_BOUND_SHARE
-        _progress(opts, "greedy rules", bound=lb)
         if solver["deadline_bound"]:
             guided, nearer = [], []
             plan = deadline_guided(None, guided)
+            _progress(opts, "greedy rules", bound=lb, objective=None if plan is None
+                      else plan_costs(g, plan, budget.paging_time)[0])
             plan = cheaper(plan, best_greedy(g, budget, remat=remat, paging=paging, guide=guide,
                                              per_rule=rule_plans, closest=nearer if plan is None else None,
                                              time_limit=_rules_seconds(opts, time.perf_counter() - t0)))
             nearest(nearer)
             rule_plans += guided
         else:
+            _progress(opts, "greedy rules", bound=lb)
             plan = best_greedy(g, budget, remat=remat, paging=paging, guide=guide, per_rule=rule_plans,
                                closest=closest, time_limit=_rules_seconds(opts, time.perf_counter() - t0))
             if plan is None and closest:     # every rule overran the deadline
