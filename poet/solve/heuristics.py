@@ -660,9 +660,9 @@ def best_greedy(g: CostedGraph, budget: Budget, *, remat: bool = True, paging: b
     for pref, gd, once in rules:
         rule_best, rule_e = None, math.inf
         for shrink in (1.0, 0.75, 0.5, 0.25, 0.0):
+            met = best is not None or rule_best is not None     # a plan within the deadline exists
             left = None
             if time_limit is not None and made:
-                met = best is not None or rule_best is not None
                 left = (time_limit if met else 0.5 * time_limit) - (time.perf_counter() - t0)
             if left is not None and left < 0:
                 break
@@ -674,7 +674,7 @@ def best_greedy(g: CostedGraph, budget: Budget, *, remat: bool = True, paging: b
             # may yet be the nearest miss: it would be discarded (the same plans, sooner)
             give_up = None
             if budget.runtime_s is not None:
-                if closest is None or best is not None or rule_best is not None:
+                if closest is None or met:
                     give_up = budget.runtime_s * (1 + 1e-7)
                 elif over:
                     give_up = max(budget.runtime_s, over[0]) * (1 + 1e-7)

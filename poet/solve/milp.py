@@ -445,6 +445,11 @@ SEARCH_ROUNDS = 4
 RESTART_MIN_NODES = 100
 
 
+def _gap(energy: float, bound: float) -> float:
+    """How far above ``bound`` a schedule of ``energy`` is, relative to its energy."""
+    return max(0.0, (energy - bound) / max(energy, 1e-300))
+
+
 def _progress(opts, phase: str, **d) -> None:
     """Tell the caller's progress callback which step the solve is in (and the best energy and bound so
     far, in joules): on 5,000 nodes a step takes minutes.  A failing callback never stops the solve."""
@@ -581,7 +586,7 @@ def solve_milp(g: CostedGraph, budget: Budget, opts, *, remat: bool, paging: boo
                            < plan_costs(g, closest[0], budget.paging_time)[1]):
                 closest[:] = nearer
 
-        def deadline_guided(plan, per_rule):
+        def deadline_guided(per_rule):
             # guide two rules by the energy cover's eviction set for a stricter deadline, then each rule
             # by the fastest eviction set (the runtime cover's), its tensors evicted first only until
             # their first restoration
@@ -590,6 +595,7 @@ def solve_milp(g: CostedGraph, budget: Budget, opts, *, remat: bool, paging: boo
             solver["min_runtime_s_lower_bound"] = t_min
             left = None if opts.time_limit_s is None else opts.time_limit_s - (time.perf_counter() - t0)
             strict = _tightened_guides(g, budget, t_min, opts, remat=remat, paging=paging, time_left=left)
+            plan = None
             for rules in ([(r, gd, False) for gd in strict for r in ("energy", "remat")],
                           [(r, fast_guide, True) for r in rule_names(remat, paging)]):
                 nearer: list = []
@@ -605,7 +611,7 @@ def solve_milp(g: CostedGraph, budget: Budget, opts, *, remat: bool, paging: boo
         solver["deadline_bound"] = cover_info.get("slack_used", 0.0) >= DEADLINE_BOUND_SHARE
         if solver["deadline_bound"]:
             guided, nearer = [], []
-            plan = deadline_guided(None, guided)
+            plan = deadline_guided(guided)
             _progress(opts, "greedy rules", bound=lb, objective=None if plan is None
                       else plan_costs(g, plan, budget.paging_time)[0])
             plan = cheaper(plan, best_greedy(g, budget, remat=remat, paging=paging, guide=guide,
@@ -618,7 +624,7 @@ def solve_milp(g: CostedGraph, budget: Budget, opts, *, remat: bool, paging: boo
             plan = best_greedy(g, budget, remat=remat, paging=paging, guide=guide, per_rule=rule_plans,
                                closest=closest, time_limit=_rules_seconds(opts, time.perf_counter() - t0))
             if plan is None and closest:     # every rule overran the deadline
-                plan = deadline_guided(plan, rule_plans)
+                plan = deadline_guided(rule_plans)
         if plan is None and closest:
             # every rule overran the deadline: search the guide of the nearest miss until one meets it
             _progress(opts, "searching for a schedule within the deadline", bound=lb)
@@ -635,7 +641,7 @@ def solve_milp(g: CostedGraph, budget: Budget, opts, *, remat: bool, paging: boo
         if plan is not None:
             plan_e, _ = plan_costs(g, plan, budget.paging_time)
             solver["heuristic_energy_j"] = plan_e
-        gap_lb = None if plan_e is None else max(0.0, (plan_e - lb) / max(plan_e, 1e-300))
+        gap_lb = None if plan_e is None else _gap(plan_e, lb)
         if gap_lb is not None and gap_lb > opts.gap and not outside_proven:
             # local search over the guides of two starts, sharing the search time: the cheapest plan and
             # a cover-guided one, or else the cheapest of another rule (each rule's search explores a
@@ -687,10 +693,10 @@ def solve_milp(g: CostedGraph, budget: Budget, opts, *, remat: bool, paging: boo
                             cand_e, _ = plan_costs(g, sr.best, budget.paging_time)
                             if cand_e < plan_e:
                                 plan, plan_e = sr.best, cand_e
-                        _progress(opts, "guide search", objective=plan_e, bound=lb, gap=(plan_e - lb) / plan_e)
+                        _progress(opts, "guide search", objective=plan_e, bound=lb, gap=_gap(plan_e, lb))
                     rounds += 1
             solver["guide_search_rounds"] = rounds
-            gap_lb = max(0.0, (plan_e - lb) / max(plan_e, 1e-300))
+            gap_lb = _gap(plan_e, lb)
             solver["guide_search_seconds"] = time.perf_counter() - ts
             solver["heuristic_energy_j"] = plan_e
         if method == "heuristic" or (method == "fast" and (outside_proven or (gap_lb is not None
@@ -738,7 +744,7 @@ def solve_milp(g: CostedGraph, budget: Budget, opts, *, remat: bool, paging: boo
                                                  else d["objective"] * f.energy_unit)
         bnd = max(lb, (d.get("bound") or 0.0) * f.energy_unit)
         _progress(opts, "MILP", objective=obj, bound=bnd, nodes=d.get("nodes"),
-                  gap=None if obj is None else max(0.0, (obj - bnd) / max(obj, 1e-300)))
+                  gap=None if obj is None else _gap(obj, bnd))
     res = backend(f.problem, time_limit=limit, threads=opts.threads, gap=opts.gap,
                   progress=None if opts.progress is None else milp_progress, verbose=opts.verbose, **kw)
     p = f.problem
@@ -754,7 +760,7 @@ def solve_milp(g: CostedGraph, budget: Budget, opts, *, remat: bool, paging: boo
     if res.x is None and plan is not None and res.status != INFEASIBLE:
         # the solver stopped without an incumbent of its own: the greedy schedule is the best found
         best_lb = max(lb, bound or 0.0)
-        gap = max(0.0, (plan_e - best_lb) / max(plan_e, 1e-300))
+        gap = _gap(plan_e, best_lb)
         solver.update({"gap": gap, "objective_energy_j": plan_e, "bound_energy_j": best_lb,
                        "message": f"feasible greedy schedule; gap {gap:.2%} to the best proven bound ({res.detail})"})
         status = OPTIMAL if gap <= opts.gap else FEASIBLE
@@ -769,7 +775,7 @@ def solve_milp(g: CostedGraph, budget: Budget, opts, *, remat: bool, paging: boo
     obj = solver["objective_energy_j"]
     if obj is not None and (bound is None or lb > bound):
         # the structural bound is stronger than the solver's: the gap is measured against it
-        gap = max(0.0, (obj - lb) / max(obj, 1e-300))
+        gap = _gap(obj, lb)
         if res.gap is None or gap < res.gap:
             solver.update({"gap": gap, "bound_energy_j": lb})
             if status == FEASIBLE and gap <= opts.gap:
@@ -880,7 +886,7 @@ def _best_of(s: Schedule, h: Schedule | None, opts) -> Schedule:
     else:
         lb = max(x for x in (sv.get("bound_energy_j"), sv.get("structural_bound_energy_j"), g.plain_energy_j)
                  if x is not None)
-        gap = max(0.0, (e - lb) / e)
+        gap = _gap(e, lb)
         status = OPTIMAL if gap <= opts.gap else FEASIBLE
         sv.update(gap=gap, bound_energy_j=lb, message=(
             f"the Capuchin-style heuristic's schedule beat the solver's best ({mine:.6g} J); "
