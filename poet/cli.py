@@ -93,11 +93,13 @@ def cmd_solve(a) -> int:
         raise BudgetError(f"unknown strategy {a.strategy!r}; choose one of {', '.join(STRATEGIES)}")
     prog = Progress(enabled=not a.quiet and not a.json)
     opts = SolveOptions(time_limit_s=a.time_limit, threads=a.threads, gap=a.gap, method=a.method,
-                        progress=prog, verbose=a.verbose)
+                        progress=prog, verbose=a.verbose, cache=not a.no_cache)
     try:
         s = solve_costed(g, budget, a.strategy, opts)
     finally:
         prog.done()
+    if s.solver.get("cache_error"):
+        print(f"note: the answer was not cached: {s.solver['cache_error']}", file=sys.stderr)
     if a.out and s.feasible:
         save_schedule(s, a.out)
     if a.json:
@@ -195,6 +197,8 @@ def build_parser() -> argparse.ArgumentParser:
                      help="cores to use: HiGHS threads, and guide searches side by side (default: all)")
     sol.add_argument("--gap", type=float, default=1e-3, help="relative gap that counts as optimal (default 1e-3)")
     sol.add_argument("--method", default="auto", help="MILP formulation (auto, faithful, ...; docs/solver.md)")
+    sol.add_argument("--no-cache", action="store_true",
+                     help="solve afresh: neither reuse nor keep an answer in the cache (docs/solver.md, Cache)")
     out = s.add_argument_group("output")
     out.add_argument("--out", help="write the schedule (poet-schedule/1 JSON) here")
     out.add_argument("--force", action="store_true", help="overwrite --out if it exists")

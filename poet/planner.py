@@ -13,7 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .schedule.core import PAGING_SERIAL, Schedule
+from .report.text import cache_note
+from .schedule.core import FEASIBLE, PAGING_SERIAL, Schedule
 from .units import fmt_bytes, fmt_energy, fmt_seconds
 
 
@@ -50,7 +51,10 @@ class Plan:
         lines = [p.summary(),
                  f"device {self.device}; budget {fmt_bytes(s.budget.ram_bytes)} RAM"
                  + (f", {fmt_seconds(s.budget.runtime_s)}" if s.budget.runtime_s else ", no deadline")
-                 + f"; strategy {s.strategy}: {s.status}"]
+                 + f"; strategy {s.strategy}: {s.status}"
+                 + (f" (gap {s.solver['gap']:.2%})" if s.status == FEASIBLE and s.solver.get("gap") is not None
+                    else "")
+                 + (f"; {cache_note(s.solver)}" if s.solver.get("cache") else "")]
         if s.totals:
             t = s.totals
             lines.append(f"predicted: peak {fmt_bytes(t.peak_ram_bytes)} (fixed {fmt_bytes(g.fixed_ram_bytes)}), "

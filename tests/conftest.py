@@ -4,7 +4,15 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 
+import pytest  # noqa: E402
+
 from poet.graph.core import CostedGraph, CostedNode  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def _private_cache(tmp_path_factory, monkeypatch):
+    """Each test gets its own empty solve cache: none reads or fills the user's."""
+    monkeypatch.setenv("POET_CACHE_DIR", str(tmp_path_factory.mktemp("cache")))
 
 
 def training_chain(n_layers: int, seed: int = 0, *, skip: bool = False) -> CostedGraph:

@@ -31,6 +31,8 @@ def _common(p) -> None:
     b.add_argument("--paging-time", choices=["serial", "overlap", "hidden"], default="serial")
     b.add_argument("--strategy", default="poet", help="poet (default), remat, paging, keep-all, chen")
     b.add_argument("--time-limit", type=float, default=60.0, help="solver seconds (default 60)")
+    b.add_argument("--no-cache", action="store_true",
+                   help="solve afresh: neither reuse nor keep an answer in the cache (docs/solver.md, Cache)")
     r = p.add_argument_group("execution")
     r.add_argument("--optimizer", choices=["sgd", "adam"], default="sgd")
     r.add_argument("--lr", type=float, default=0.05)
@@ -80,7 +82,7 @@ def _make_plan(a, model, loss_fn, inputs, targets, optimizer):
     from ..planner import plan
     return plan(model, inputs, loss_fn, targets=targets, device=a.device, memory=a.memory, runtime=a.runtime,
                 strategy=a.strategy, granularity=a.granularity, paging_time=a.paging_time, optimizer=optimizer,
-                time_limit=a.time_limit, paging_dir=a.paging_dir, swap_file=a.swap_file)
+                time_limit=a.time_limit, paging_dir=a.paging_dir, swap_file=a.swap_file, cache=not a.no_cache)
 
 
 def _errors():

@@ -5,12 +5,24 @@ from ..schedule.core import FEASIBLE, HEURISTIC, INFEASIBLE, NO_SOLUTION, OPTIMA
 from ..units import fmt_bytes, fmt_energy, fmt_seconds
 
 
+def cache_note(solver: dict) -> str:
+    """Where a schedule answered from the solve cache came from ("" for a fresh solve)."""
+    cached = solver.get("cache")
+    if not cached:
+        return ""
+    took = cached.get("solve_seconds")
+    return ("from the cache (solved" + (f" in {took:.1f} s" if took is not None else "")
+            + (f" on {cached['solved_at']}" if cached.get("solved_at") else "") + "; --no-cache solves again)")
+
+
 def status_line(s: Schedule) -> str:
     sv = s.solver
     how = []
     if sv.get("method"):
         how.append(f"method {sv['method']}")
-    if sv.get("solve_seconds") is not None:
+    if sv.get("cache"):
+        how.append(cache_note(sv))
+    elif sv.get("solve_seconds") is not None:
         how.append(f"{sv['solve_seconds']:.1f} s")
     if sv.get("variables"):
         how.append(f"{sv['variables']:,} variables, {sv['constraints']:,} constraints")

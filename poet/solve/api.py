@@ -31,6 +31,7 @@ class SolveOptions:
     progress: Callable[[dict], None] | None = None
     verbose: bool = False
     find_min_budgets: bool = True   # on infeasibility, compute the smallest feasible budgets
+    cache: bool = False          # reuse and keep answers on disk (poet.solve.cache)
 
 
 # name -> callable(graph, budget, options) -> Schedule (steps not yet validated)
@@ -88,7 +89,8 @@ def make_budget(g: CostedGraph, memory, runtime=None, paging_time: str = PAGING_
 def solve(graph, device=None, *, memory, runtime=None, strategy: str = "poet",
           paging_time: str = PAGING_SERIAL, time_limit: float | None = None, threads: int | None = None,
           gap: float = 1e-3, method: str = "auto", backend: str = "highs", batch_size: int = 1,
-          fixed_ram=None, progress=None, verbose: bool = False, find_min_budgets: bool = True) -> Schedule:
+          fixed_ram=None, progress=None, verbose: bool = False, find_min_budgets: bool = True,
+          cache: bool = False) -> Schedule:
     """Find the minimum-energy schedule of ``graph`` within the budgets.
 
     graph:   a :class:`CostedGraph`, a structural :class:`Graph`, a zoo model name
@@ -105,6 +107,10 @@ def solve(graph, device=None, *, memory, runtime=None, strategy: str = "poet",
     strategy: ``poet`` (joint remat+paging MILP), ``remat``, ``paging``,
              ``keep-all``, ``chen``, ... (``poet.solve.STRATEGIES``).
 
+    cache:   reuse an earlier answer to the same solve, and keep this one, on
+             disk (``poet.solve.cache`` says what is reused when; a cached
+             schedule is replayed by the validator before it is returned).
+
     The result's ``status`` is ``optimal`` only when the solver proved the
     relative gap ``<= gap``; its totals come from the validator's replay.
     """
@@ -113,7 +119,7 @@ def solve(graph, device=None, *, memory, runtime=None, strategy: str = "poet",
     if strategy not in STRATEGIES:
         raise BudgetError(f"unknown strategy {strategy!r}; choose one of {', '.join(STRATEGIES)}")
     opts = SolveOptions(time_limit_s=time_limit, threads=threads, gap=gap, backend=backend, method=method,
-                        progress=progress, verbose=verbose, find_min_budgets=find_min_budgets)
+                        progress=progress, verbose=verbose, find_min_budgets=find_min_budgets, cache=cache)
     return solve_costed(g, budget, strategy, opts)
 
 
@@ -129,9 +135,20 @@ def solve_costed(g: CostedGraph, budget: Budget, strategy: str, opts: SolveOptio
                         f"no schedule of any strategy can fit"),
             "min_ram_bytes_lower_bound": lower,
         })
+    from . import cache as disk
+    if opts.cache:
+        hit = disk.lookup(g, budget, strategy, opts)
+        if hit is not None:
+            hit.solver["solve_seconds"] = time.perf_counter() - t0
+            return hit
     sched = STRATEGIES[strategy](g, budget, opts)
     sched.solver.setdefault("solve_seconds", time.perf_counter() - t0)
-    return checked(sched)
+    sched = checked(sched)
+    if opts.cache:
+        why = disk.store(sched, opts)
+        if why:
+            sched.solver["cache_error"] = why
+    return sched
 
 
 def checked(s: Schedule) -> Schedule:

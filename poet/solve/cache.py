@@ -1,0 +1,123 @@
+"""Solved problems kept on disk, so asking the same question twice costs one validation, not a solve.
+
+An entry is keyed by everything the answer depends on: the costed graph (every node's bytes and
+costs, every edge), the budget, the strategy, the method, the backend, the gap, whether the
+smallest feasible budgets are wanted, and a fingerprint of POET's own source (any change to the
+code starts afresh).  Threads and progress do not enter the key.
+
+What is reused, and when:
+
+* an ``optimal`` or ``infeasible`` answer is proven, so it is reused whatever the time limit;
+* any other answer (``feasible``, ``no_solution``) is only as good as the search that found it,
+  so it is reused only for a time limit no longer than the one it was found with (no limit
+  counts as the longest).
+
+A cached schedule is never trusted: its steps are replayed by the validator against the graph
+and budget being asked about, and an entry that does not replay (or does not parse) is ignored
+and replaced by a fresh solve.  The cache lives in ``$POET_CACHE_DIR``, else
+``$XDG_CACHE_HOME/poet/schedules``, else ``~/.cache/poet/schedules``; deleting it is always safe.
+"""
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import math
+import os
+import tempfile
+import time
+from pathlib import Path
+
+from ..graph.io import graph_to_dict
+from ..schedule.core import INFEASIBLE, OPTIMAL, OPS, STATUSES, Budget, Schedule, Step
+from ..schedule.validate import ScheduleError, validate
+
+CACHE_FORMAT = "poet-cache/1"
+CACHE_ENV = "POET_CACHE_DIR"
+PROVEN = (OPTIMAL, INFEASIBLE)
+
+
+def cache_dir() -> Path:
+    if os.environ.get(CACHE_ENV):
+        return Path(os.environ[CACHE_ENV])
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "poet" / "schedules"
+
+
+@functools.lru_cache(maxsize=1)
+def code_fingerprint() -> str:
+    root = Path(__file__).resolve().parent.parent
+    h = hashlib.sha256()
+    for path in sorted(root.rglob("*.py")):
+        h.update(str(path.relative_to(root)).encode())
+        h.update(path.read_bytes())
+    return h.hexdigest()
+
+
+def problem_key(g, budget: Budget, strategy: str, opts) -> str:
+    spec = {
+        "format": CACHE_FORMAT, "code": code_fingerprint(), "graph": graph_to_dict(g),
+        "budget": [budget.ram_bytes, budget.runtime_s, budget.paging_time],
+        "strategy": strategy, "method": opts.method, "backend": opts.backend, "gap": opts.gap,
+        "find_min_budgets": opts.find_min_budgets,
+    }
+    return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()
+
+
+def _limit(x) -> float:
+    return math.inf if x is None else float(x)
+
+
+def lookup(g, budget: Budget, strategy: str, opts) -> Schedule | None:
+    """The cached answer to this solve, replayed by the validator, or None."""
+    path = cache_dir() / f"{problem_key(g, budget, strategy, opts)}.json"
+    try:
+        d = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    try:
+        status = d["status"]
+        if d.get("format") != CACHE_FORMAT or status not in STATUSES:
+            return None
+        if status not in PROVEN and _limit(opts.time_limit_s) > _limit(d.get("time_limit_s")):
+            return None     # the caller allows a longer search than the one cached
+        steps = tuple(Step(s["op"], s["node"], s.get("stage")) for s in d["steps"])
+        if any(st.op not in OPS or not 0 <= st.node < len(g.nodes) for st in steps):
+            return None
+        totals = validate(g, steps, budget) if steps else None
+        solver = dict(d["solver"])
+    except (KeyError, TypeError, ValueError, ScheduleError):
+        return None      # damaged, or not a valid schedule of this problem: solve afresh
+    solver["cache"] = {"file": str(path), "solved_at": d.get("solved_at"),
+                       "solve_seconds": solver.get("solve_seconds"), "time_limit_s": d.get("time_limit_s")}
+    return Schedule(graph=g, budget=budget, steps=steps, status=status, strategy=strategy, totals=totals,
+                    solver=solver)
+
+
+def store(s: Schedule, opts) -> str | None:
+    """Write ``s`` as the answer to its solve; returns why it could not be written, or None."""
+    directory = cache_dir()
+    entry = {
+        "format": CACHE_FORMAT, "status": s.status, "strategy": s.strategy, "time_limit_s": opts.time_limit_s,
+        "solved_at": time.strftime("%Y-%m-%d %H:%M:%S"),
+        "steps": [{"op": st.op, "node": st.node, **({"stage": st.stage} if st.stage is not None else {})}
+                  for st in s.steps],
+        "solver": s.solver,
+    }
+    try:
+        text = json.dumps(entry)
+    except (TypeError, ValueError) as e:
+        return f"the solver's facts are not JSON ({e})"
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=directory, suffix=".tmp")
+    except OSError as e:
+        return f"cannot write the cache in {directory}: {e.strerror or e}"
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.replace(tmp, directory / f"{problem_key(s.graph, s.budget, s.strategy, opts)}.json")
+    except OSError as e:
+        Path(tmp).unlink(missing_ok=True)
+        return f"cannot write the cache in {directory}: {e.strerror or e}"
+    return None
