@@ -116,6 +116,20 @@ def test_cli_plan_writes_schedule(tmp_path, capsys):
     assert "measured" in text
 
 
+def test_cli_plan_shows_the_solver_progress_and_answers_again_from_the_cache(capsys):
+    argv = ["plan", "--model", "mlp", "--batch-size", "4", "--memory", "90%", "--time-limit", "20"]
+    assert _cli(argv) == 0
+    first = capsys.readouterr()
+    assert "solving (lower bound)" in first.err and "from the cache" not in first.out
+    assert _cli(argv + ["--quiet"]) == 0
+    second = capsys.readouterr()
+    assert "solving" not in second.err
+    assert "from the cache (solved in" in second.out
+    assert first.out.splitlines()[3] == second.out.splitlines()[3]      # the same predicted totals
+    assert _cli(argv + ["--quiet", "--no-cache"]) == 0
+    assert "from the cache" not in capsys.readouterr().out
+
+
 def test_cli_train_bad_paging_dir(tmp_path, capsys):
     rc = _cli(["train", "--model", "mlp", "--steps", "1", "--strategy", "keep-all",
                "--paging-dir", str(tmp_path / "missing")])

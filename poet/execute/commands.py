@@ -47,6 +47,7 @@ def register(subparsers) -> None:
     p.add_argument("--run", action="store_true", help="execute one step and print predicted vs measured")
     p.add_argument("--out", help="write the schedule (poet-schedule/1 JSON) here")
     p.add_argument("--force", action="store_true", help="overwrite --out")
+    p.add_argument("--quiet", action="store_true", help="no progress line while the solver runs")
     p.set_defaults(func=cmd_plan)
 
     t = subparsers.add_parser("train", help="fine-tune a model for N steps with the executed schedule",
@@ -79,10 +80,16 @@ def _optimizer(a, model):
 
 
 def _make_plan(a, model, loss_fn, inputs, targets, optimizer):
+    from ..cli import Progress
     from ..planner import plan
-    return plan(model, inputs, loss_fn, targets=targets, device=a.device, memory=a.memory, runtime=a.runtime,
-                strategy=a.strategy, granularity=a.granularity, paging_time=a.paging_time, optimizer=optimizer,
-                time_limit=a.time_limit, paging_dir=a.paging_dir, swap_file=a.swap_file, cache=not a.no_cache)
+    prog = Progress(enabled=not getattr(a, "quiet", False))
+    try:
+        return plan(model, inputs, loss_fn, targets=targets, device=a.device, memory=a.memory, runtime=a.runtime,
+                    strategy=a.strategy, granularity=a.granularity, paging_time=a.paging_time, optimizer=optimizer,
+                    time_limit=a.time_limit, paging_dir=a.paging_dir, swap_file=a.swap_file, cache=not a.no_cache,
+                    progress=prog)
+    finally:
+        prog.done()
 
 
 def _errors():
