@@ -56,6 +56,13 @@ def test_the_cache_is_off_unless_asked_for(counted):
     assert counted["n"] == 2 and not list(cache.cache_dir().glob("*.json"))
 
 
+def test_a_verbose_solve_runs_for_its_log(counted):
+    g, b = _problem()
+    _solve(g, b)
+    assert "cache" not in _solve(g, b, verbose=True).solver
+    assert counted["n"] == 2
+
+
 def test_another_budget_gap_or_graph_is_another_question(counted):
     g, b = _problem()
     _solve(g, b)

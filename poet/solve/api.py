@@ -136,7 +136,7 @@ def solve_costed(g: CostedGraph, budget: Budget, strategy: str, opts: SolveOptio
             "min_ram_bytes_lower_bound": lower,
         })
     from . import cache as disk
-    if opts.cache:
+    if opts.cache and not opts.verbose:     # a verbose solve is asked for its log: it runs
         hit = disk.lookup(g, budget, strategy, opts)
         if hit is not None:
             hit.solver["solve_seconds"] = time.perf_counter() - t0

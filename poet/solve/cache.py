@@ -14,7 +14,8 @@ What is reused, and when:
 
 A cached schedule is never trusted: its steps are replayed by the validator against the graph
 and budget being asked about, and an entry that does not replay (or does not parse) is ignored
-and replaced by a fresh solve.  The cache lives in ``$POET_CACHE_DIR``, else
+and replaced by a fresh solve.  A verbose solve (asked for the solver's log) always runs, and
+its answer replaces the entry.  The cache lives in ``$POET_CACHE_DIR``, else
 ``$XDG_CACHE_HOME/poet/schedules``, else ``~/.cache/poet/schedules``; deleting it is always safe.
 """
 from __future__ import annotations
