@@ -3,7 +3,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -17,18 +19,50 @@ USER_ERRORS = (BudgetError, GraphError, DeviceError, ScheduleError, FileExistsEr
 EXAMPLE = "poet solve --model resnet18_cifar --device a72 --memory 3MB --runtime 7.6x"
 
 
+# Held while a progress line is drawn.  The guide searches fork worker processes; holding it across
+# a fork keeps the ticker from being mid-write to stderr, whose buffer lock a child would inherit held.
+_DRAWING = threading.Lock()
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(before=_DRAWING.acquire, after_in_parent=_DRAWING.release,
+                        after_in_child=_DRAWING.release)
+
+
 class Progress:
-    """One status line on stderr, refreshed while a solve runs."""
+    """One status line on stderr, refreshed while a solve runs.
+
+    The solver reports when it can; HiGHS can go minutes without a callback (cut rounds at
+    the root of a large MILP), so the line is also redrawn every second with the clock
+    moving, which tells a slow step from a hung one.
+    """
+
+    TICK_S = 1.0
 
     def __init__(self, enabled: bool):
         self.enabled = enabled
         self.t0 = time.perf_counter()
         self.shown = False
         self.width = 0
+        self.last: dict | None = None
+        self.stop = threading.Event()
+        self.ticker: threading.Thread | None = None
 
     def __call__(self, d: dict):
         if not self.enabled:
             return
+        with _DRAWING:
+            self.last = d
+            self._draw(d)
+        if self.ticker is None:
+            self.ticker = threading.Thread(target=self._tick, name="poet-progress", daemon=True)
+            self.ticker.start()
+
+    def _tick(self):
+        while not self.stop.wait(self.TICK_S):
+            with _DRAWING:
+                if self.last is not None and not self.stop.is_set():
+                    self._draw(self.last)
+
+    def _draw(self, d: dict):
         phase = f" ({d['phase']})" if d.get("phase") else ""
         parts = [f"solving{phase}... {time.perf_counter() - self.t0:5.0f} s"]
         unit = d.get("energy_unit_j")
@@ -47,6 +81,9 @@ class Progress:
         self.shown = True
 
     def done(self):
+        self.stop.set()
+        if self.ticker is not None:
+            self.ticker.join()
         if self.shown:
             sys.stderr.write("\n")
             sys.stderr.flush()

@@ -154,3 +154,22 @@ def test_a_long_solve_shows_which_step_it_is_in_and_the_best_energy_and_bound_so
     assert any("best" in ln and "gap" in ln for ln in lines if ln.startswith("solving (guide"))
     rc, text, err = run(capsys, *argv, "--time-limit", "1", "--json")
     assert rc == 0 and err == ""                        # --json: no progress line
+
+
+def test_the_progress_line_is_redrawn_between_reports_and_stops_when_done(capsys, monkeypatch):
+    # HiGHS can go minutes without a callback: the line must keep its clock moving meanwhile
+    import time
+    from poet.cli import Progress
+    monkeypatch.setattr(Progress, "TICK_S", 0.01)
+    p = Progress(enabled=True)
+    p({"phase": "MILP", "objective": 1.5, "bound": 1.0, "gap": 1 / 3})
+    seen, deadline = "", time.monotonic() + 30
+    while seen.count("solving (MILP)") < 4 and time.monotonic() < deadline:
+        time.sleep(0.01)
+        seen += capsys.readouterr().err
+    p.done()
+    seen += capsys.readouterr().err
+    assert seen.count("solving (MILP)") >= 4 and seen.endswith("\n")
+    assert all("gap 33.33%" in part for part in seen.split("\r") if part.strip())
+    time.sleep(0.05)
+    assert capsys.readouterr().err == ""                 # nothing drawn after done()
