@@ -30,9 +30,9 @@ if hasattr(os, "register_at_fork"):
 class Progress:
     """One status line on stderr, refreshed while a solve runs.
 
-    The solver reports when it can; HiGHS can go minutes without a callback (cut rounds at
-    the root of a large MILP), so the line is also redrawn every second with the clock
-    moving, which tells a slow step from a hung one.
+    The solver reports when it can; HiGHS can go minutes without a callback (at the root of
+    a large MILP), so the line is also redrawn every second with the clock moving, which
+    tells a slow step from a hung one.
     """
 
     TICK_S = 1.0

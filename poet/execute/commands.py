@@ -84,12 +84,15 @@ def _make_plan(a, model, loss_fn, inputs, targets, optimizer):
     from ..planner import plan
     prog = Progress(enabled=not getattr(a, "quiet", False))
     try:
-        return plan(model, inputs, loss_fn, targets=targets, device=a.device, memory=a.memory, runtime=a.runtime,
-                    strategy=a.strategy, granularity=a.granularity, paging_time=a.paging_time, optimizer=optimizer,
-                    time_limit=a.time_limit, paging_dir=a.paging_dir, swap_file=a.swap_file, cache=not a.no_cache,
-                    progress=prog)
+        pl = plan(model, inputs, loss_fn, targets=targets, device=a.device, memory=a.memory, runtime=a.runtime,
+                  strategy=a.strategy, granularity=a.granularity, paging_time=a.paging_time, optimizer=optimizer,
+                  time_limit=a.time_limit, paging_dir=a.paging_dir, swap_file=a.swap_file, cache=not a.no_cache,
+                  progress=prog)
     finally:
         prog.done()
+    if pl.schedule.solver.get("cache_error"):
+        print(f"note: the answer was not cached: {pl.schedule.solver['cache_error']}", file=sys.stderr)
+    return pl
 
 
 def _errors():
