@@ -89,6 +89,12 @@ class Progress:
             sys.stderr.flush()
 
 
+def warn_uncached(s) -> None:
+    """Say on stderr why a solve's answer could not be kept in the cache, if it could not."""
+    if s.solver.get("cache_error"):
+        print(f"note: the answer was not cached: {s.solver['cache_error']}", file=sys.stderr)
+
+
 def _refuse_overwrite(path: str | None, force: bool):
     if path and Path(path).exists() and not force:
         raise FileExistsError(f"{path} exists; pass --force to overwrite it, or choose another --out")
@@ -135,8 +141,7 @@ def cmd_solve(a) -> int:
         s = solve_costed(g, budget, a.strategy, opts)
     finally:
         prog.done()
-    if s.solver.get("cache_error"):
-        print(f"note: the answer was not cached: {s.solver['cache_error']}", file=sys.stderr)
+    warn_uncached(s)
     if a.out and s.feasible:
         save_schedule(s, a.out)
     if a.json:

@@ -8,6 +8,7 @@ import pytest
 from conftest import training_chain
 from poet.cli import main
 from poet.schedule.core import FEASIBLE, OPTIMAL, Budget
+from poet.schedule.io import steps_to_dicts
 from poet.solve import api, cache
 
 
@@ -106,12 +107,7 @@ def test_a_damaged_or_invalid_entry_is_ignored_and_replaced(counted, damage):
         path.write_text(json.dumps(d))
     again = _solve(g, b)
     assert counted["n"] == 2 and "cache" not in again.solver and again.steps == first.steps
-    assert json.loads(path.read_text())["steps"] == _entry_steps(first)    # replaced by the fresh answer
-
-
-def _entry_steps(s):
-    return [{"op": st.op, "node": st.node, **({"stage": st.stage} if st.stage is not None else {})}
-            for st in s.steps]
+    assert json.loads(path.read_text())["steps"] == steps_to_dicts(first.steps)   # replaced by the fresh answer
 
 
 def test_an_unwritable_cache_is_reported_not_fatal(counted, tmp_path, monkeypatch):

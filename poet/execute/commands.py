@@ -80,7 +80,7 @@ def _optimizer(a, model):
 
 
 def _make_plan(a, model, loss_fn, inputs, targets, optimizer):
-    from ..cli import Progress
+    from ..cli import Progress, warn_uncached
     from ..planner import plan
     prog = Progress(enabled=not getattr(a, "quiet", False))
     try:
@@ -90,8 +90,7 @@ def _make_plan(a, model, loss_fn, inputs, targets, optimizer):
                   progress=prog)
     finally:
         prog.done()
-    if pl.schedule.solver.get("cache_error"):
-        print(f"note: the answer was not cached: {pl.schedule.solver['cache_error']}", file=sys.stderr)
+    warn_uncached(pl.schedule)
     return pl
 
 

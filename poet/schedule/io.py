@@ -12,13 +12,14 @@ from .validate import ScheduleError, validate
 SCHEDULE_FORMAT = "poet-schedule/1"
 
 
+def steps_to_dicts(steps) -> list[dict]:
+    """Steps in their JSON form: ``{"op", "node"}``, and ``"stage"`` where known."""
+    return [{"op": st.op, "node": st.node, **({"stage": st.stage} if st.stage is not None else {})}
+            for st in steps]
+
+
 def schedule_to_dict(s: Schedule) -> dict:
-    steps = []
-    for st in s.steps:
-        d = {"op": st.op, "node": st.node}
-        if st.stage is not None:
-            d["stage"] = st.stage
-        steps.append(d)
+    steps = steps_to_dicts(s.steps)
     return {
         "format": SCHEDULE_FORMAT,
         "strategy": s.strategy,
@@ -72,4 +73,5 @@ def load_schedule(path: str | Path) -> Schedule:
     return schedule_from_dict(d, source=str(path))
 
 
-__all__ = ["SCHEDULE_FORMAT", "Totals", "load_schedule", "save_schedule", "schedule_from_dict", "schedule_to_dict"]
+__all__ = ["SCHEDULE_FORMAT", "Totals", "load_schedule", "save_schedule", "schedule_from_dict", "schedule_to_dict",
+           "steps_to_dicts"]

@@ -136,16 +136,17 @@ def solve_costed(g: CostedGraph, budget: Budget, strategy: str, opts: SolveOptio
             "min_ram_bytes_lower_bound": lower,
         })
     from . import cache as disk
-    if opts.cache and not opts.verbose:     # a verbose solve is asked for its log: it runs
-        hit = disk.lookup(g, budget, strategy, opts)
+    entry = disk.entry_path(g, budget, strategy, opts) if opts.cache else None
+    if entry is not None and not opts.verbose:     # a verbose solve is asked for its log: it runs
+        hit = disk.lookup(entry, g, budget, strategy, opts)
         if hit is not None:
             hit.solver["solve_seconds"] = time.perf_counter() - t0
             return hit
     sched = STRATEGIES[strategy](g, budget, opts)
     sched.solver.setdefault("solve_seconds", time.perf_counter() - t0)
     sched = checked(sched)
-    if opts.cache:
-        why = disk.store(sched, opts)
+    if entry is not None:
+        why = disk.store(entry, sched, opts)
         if why:
             sched.solver["cache_error"] = why
     return sched

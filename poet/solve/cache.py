@@ -30,7 +30,8 @@ import time
 from pathlib import Path
 
 from ..graph.io import graph_to_dict
-from ..schedule.core import INFEASIBLE, OPTIMAL, OPS, STATUSES, Budget, Schedule, Step
+from ..schedule.core import INFEASIBLE, OPTIMAL, STATUSES, Budget, Schedule, Step
+from ..schedule.io import steps_to_dicts
 from ..schedule.validate import ScheduleError, validate
 
 CACHE_FORMAT = "poet-cache/1"
@@ -69,9 +70,13 @@ def _limit(x) -> float:
     return math.inf if x is None else float(x)
 
 
-def lookup(g, budget: Budget, strategy: str, opts) -> Schedule | None:
-    """The cached answer to this solve, replayed by the validator, or None."""
-    path = cache_dir() / f"{problem_key(g, budget, strategy, opts)}.json"
+def entry_path(g, budget: Budget, strategy: str, opts) -> Path:
+    """Where this solve's answer is kept (the key serializes the whole graph: compute it once)."""
+    return cache_dir() / f"{problem_key(g, budget, strategy, opts)}.json"
+
+
+def lookup(path: Path, g, budget: Budget, strategy: str, opts) -> Schedule | None:
+    """The answer kept at ``path`` (see `entry_path`), replayed by the validator, or None."""
     try:
         d = json.loads(path.read_text())
     except (OSError, ValueError):
@@ -83,9 +88,7 @@ def lookup(g, budget: Budget, strategy: str, opts) -> Schedule | None:
         if status not in PROVEN and _limit(opts.time_limit_s) > _limit(d.get("time_limit_s")):
             return None     # the caller allows a longer search than the one cached
         steps = tuple(Step(s["op"], s["node"], s.get("stage")) for s in d["steps"])
-        if any(st.op not in OPS or not 0 <= st.node < len(g.nodes) for st in steps):
-            return None
-        totals = validate(g, steps, budget) if steps else None
+        totals = validate(g, steps, budget) if steps else None     # checks ops and node ids too
         solver = dict(d["solver"])
     except (KeyError, TypeError, ValueError, ScheduleError):
         return None      # damaged, or not a valid schedule of this problem: solve afresh
@@ -95,15 +98,12 @@ def lookup(g, budget: Budget, strategy: str, opts) -> Schedule | None:
                     solver=solver)
 
 
-def store(s: Schedule, opts) -> str | None:
-    """Write ``s`` as the answer to its solve; returns why it could not be written, or None."""
-    directory = cache_dir()
+def store(path: Path, s: Schedule, opts) -> str | None:
+    """Write ``s`` at ``path`` (see `entry_path`); returns why it could not be written, or None."""
+    directory = path.parent
     entry = {
         "format": CACHE_FORMAT, "status": s.status, "strategy": s.strategy, "time_limit_s": opts.time_limit_s,
-        "solved_at": time.strftime("%Y-%m-%d %H:%M:%S"),
-        "steps": [{"op": st.op, "node": st.node, **({"stage": st.stage} if st.stage is not None else {})}
-                  for st in s.steps],
-        "solver": s.solver,
+        "solved_at": time.strftime("%Y-%m-%d %H:%M:%S"), "steps": steps_to_dicts(s.steps), "solver": s.solver,
     }
     try:
         text = json.dumps(entry)
@@ -117,7 +117,7 @@ def store(s: Schedule, opts) -> str | None:
     try:
         with os.fdopen(fd, "w") as f:
             f.write(text)
-        os.replace(tmp, directory / f"{problem_key(s.graph, s.budget, s.strategy, opts)}.json")
+        os.replace(tmp, path)
     except OSError as e:
         Path(tmp).unlink(missing_ok=True)
         return f"cannot write the cache in {directory}: {e.strerror or e}"
