@@ -284,7 +284,10 @@ class Executor:
         try:
             if need_store:
                 pstore = PagingStore(self.paging_dir, swap_file=self.swap_file, fsync=self.fsync)
-            with torch.no_grad():
+            # grad mode as when the joint graph was traced: some kernels consult it (the CPU LSTM's
+            # mkldnn_rnn_layer returns no workspace under no_grad, and its backward then fails).
+            # Every input is detached, so no autograd graph is built.
+            with torch.enable_grad():
                 for idx, s in enumerate(schedule.steps):
                     op, v = s.op, s.node
                     t0 = time.perf_counter()

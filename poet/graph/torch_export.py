@@ -202,6 +202,7 @@ class TorchProgram:
     fx_info: dict[str, tuple] = field(default_factory=dict)   # fx name -> ('unit', u) | ('item', u, i) | ('alias', roots) | ('fixed', k)
     aten_units: int = 0
     example_batch: tuple = ()
+    eager_difference: float | None = None     # see _eager_difference
 
     @property
     def fixed_ram_bytes(self) -> int:
@@ -228,6 +229,10 @@ class TorchProgram:
         lines = [f"{self.name}: {len(g)} poet nodes ({self.granularity}; {nf} forward, {nb} backward) "
                  f"from {self.aten_units} aten ops, {len(g.edges)} edges",
                  "fixed RAM " + ", ".join(f"{k} {v} B" for k, v in self.fixed_breakdown.items())]
+        if self.eager_difference:
+            lines.append(f"note: the traced step's loss and gradients differ from eager loss.backward() by up to "
+                         f"{self.eager_difference:.2g} (torch.export traces some modules, e.g. nn.GRU, into ops "
+                         f"that round differently); plans reproduce the traced step exactly")
         return "\n".join(lines)
 
     # ---- internals filled by _finish
@@ -292,14 +297,26 @@ def export_training_graph(model, example_inputs: Sequence, loss_fn: Callable | N
 
     gm, placeholders_desc, outputs_desc = _trace_joint(wrapper, batch)
 
+    # A tied parameter (an embedding shared with the output layer) has one name per module that
+    # holds it; the traced graph may use any of them.  Every alias maps to the first name, the
+    # one named_parameters() reports, so the tensor is bound, counted and given its grad once.
+    canonical: dict[str, str] = {}
+    for named in (wrapper.named_parameters, wrapper.named_buffers):
+        first: dict[int, str] = {}
+        for k, t in named(remove_duplicate=False):
+            canonical[k] = first.setdefault(id(t), k)
+
     # user-model names (strip the wrapper prefix)
     def uname(n: str) -> str:
+        n = canonical.get(n, canonical.get("model." + n, n))
         return n[len("model."):] if n.startswith("model.") else n
 
     params = {uname(k): p for k, p in wrapper.named_parameters()}
     buffers = {uname(k): b for k, b in wrapper.named_buffers()}
+    traced = _run_traced(gm, placeholders_desc, params, buffers, batch, uname)
     prog = _build(gm, placeholders_desc, outputs_desc, name=name, model=model, params=params, buffers=buffers,
-                  batch=batch, uname=uname, optimizer=optimizer)
+                  batch=batch, uname=uname, optimizer=optimizer, measured=traced.sizes)
+    prog.eager_difference = _eager_difference(wrapper, batch, outputs_desc, traced.outputs, uname)
     if granularity in ("layer", "module"):
         prog = prog.coarsen()
     elif granularity != "aten":
@@ -375,7 +392,8 @@ def _trace_joint_fallback(mod, batch):
     return gm, ph, outs
 
 
-def _build(gm, ph_desc, out_desc, *, name, model, params, buffers, batch, uname, optimizer) -> TorchProgram:
+def _build(gm, ph_desc, out_desc, *, name, model, params, buffers, batch, uname, optimizer,
+           measured) -> TorchProgram:
     fx_nodes = list(gm.graph.nodes)
     placeholders = []
     info: dict[str, tuple] = {}
@@ -445,6 +463,7 @@ def _build(gm, ph_desc, out_desc, *, name, model, params, buffers, batch, uname,
         elif val[0] == "alias":
             info[key] = ("alias", tuple(sorted(renum[r] for r in val[1] if r in renum)))
 
+
     # module of each unit: own nn_module_stack for forward ops; backward ops inherit by seq_nr
     seq_module: dict[int, str] = {}
     units: list[Unit] = []
@@ -468,7 +487,7 @@ def _build(gm, ph_desc, out_desc, *, name, model, params, buffers, batch, uname,
         kwargs_meta = torch.fx.node.map_arg(n.kwargs, lambda a: a.meta.get("val"))
         units.append(Unit(
             id=new, fx_name=n.name, op=_op_name(n.target), kind=kind,
-            bytes=tensor_bytes(val), flops=op_flops(n.target, args_meta, kwargs_meta, val),
+            bytes=measured[n.name], flops=op_flops(n.target, args_meta, kwargs_meta, val),
             seeded=_is_seeded(n.target), preds=tuple(sorted(renum[p] for p in cand_preds[old])),
             module=mod_path, seq_nr=seq))
         unit_node[new] = n
@@ -482,6 +501,91 @@ def _build(gm, ph_desc, out_desc, *, name, model, params, buffers, batch, uname,
                         aten_units=len(units), example_batch=tuple(batch))
     _finish(prog, "aten")
     return prog
+
+
+@dataclass
+class _TracedRun:
+    sizes: dict[str, int]      # fx name -> bytes of the op's real outputs
+    outputs: tuple             # the joint graph's outputs (loss, grads, buffer updates)
+
+
+def _run_traced(gm, ph_desc, params, buffers, batch, uname) -> _TracedRun:
+    """One run of the traced step on the example batch, for the bytes of every op's real outputs.
+
+    The traced (fake) outputs' sizes are not always the kernels': the CPU LSTM's
+    ``mkldnn_rnn_layer`` workspace is 0 B when traced and 28 kB for a 16-unit layer when
+    run, so a plan priced from them exceeds its budget.  The run is the one plain
+    training step the plan replaces; the generator's state is restored afterwards.
+    """
+    vals = []
+    phs = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    for (role, name), n in zip(ph_desc, phs):
+        if role == "param":
+            vals.append(params[uname(name)].detach())
+        elif role == "buffer":
+            vals.append(buffers[uname(name)].detach())
+        elif role == "input":
+            x = batch[int(name)]
+            vals.append(x.detach() if isinstance(x, torch.Tensor) else x)
+        else:   # the loss tangent
+            ref = n.meta["val"]
+            vals.append(torch.ones(tuple(ref.shape), dtype=ref.dtype))
+    sizes: dict[str, int] = {}
+    outs: list = []
+
+    class Measure(torch.fx.Interpreter):
+        def run_node(self, n):
+            if n.op == "output":     # the flat list the output descriptors name, before regrouping
+                outs.extend(self.map_nodes_to_values(n.args[0], n))
+            out = super().run_node(n)
+            if n.op == "call_function":
+                sizes[n.name] = tensor_bytes(out)
+            return out
+
+    rng = torch.get_rng_state()
+    try:
+        with torch.enable_grad():    # as traced; see the executor
+            Measure(gm).run(*vals)
+    except Exception as e:
+        raise ExtractionError(f"the traced training step failed on the example batch: {type(e).__name__}: {e}") from e
+    finally:
+        torch.set_rng_state(rng)
+    return _TracedRun(sizes, tuple(outs))
+
+
+def _eager_difference(wrapper, batch, out_desc, outputs, uname) -> float | None:
+    """Largest absolute difference between the traced step's loss and gradients and eager autograd's.
+
+    torch.export decomposes ops whose eager kernels are fused (``nn.GRU`` on the CPU
+    becomes matmuls and pointwise ops), and the decomposition rounds differently.
+    The executor reproduces the traced step exactly, so this is what a comparison
+    with ``loss.backward()`` will show.  Run on copies of the parameters and buffers
+    (the model is untouched); ``None`` if eager mode could not be run that way.
+    """
+    names = [k for k, _ in wrapper.named_parameters()]
+    try:
+        ps = {k: p.detach().clone().requires_grad_(p.requires_grad) for k, p in wrapper.named_parameters()}
+        bs = {k: b.detach().clone() for k, b in wrapper.named_buffers()}
+        rng = torch.get_rng_state()
+        try:
+            with torch.enable_grad():
+                loss = torch.func.functional_call(wrapper, {**ps, **bs}, tuple(batch))
+                wanted = [ps[k] for k in names if ps[k].requires_grad]
+                grads = torch.autograd.grad(loss, wanted, allow_unused=True)
+        finally:
+            torch.set_rng_state(rng)
+    except Exception:
+        return None
+    eager = {"": loss.detach()}
+    eager.update({uname(k): g for k, g in zip([k for k in names if ps[k].requires_grad], grads)})
+    worst = 0.0
+    for (role, name), val in zip(out_desc, outputs):
+        key = "" if role == "loss" else uname(name) if role == "grad" else None
+        ref = eager.get(key) if key is not None else None
+        if ref is None or not isinstance(val, torch.Tensor) or ref.shape != val.shape:
+            continue
+        worst = max(worst, float((ref - val).abs().max()) if val.numel() else 0.0)
+    return worst
 
 
 def _roots(info, a) -> tuple[int, ...]:
@@ -605,7 +709,7 @@ def coarsen(prog: TorchProgram, by: str = "module", depth: int | None = None,
                        graph=None, placeholders=prog.placeholders, bindings=prog.bindings, model=prog.model,
                        params=prog.params, buffers=prog.buffers, fixed_breakdown=dict(prog.fixed_breakdown),
                        unit_node=prog.unit_node, fx_info=prog.fx_info, aten_units=prog.aten_units,
-                       example_batch=prog.example_batch)
+                       example_batch=prog.example_batch, eager_difference=prog.eager_difference)
     new.group_labels = list(labels)
     _finish(new, "layer")
     return new
