@@ -32,17 +32,22 @@ class Progress:
 
     The solver reports when it can; HiGHS can go minutes without a callback (at the root of
     a large MILP), so the line is also redrawn every second with the clock moving, which
-    tells a slow step from a hung one.
+    tells a slow step from a hung one.  When stderr is not a terminal (a log file, CI), a
+    redrawn line would pile up as one long line of carriage returns: there it is written as
+    whole lines instead, one when the step changes and otherwise one every ``LOG_EVERY_S``.
     """
 
     TICK_S = 1.0
+    LOG_EVERY_S = 30.0
 
-    def __init__(self, enabled: bool):
+    def __init__(self, enabled: bool, tty: bool | None = None):
         self.enabled = enabled
+        self.tty = sys.stderr.isatty() if tty is None else tty
         self.t0 = time.perf_counter()
         self.shown = False
         self.width = 0
         self.last: dict | None = None
+        self.logged: tuple[str | None, float] | None = None    # (step, when) of the last logged line
         self.stop = threading.Event()
         self.ticker: threading.Thread | None = None
 
@@ -75,6 +80,13 @@ class Progress:
         if d.get("gap") is not None and d["gap"] != float("inf"):
             parts.append(f"gap {d['gap']:.2%}")
         line = ", ".join(parts)
+        if not self.tty:
+            now = time.perf_counter()
+            if self.logged is None or self.logged[0] != d.get("phase") or now - self.logged[1] >= self.LOG_EVERY_S:
+                sys.stderr.write(line + "\n")
+                sys.stderr.flush()
+                self.logged = (d.get("phase"), now)
+            return
         sys.stderr.write("\r" + line.ljust(self.width))   # blanks what a longer line left behind
         sys.stderr.flush()
         self.width = max(self.width, len(line))

@@ -144,7 +144,8 @@ def test_a_long_solve_shows_which_step_it_is_in_and_the_best_energy_and_bound_so
             "--time-limit", "3"]
     rc, text, err = run(capsys, *argv)
     assert rc == 0 and "Status:" in text and "; )" not in text
-    lines = [ln.strip() for ln in err.split("\r") if ln.strip()]
+    lines = err.splitlines()        # stderr is not a terminal here: whole lines, one per step at least
+    assert "\r" not in err and all(ln.startswith("solving (") for ln in lines)
     phases = [ln.split(")...")[0].removeprefix("solving (") for ln in lines]
     assert phases.index("Capuchin-style schedule") < phases.index("lower bound") \
         < phases.index("greedy rules") < phases.index("guide search")
@@ -161,7 +162,7 @@ def test_the_progress_line_is_redrawn_between_reports_and_stops_when_done(capsys
     import time
     from poet.cli import Progress
     monkeypatch.setattr(Progress, "TICK_S", 0.01)
-    p = Progress(enabled=True)
+    p = Progress(enabled=True, tty=True)
     p({"phase": "MILP", "objective": 1.5, "bound": 1.0, "gap": 1 / 3})
     seen, deadline = "", time.monotonic() + 30
     while seen.count("solving (MILP)") < 4 and time.monotonic() < deadline:
@@ -173,3 +174,24 @@ def test_the_progress_line_is_redrawn_between_reports_and_stops_when_done(capsys
     assert all("gap 33.33%" in part for part in seen.split("\r") if part.strip())
     time.sleep(0.05)
     assert capsys.readouterr().err == ""                 # nothing drawn after done()
+
+
+def test_the_progress_goes_to_a_log_as_whole_lines(capsys, monkeypatch):
+    # not a terminal: no carriage returns; a line when the step changes, else one per LOG_EVERY_S
+    import time
+    from poet.cli import Progress
+    monkeypatch.setattr(Progress, "TICK_S", 0.01)
+    monkeypatch.setattr(Progress, "LOG_EVERY_S", 0.2)
+    p = Progress(enabled=True, tty=False)
+    p({"phase": "lower bound"})
+    p({"phase": "greedy rules", "bound": 1.0})
+    p({"phase": "greedy rules", "bound": 1.0, "objective": 1.2, "gap": 1 / 6})   # same step, too soon
+    assert capsys.readouterr().err.splitlines() == [
+        "solving (lower bound)...     0 s", "solving (greedy rules)...     0 s, bound 1"]
+    time.sleep(0.5)                                      # the ticker logs the step again
+    p.done()
+    again = capsys.readouterr().err
+    assert "\r" not in again and again.endswith("\n")
+    assert 1 <= again.count("solving (greedy rules)") <= 3 and "best 1.2, bound 1, gap 16.67%" in again
+    time.sleep(0.05)
+    assert capsys.readouterr().err == ""

@@ -122,6 +122,25 @@ def test_time_limit_returns_best_schedule_with_gap():
     assert s.solver["bound_energy_j"] <= s.totals.energy_j * (1 + 1e-9)
 
 
+def test_the_milp_is_not_started_when_its_setup_would_overrun_the_time_limit(monkeypatch):
+    # HiGHS checks its time limit only after presolve: with a schedule held and too little time
+    # left, the MILP is skipped and the schedule returned with its gap, within the limit
+    import importlib
+    milp = importlib.import_module("poet.solve.milp")
+    g = training_chain(4, 2, skip=True)
+    kw = dict(memory=_ram(g, 0.2), gap=1e-9, method="fast", find_min_budgets=False)
+    ran = solve(g, **kw, time_limit=60)
+    assert ran.solver["method"] == "milp-fast" and not ran.solver.get("milp_skipped")
+    monkeypatch.setattr(milp, "MILP_SETUP_S_PER_NONZERO", 1e3)      # as if setting up took hours
+    skipped = solve(g, **kw, time_limit=60)
+    assert skipped.solver["milp_skipped"] and skipped.solver["method"] in ("greedy", "greedy+bound")
+    assert "too few to start the MILP" in skipped.solver["status_detail"]
+    assert skipped.totals.energy_j == pytest.approx(skipped.solver["heuristic_energy_j"])
+    assert skipped.totals.energy_j >= ran.totals.energy_j * (1 - 1e-9)
+    assert skipped.solver["bound_energy_j"] <= ran.totals.energy_j * (1 + 1e-9)
+    assert solve(g, **kw).solver["method"] == "milp-fast"          # no time limit: it runs
+
+
 def test_unknown_method_is_refused():
     g = training_chain(3, 1)
     with pytest.raises(Exception, match="unknown method"):
