@@ -195,3 +195,12 @@ def test_the_progress_goes_to_a_log_as_whole_lines(capsys, monkeypatch):
     assert 1 <= again.count("solving (greedy rules)") <= 3 and "best 1.2, bound 1, gap 16.67%" in again
     time.sleep(0.05)
     assert capsys.readouterr().err == ""
+
+
+@pytest.mark.parametrize("flag,value,says", [("--time-limit", "-3", "not a positive number of seconds"),
+                                             ("--time-limit", "0", "not a positive number of seconds"),
+                                             ("--threads", "0", "threads must be 1 or more"),
+                                             ("--gap", "2", "must be a relative gap in [0, 1)")])
+def test_solver_options_out_of_range_are_refused_with_what_would_work(capsys, flag, value, says):
+    rc, text, err = run(capsys, "solve", "--model", "linear", "--device", "m4", "--memory", "1MB", flag, value)
+    assert rc == 2 and text == "" and says in err and "Traceback" not in err

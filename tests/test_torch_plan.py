@@ -144,3 +144,25 @@ def test_cli_train_bad_paging_dir(tmp_path, capsys):
     with pytest.raises(PagingError):
         pl.run()
     assert all(torch.equal(a, b) for a, b in zip(before, m.parameters()))
+
+
+def test_a_user_module_is_found_in_the_current_directory_and_a_missing_one_is_named(tmp_path, monkeypatch,
+                                                                                       capsys):
+    import sys
+    from poet.cli import main
+    (tmp_path / "my_net_for_poet.py").write_text(
+        "import torch\n"
+        "from poet.execute import models\n"
+        "def build():\n"
+        "    torch.manual_seed(0)\n"
+        "    return (models.MLP(d_in=8, hidden=16, layers=2), torch.nn.CrossEntropyLoss(),\n"
+        "            models.VectorData(batch_size=4, d_in=8, seed=0))\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", str(tmp_path))])
+    assert main(["plan", "--model", "my_net_for_poet:build", "--device", "m4", "--quiet", "--no-cache"]) == 0
+    assert "optimal" in capsys.readouterr().out
+    assert main(["plan", "--model", "no_such_module_here:build", "--device", "m4"]) == 2
+    err = capsys.readouterr().err
+    assert "cannot import 'no_such_module_here'" in err and "Traceback" not in err
+    assert main(["plan", "--model", "my_net_for_poet:nothing", "--device", "m4"]) == 2
+    assert "has no function 'nothing'" in capsys.readouterr().err

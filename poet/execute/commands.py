@@ -16,7 +16,8 @@ def _common(p) -> None:
     src = p.add_argument_group("model")
     src.add_argument("--model", default="cnn",
                      help="cnn, bert, mlp (built-in, generated data) or module:function returning "
-                          "(model, loss_fn, data) where data.batch() -> (inputs, targets)")
+                          "(model, loss_fn, data) where data.batch() -> (inputs, targets); the module is "
+                          "looked up in the current directory, then on PYTHONPATH")
     src.add_argument("--batch-size", type=int, default=8)
     src.add_argument("--dropout", type=float, default=0.1)
     src.add_argument("--seed", type=int, default=0)
@@ -64,8 +65,19 @@ def _load(a):
     from . import models
     if ":" in a.model:
         import importlib
+        import os
         mod, fn = a.model.split(":", 1)
-        made = getattr(importlib.import_module(mod), fn)()
+        if os.getcwd() not in sys.path:      # a console script does not put it there; python -m does
+            sys.path.insert(0, os.getcwd())
+        try:
+            module = importlib.import_module(mod)
+        except ImportError as e:
+            raise ValueError(f"--model {a.model}: cannot import {mod!r} ({e}); run from the directory that "
+                             f"holds it, or add that directory to PYTHONPATH") from e
+        build = getattr(module, fn, None)
+        if not callable(build):
+            raise ValueError(f"--model {a.model}: {mod} has no function {fn!r}")
+        made = build()
         if not (isinstance(made, tuple) and len(made) == 3):
             raise ValueError(f"{a.model} must return (model, loss_fn, data)")
         return made

@@ -33,6 +33,16 @@ class SolveOptions:
     find_min_budgets: bool = True   # on infeasibility, compute the smallest feasible budgets
     cache: bool = False          # reuse and keep answers on disk (poet.solve.cache)
 
+    def __post_init__(self):
+        t = self.time_limit_s
+        if t is not None and not (t > 0 and t != float("inf")):
+            raise BudgetError(f"time limit {t} s is not a positive number of seconds; omit it to solve "
+                              f"without a limit")
+        if self.threads is not None and self.threads < 1:
+            raise BudgetError(f"threads must be 1 or more (got {self.threads}); omit it to use every core")
+        if not 0 <= self.gap < 1:
+            raise BudgetError(f"gap {self.gap} must be a relative gap in [0, 1), e.g. 0.01 for 1%")
+
 
 # name -> callable(graph, budget, options) -> Schedule (steps not yet validated)
 STRATEGIES: dict[str, Callable] = {}
