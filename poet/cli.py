@@ -107,9 +107,20 @@ def warn_uncached(s) -> None:
         print(f"note: the answer was not cached: {s.solver['cache_error']}", file=sys.stderr)
 
 
+class OutputPathError(ValueError):
+    """An --out path that cannot be written; raised before any solving."""
+
+
 def _refuse_overwrite(path: str | None, force: bool):
-    if path and Path(path).exists() and not force:
+    if not path:
+        return
+    if Path(path).exists() and not force:
         raise FileExistsError(f"{path} exists; pass --force to overwrite it, or choose another --out")
+    parent = Path(path).absolute().parent
+    if not parent.is_dir():
+        raise OutputPathError(f"cannot write {path}: the directory {parent} does not exist")
+    if not os.access(parent, os.W_OK):
+        raise OutputPathError(f"cannot write {path}: the directory {parent} is not writable")
 
 
 def _fixed_ram(value: str | None, g) -> int | None:
@@ -293,7 +304,10 @@ def main(argv=None) -> int:
         return 1
     try:
         return a.func(a)
-    except USER_ERRORS as e:
+    except USER_ERRORS + (OutputPathError,) as e:
+        print(f"poet: error: {e}", file=sys.stderr)
+        return 2
+    except OSError as e:       # a file that could not be read or written (disk full, no such directory)
         print(f"poet: error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

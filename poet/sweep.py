@@ -324,7 +324,7 @@ def _hms(s: float) -> str:
 def run_sweep(spec: SweepSpec, out, *, jobs: int | None = None, force: bool = False, retry: bool = False,
               progress: bool = True, stream=None) -> dict:
     """Run (or resume) a sweep into directory ``out``; returns the sweep document."""
-    from .solve.api import STRATEGIES, costed_graph
+    from .solve.api import STRATEGIES, SolveOptions, costed_graph
     from .solve.baselines import keep_all_peak
     from .schedule.io import load_schedule, save_schedule
 
@@ -339,6 +339,7 @@ def run_sweep(spec: SweepSpec, out, *, jobs: int | None = None, force: bool = Fa
     budgets = {}
     for s, m, r in points:  # parse everything before touching the disk
         budgets[(m, r)] = _budget(g, spec_d, m, r)
+    SolveOptions(time_limit_s=spec.time_limit_s, threads=spec.threads, gap=spec.gap, method=spec.method)
     previous = prepare_out_dir(out, spec, force)
     lock = _Lock(out)
     (out / "schedules").mkdir(exist_ok=True)

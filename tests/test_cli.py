@@ -200,7 +200,16 @@ def test_the_progress_goes_to_a_log_as_whole_lines(capsys, monkeypatch):
 @pytest.mark.parametrize("flag,value,says", [("--time-limit", "-3", "not a positive number of seconds"),
                                              ("--time-limit", "0", "not a positive number of seconds"),
                                              ("--threads", "0", "threads must be 1 or more"),
-                                             ("--gap", "2", "must be a relative gap in [0, 1)")])
+                                             ("--gap", "2", "must be a relative gap in [0, 1)"),
+                                             ("--method", "nosuch", "unknown method 'nosuch'; choose one of")])
 def test_solver_options_out_of_range_are_refused_with_what_would_work(capsys, flag, value, says):
     rc, text, err = run(capsys, "solve", "--model", "linear", "--device", "m4", "--memory", "1MB", flag, value)
     assert rc == 2 and text == "" and says in err and "Traceback" not in err
+
+
+def test_an_out_path_in_a_missing_directory_is_refused_before_solving(capsys, tmp_path):
+    out = tmp_path / "no" / "such" / "s.json"
+    rc, text, err = run(capsys, "solve", "--model", "resnet18_cifar", "--device", "m4", "--memory", "1.8MB",
+                        "--out", str(out))
+    assert rc == 2 and text == "" and "solving" not in err          # nothing was solved
+    assert f"the directory {out.parent} does not exist" in err and not out.exists()

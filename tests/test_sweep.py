@@ -181,6 +181,16 @@ def test_refuses_to_write_into_unrelated_directories(graph_file, tmp_path):
     assert load_sweep(other)["identity"]["paging_time"] == "serial"
 
 
+@pytest.mark.parametrize("bad,says", [(dict(method="nosuch"), "unknown method"),
+                                      (dict(gap=1.5), "relative gap"), (dict(time_limit_s=-1), "time limit")])
+def test_bad_solver_options_are_refused_before_the_directory_is_made(graph_file, tmp_path, bad, says):
+    from poet.units import BudgetError
+    path, _ = graph_file
+    with pytest.raises(BudgetError, match=says):
+        run_sweep(_spec(path, memories=["100%"], runtimes=["none"], **bad), tmp_path / "s", jobs=1, progress=False)
+    assert not (tmp_path / "s").exists()
+
+
 def test_memory_range_parsing():
     assert parse_memory_range("10%..100%", 10) == [f"{v}%" for v in range(10, 101, 10)]
     assert parse_memory_range("50%..50%", 4) == ["50%"]

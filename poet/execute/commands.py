@@ -115,8 +115,9 @@ def _errors():
 
 
 def cmd_plan(a) -> int:
-    from pathlib import Path
+    from ..cli import _refuse_overwrite
     try:
+        _refuse_overwrite(a.out, a.force)         # before tracing and solving, not after
         model, loss_fn, data = _load(a)
         model.train()
         inputs, targets = data.batch()
@@ -124,8 +125,6 @@ def cmd_plan(a) -> int:
         pl = _make_plan(a, model, loss_fn, inputs, targets, opt)
         print(pl)
         if a.out:
-            if Path(a.out).exists() and not a.force:
-                raise FileExistsError(f"{a.out} exists (use --force to overwrite)")
             pl.save(a.out)
             print(f"schedule written to {a.out}")
         if not pl.feasible:

@@ -40,6 +40,9 @@ class SolveOptions:
                               f"without a limit")
         if self.threads is not None and self.threads < 1:
             raise BudgetError(f"threads must be 1 or more (got {self.threads}); omit it to use every core")
+        from .milp import METHODS
+        if self.method not in METHODS:
+            raise BudgetError(f"unknown method {self.method!r}; choose one of {', '.join(METHODS)}")
         if not 0 <= self.gap < 1:
             raise BudgetError(f"gap {self.gap} must be a relative gap in [0, 1), e.g. 0.01 for 1%")
 
