@@ -12,7 +12,7 @@ def cache_note(solver: dict) -> str:
         return ""
     took = cached.get("solve_seconds")
     return ("from the cache (solved" + (f" in {took:.1f} s" if took is not None else "")
-            + (f" on {cached['solved_at']}" if cached.get("solved_at") else "") + "; --no-cache solves again)")
+            + (f" on {cached['solved_at']}" if cached.get("solved_at") else "") + "; --no-cache, or cache=False from Python, solves again)")
 
 
 def status_line(s: Schedule) -> str:
