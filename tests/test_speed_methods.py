@@ -132,7 +132,10 @@ def test_the_milp_is_not_started_when_its_setup_would_overrun_the_time_limit(mon
     ran = solve(g, **kw, time_limit=60)
     assert ran.solver["method"] == "milp-fast" and not ran.solver.get("milp_skipped")
     monkeypatch.setattr(milp, "MILP_SETUP_S_PER_NONZERO", 1e3)      # as if setting up took hours
+    builds = []
+    monkeypatch.setattr(milp, "build", lambda *a, **k: builds.append(1) or build(*a, **k))
     skipped = solve(g, **kw, time_limit=60)
+    assert len(builds) == 1           # built once, before the guide search, to know whether it fits
     assert skipped.solver["milp_skipped"] and skipped.solver["method"] in ("greedy", "greedy+bound")
     assert "too few to start the MILP" in skipped.solver["status_detail"]
     assert skipped.totals.energy_j == pytest.approx(skipped.solver["heuristic_energy_j"])
