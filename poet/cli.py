@@ -111,7 +111,7 @@ class OutputPathError(ValueError):
     """An --out path that cannot be written; raised before any solving."""
 
 
-def _refuse_overwrite(path: str | None, force: bool):
+def check_out_path(path: str | None, force: bool):
     if not path:
         return
     if Path(path).exists() and not force:
@@ -147,7 +147,7 @@ def cmd_solve(a) -> int:
         raise BudgetError("give either --model NAME --device DEVICE or --graph FILE.json")
     if a.model is not None and a.device is None:
         raise BudgetError(f"--model {a.model} needs --device (one of: see `poet devices`)")
-    _refuse_overwrite(a.out, a.force)
+    check_out_path(a.out, a.force)
     g = costed_graph(a.graph or a.model, a.device, batch_size=a.batch_size)
     fixed = _fixed_ram(a.fixed_ram, g)
     if fixed is not None:
@@ -205,7 +205,7 @@ def cmd_devices(a) -> int:
 def cmd_export(a) -> int:
     from .graph.io import save_graph
     from .solve.api import costed_graph
-    _refuse_overwrite(a.out, a.force)
+    check_out_path(a.out, a.force)
     g = costed_graph(a.model, a.device, batch_size=a.batch_size)
     save_graph(g, a.out)
     print(f"Wrote {a.out}: {g.name} on {a.device}, {len(g)} nodes, {len(g.edges)} edges (poet-graph/1)")

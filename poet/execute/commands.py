@@ -115,9 +115,9 @@ def _errors():
 
 
 def cmd_plan(a) -> int:
-    from ..cli import _refuse_overwrite
+    from ..cli import check_out_path
     try:
-        _refuse_overwrite(a.out, a.force)         # before tracing and solving, not after
+        check_out_path(a.out, a.force)         # before tracing and solving, not after
         model, loss_fn, data = _load(a)
         model.train()
         inputs, targets = data.batch()

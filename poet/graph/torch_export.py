@@ -463,7 +463,6 @@ def _build(gm, ph_desc, out_desc, *, name, model, params, buffers, batch, uname,
         elif val[0] == "alias":
             info[key] = ("alias", tuple(sorted(renum[r] for r in val[1] if r in renum)))
 
-
     # module of each unit: own nn_module_stack for forward ops; backward ops inherit by seq_nr
     seq_module: dict[int, str] = {}
     units: list[Unit] = []

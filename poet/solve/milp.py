@@ -651,9 +651,6 @@ def solve_milp(g: CostedGraph, budget: Budget, opts, *, remat: bool, paging: boo
             solver["heuristic_energy_j"] = plan_e
         gap_lb = None if plan_e is None else _gap(plan_e, lb)
         if gap_lb is not None and gap_lb > opts.gap and not outside_proven:
-            # local search over the guides of two starts, sharing the search time: the cheapest plan and
-            # a cover-guided one, or else the cheapest of another rule (each rule's search explores a
-            # different neighbourhood; a third start only thins the time of the other two)
             milp_follows = method != "heuristic"
             rest = None if opts.time_limit_s is None else opts.time_limit_s - (time.perf_counter() - t0)
             if milp_follows and rest is not None and 0.5 * rest < (MILP_SETUP_S_PER_NONZERO
@@ -667,6 +664,9 @@ def solve_milp(g: CostedGraph, budget: Budget, opts, *, remat: bool, paging: boo
                 solver["build_seconds"] = time.perf_counter() - tb
                 rest = opts.time_limit_s - (time.perf_counter() - t0)
                 milp_follows = MILP_SETUP_S_PER_NONZERO * f.problem.num_nonzeros <= 0.5 * rest
+            # local search over the guides of two starts, sharing the search time: the cheapest plan and
+            # a cover-guided one, or else the cheapest of another rule (each rule's search explores a
+            # different neighbourhood; a third start only thins the time of the other two)
             ts = time.perf_counter()
             span = _search_seconds(opts, ts - t0, milp_follows)
             target = lb / (1 - opts.gap) if opts.gap < 1 else math.inf
@@ -759,8 +759,11 @@ def solve_milp(g: CostedGraph, budget: Budget, opts, *, remat: bool, paging: boo
                 "gap": gap, "objective_energy_j": plan_e, "bound_energy_j": lb, "milp_skipped": True,
                 "status_detail": f"{max(rest, 0.0):.1f} s left, too few to start the MILP (about {need:.0f} s)",
                 "solve_seconds": time.perf_counter() - t0,
-                "message": (f"feasible greedy schedule, {gap:.2%} above the structural lower bound; the MILP "
-                            f"was not started: {max(rest, 0.0):.1f} s of the time limit were left, and HiGHS needs "
+                "message": ((f"optimal: the greedy schedule is within {gap:.2e} of the structural lower bound"
+                             if gap <= opts.gap else
+                             f"feasible greedy schedule, {gap:.2%} above the structural lower bound")
+                            + f"; the MILP was not started: {max(rest, 0.0):.1f} s of the time limit were left, "
+                            f"and HiGHS needs "
                             f"about {need:.0f} s to set up a MILP of {f.problem.num_nonzeros:,} nonzeros "
                             f"(a longer --time-limit lets it run)")})
             return _result_schedule(g, budget, strategy, emit(g, plan), OPTIMAL if gap <= opts.gap else FEASIBLE,
