@@ -14,7 +14,13 @@ from .hardware.device import DeviceError
 from .schedule.validate import ScheduleError
 from .units import BudgetError, fmt_energy
 
-USER_ERRORS = (BudgetError, GraphError, DeviceError, ScheduleError, FileExistsError)
+
+class OutputPathError(ValueError):
+    """An --out path that cannot be written; raised before any solving."""
+
+
+# OSError: a file that could not be read or written (disk full, no such directory)
+USER_ERRORS = (BudgetError, GraphError, DeviceError, ScheduleError, OutputPathError, OSError)
 
 EXAMPLE = "poet solve --model resnet18_cifar --device a72 --memory 3MB --runtime 7.6x"
 
@@ -105,10 +111,6 @@ def warn_uncached(s) -> None:
     """Say on stderr why a solve's answer could not be kept in the cache, if it could not."""
     if s.solver.get("cache_error"):
         print(f"note: the answer was not cached: {s.solver['cache_error']}", file=sys.stderr)
-
-
-class OutputPathError(ValueError):
-    """An --out path that cannot be written; raised before any solving."""
 
 
 def check_out_path(path: str | None, force: bool):
@@ -304,10 +306,7 @@ def main(argv=None) -> int:
         return 1
     try:
         return a.func(a)
-    except USER_ERRORS + (OutputPathError,) as e:
-        print(f"poet: error: {e}", file=sys.stderr)
-        return 2
-    except OSError as e:       # a file that could not be read or written (disk full, no such directory)
+    except USER_ERRORS as e:
         print(f"poet: error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

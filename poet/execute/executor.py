@@ -30,6 +30,7 @@ from dataclasses import dataclass
 import torch
 import torch.fx
 
+from ..graph.torch_export import placeholder_values
 from ..schedule.core import Schedule
 from ..units import fmt_bytes, fmt_seconds
 from .store import PagingError, PagingStore
@@ -373,13 +374,8 @@ class Executor:
         if batch is None:
             batch = p.example_batch
         batch = tuple(batch) if isinstance(batch, (tuple, list)) else (batch,)
-        vals = []
         for role, name, n in p.placeholders:
-            if role == "param":
-                vals.append(p.params[name].detach())
-            elif role == "buffer":
-                vals.append(p.buffers[name].detach())
-            elif role == "input":
+            if role == "input":
                 i = int(name)
                 if i >= len(batch):
                     raise ExecutionError(f"the batch has {len(batch)} tensors; the program was traced with more")
@@ -389,11 +385,7 @@ class Executor:
                                                                          or x.dtype != ref.dtype):
                     raise ExecutionError(f"batch tensor {i} has shape {tuple(x.shape)} {x.dtype}; the plan was "
                                          f"made for {tuple(ref.shape)} {ref.dtype} (plan again for a new shape)")
-                vals.append(x.detach() if isinstance(x, torch.Tensor) else x)
-            else:  # tangent of the loss: d loss / d loss = 1
-                ref = n.meta.get("val")
-                vals.append(torch.ones(tuple(ref.shape), dtype=ref.dtype))
-        return vals
+        return placeholder_values(p.placeholders, p.params, p.buffers, batch)
 
     def apply(self, res: RunResult, optimizer=None) -> None:
         """Write buffer updates and gradients into the model, then step the optimizer."""

@@ -502,6 +502,24 @@ def _build(gm, ph_desc, out_desc, *, name, model, params, buffers, batch, uname,
     return prog
 
 
+def placeholder_values(placeholders, params, buffers, batch) -> list:
+    """Real values for the joint graph's placeholders ``(role, name, fx node)``: the parameters
+    and buffers (detached), the batch, and the loss tangent d loss / d loss = 1."""
+    vals = []
+    for role, name, n in placeholders:
+        if role == "param":
+            vals.append(params[name].detach())
+        elif role == "buffer":
+            vals.append(buffers[name].detach())
+        elif role == "input":
+            x = batch[int(name)]
+            vals.append(x.detach() if isinstance(x, torch.Tensor) else x)
+        else:
+            ref = n.meta["val"]
+            vals.append(torch.ones(tuple(ref.shape), dtype=ref.dtype))
+    return vals
+
+
 @dataclass
 class _TracedRun:
     sizes: dict[str, int]      # fx name -> bytes of the op's real outputs
@@ -516,19 +534,9 @@ def _run_traced(gm, ph_desc, params, buffers, batch, uname) -> _TracedRun:
     run, so a plan priced from them exceeds its budget.  The run is the one plain
     training step the plan replaces; the generator's state is restored afterwards.
     """
-    vals = []
     phs = [n for n in gm.graph.nodes if n.op == "placeholder"]
-    for (role, name), n in zip(ph_desc, phs):
-        if role == "param":
-            vals.append(params[uname(name)].detach())
-        elif role == "buffer":
-            vals.append(buffers[uname(name)].detach())
-        elif role == "input":
-            x = batch[int(name)]
-            vals.append(x.detach() if isinstance(x, torch.Tensor) else x)
-        else:   # the loss tangent
-            ref = n.meta["val"]
-            vals.append(torch.ones(tuple(ref.shape), dtype=ref.dtype))
+    vals = placeholder_values([(role, uname(name) if role in ("param", "buffer") else name, n)
+                               for (role, name), n in zip(ph_desc, phs)], params, buffers, batch)
     sizes: dict[str, int] = {}
     outs: list = []
 
@@ -561,22 +569,21 @@ def _eager_difference(wrapper, batch, out_desc, outputs, uname) -> float | None:
     with ``loss.backward()`` will show.  Run on copies of the parameters and buffers
     (the model is untouched); ``None`` if eager mode could not be run that way.
     """
-    names = [k for k, _ in wrapper.named_parameters()]
     try:
         ps = {k: p.detach().clone().requires_grad_(p.requires_grad) for k, p in wrapper.named_parameters()}
         bs = {k: b.detach().clone() for k, b in wrapper.named_buffers()}
+        trained = [k for k, p in ps.items() if p.requires_grad]
         rng = torch.get_rng_state()
         try:
             with torch.enable_grad():
                 loss = torch.func.functional_call(wrapper, {**ps, **bs}, tuple(batch))
-                wanted = [ps[k] for k in names if ps[k].requires_grad]
-                grads = torch.autograd.grad(loss, wanted, allow_unused=True)
+                grads = torch.autograd.grad(loss, [ps[k] for k in trained], allow_unused=True)
         finally:
             torch.set_rng_state(rng)
     except Exception:
         return None
     eager = {"": loss.detach()}
-    eager.update({uname(k): g for k, g in zip([k for k in names if ps[k].requires_grad], grads)})
+    eager.update({uname(k): g for k, g in zip(trained, grads)})
     worst = 0.0
     for (role, name), val in zip(out_desc, outputs):
         key = "" if role == "loss" else uname(name) if role == "grad" else None
@@ -715,4 +722,5 @@ def coarsen(prog: TorchProgram, by: str = "module", depth: int | None = None,
 
 
 __all__ = ["Binding", "ExtractionError", "TorchProgram", "Unit", "coarsen", "export_training_graph",
+           "placeholder_values",
            "op_flops", "optimizer_state_bytes", "tensor_bytes"]

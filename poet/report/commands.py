@@ -69,8 +69,6 @@ def cmd_sweep(a) -> int:
 
     if a.jobs is not None and a.jobs < 1:
         raise BudgetError("--jobs must be at least 1")
-    if a.time_limit is not None and a.time_limit <= 0:
-        raise BudgetError("--time-limit must be positive")
     jobs = a.jobs or os.cpu_count() or 1
     spec = SweepSpec(model=a.model, device=a.device, memories=parse_memory_range(a.memory, a.steps),
                      runtimes=parse_list(a.runtime), strategies=parse_list(a.strategies),

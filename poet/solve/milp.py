@@ -580,6 +580,46 @@ def solve_milp(g: CostedGraph, budget: Budget, opts, *, remat: bool, paging: boo
         return Schedule(graph=g, budget=budget, steps=(), status=INFEASIBLE, strategy=strategy, solver=solver)
     solver["structural_bound_energy_j"] = lb
     outside_proven = incumbent_energy is not None and incumbent_energy - lb <= opts.gap * incumbent_energy
+
+    def build_milp():
+        tb = time.perf_counter()
+        _progress(opts, "building the MILP", objective=plan_e, bound=lb)
+        built = build(g, budget, remat=remat, paging=paging, tighten=(method == "fast"))
+        solver["build_seconds"] = time.perf_counter() - tb
+        return built
+
+    def greedy_result(skipped: tuple[float, float, int] | None = None) -> Schedule:
+        """The best plan held as the answer, with its gap to the structural bound; ``skipped``:
+        (seconds left, seconds HiGHS needs to start, nonzeros) when the MILP was not started."""
+        gap = None if plan_e is None else _gap(plan_e, lb)
+        proven = gap is not None and gap <= opts.gap
+        solver.update({
+            "method": "greedy+bound" if proven else "greedy", "variables": 0, "constraints": 0,
+            "gap": gap, "objective_energy_j": plan_e, "bound_energy_j": lb,
+            "solve_seconds": time.perf_counter() - t0,
+            "message": ("no schedule found by the greedy" if plan is None else
+                        (f"optimal: the greedy schedule is within {gap:.2e} of the structural lower bound"
+                         if proven else f"feasible greedy schedule, {gap:.2%} above the structural lower bound"))})
+        if skipped is not None:
+            rest, need, nonzeros = skipped
+            solver.update({"milp_skipped": True,
+                           "status_detail": f"{rest:.1f} s left, too few to start the MILP (about {need:.0f} s)"})
+            solver["message"] += (f"; the MILP was not started: {rest:.1f} s of the time limit were left, and HiGHS "
+                                  f"needs about {need:.0f} s to set up a MILP of {nonzeros:,} nonzeros (a longer "
+                                  f"--time-limit lets it run)")
+        if plan is None:
+            if budget.runtime_s is not None:
+                t_min = solver.get("min_runtime_s_lower_bound")
+                if t_min is None:
+                    t_min = _runtime_bound(g, budget, opts, remat=remat, paging=paging)
+                near = solver.get("nearest_runtime_s")
+                solver.update({"min_runtime_s_lower_bound": t_min,
+                               "message": (f"no schedule found within the deadline {fmt_seconds(budget.runtime_s)}"
+                                           + (f" (the nearest found takes {fmt_seconds(near)})" if near else "")
+                                           + "; a longer deadline or more RAM will help")})
+            return Schedule(graph=g, budget=budget, steps=(), status=NO_SOLUTION, strategy=strategy, solver=solver)
+        return _result_schedule(g, budget, strategy, emit(g, plan), OPTIMAL if proven else FEASIBLE, solver)
+
     if method != "faithful":
         from .heuristics import GuideSearch, best_greedy, rule_names, search_guides
         from .parallel import SearchPool, worker_count
@@ -659,10 +699,7 @@ def solve_milp(g: CostedGraph, budget: Budget, opts, *, remat: bool, paging: boo
                                                                    * len(g.nodes) ** 2):
                 # it may not fit: built now to know its size.  When HiGHS could not even set it up in
                 # the half of the time left that the search would leave it, the search gets that time
-                tb = time.perf_counter()
-                _progress(opts, "building the MILP", objective=plan_e, bound=lb)
-                f = build(g, budget, remat=remat, paging=paging, tighten=(method == "fast"))
-                solver["build_seconds"] = time.perf_counter() - tb
+                f = build_milp()
                 rest = opts.time_limit_s - (time.perf_counter() - t0)
                 milp_follows = MILP_SETUP_S_PER_NONZERO * f.problem.num_nonzeros <= 0.5 * rest
             # local search over the guides of two starts, sharing the search time: the cheapest plan and
@@ -723,52 +760,16 @@ def solve_milp(g: CostedGraph, budget: Budget, opts, *, remat: bool, paging: boo
             solver["heuristic_energy_j"] = plan_e
         if method == "heuristic" or (method == "fast" and (outside_proven or (gap_lb is not None
                                                                              and gap_lb <= opts.gap))):
-            proven = gap_lb is not None and gap_lb <= opts.gap
-            solver.update({
-                "method": "greedy+bound" if proven else "greedy", "variables": 0, "constraints": 0,
-                "gap": gap_lb, "objective_energy_j": plan_e, "bound_energy_j": lb,
-                "solve_seconds": time.perf_counter() - t0,
-                "message": ("no schedule found by the greedy" if plan is None else
-                            (f"optimal: the greedy schedule is within {gap_lb:.2e} of the structural lower bound"
-                             if proven else f"feasible greedy schedule, {gap_lb:.2%} above the structural lower bound"))})
-            if plan is None:
-                if budget.runtime_s is not None:
-                    t_min = solver.get("min_runtime_s_lower_bound")
-                    if t_min is None:
-                        t_min = _runtime_bound(g, budget, opts, remat=remat, paging=paging)
-                    near = solver.get("nearest_runtime_s")
-                    solver.update({"min_runtime_s_lower_bound": t_min,
-                                   "message": (f"no schedule found within the deadline {fmt_seconds(budget.runtime_s)}"
-                                               + (f" (the nearest found takes {fmt_seconds(near)})" if near else "")
-                                               + "; a longer deadline or more RAM will help")})
-                return Schedule(graph=g, budget=budget, steps=(), status=NO_SOLUTION, strategy=strategy, solver=solver)
-            return _result_schedule(g, budget, strategy, emit(g, plan), OPTIMAL if proven else FEASIBLE, solver)
+            return greedy_result()
 
     if f is None:
-        tb = time.perf_counter()
-        _progress(opts, "building the MILP", objective=plan_e, bound=lb)
-        f = build(g, budget, remat=remat, paging=paging, tighten=(method == "fast"))
-        solver["build_seconds"] = time.perf_counter() - tb
+        f = build_milp()
     if plan is not None and opts.time_limit_s is not None:
         rest = opts.time_limit_s - (time.perf_counter() - t0)
         need = MILP_SETUP_S_PER_NONZERO * f.problem.num_nonzeros
         if rest < need:
             # it would stop at its time limit no sooner than `need` from now, with nothing new
-            gap = _gap(plan_e, lb)
-            solver.update({
-                "method": "greedy+bound" if gap <= opts.gap else "greedy", "variables": 0, "constraints": 0,
-                "gap": gap, "objective_energy_j": plan_e, "bound_energy_j": lb, "milp_skipped": True,
-                "status_detail": f"{max(rest, 0.0):.1f} s left, too few to start the MILP (about {need:.0f} s)",
-                "solve_seconds": time.perf_counter() - t0,
-                "message": ((f"optimal: the greedy schedule is within {gap:.2e} of the structural lower bound"
-                             if gap <= opts.gap else
-                             f"feasible greedy schedule, {gap:.2%} above the structural lower bound")
-                            + f"; the MILP was not started: {max(rest, 0.0):.1f} s of the time limit were left, "
-                            f"and HiGHS needs "
-                            f"about {need:.0f} s to set up a MILP of {f.problem.num_nonzeros:,} nonzeros "
-                            f"(a longer --time-limit lets it run)")})
-            return _result_schedule(g, budget, strategy, emit(g, plan), OPTIMAL if gap <= opts.gap else FEASIBLE,
-                                    solver)
+            return greedy_result(skipped=(max(rest, 0.0), need, f.problem.num_nonzeros))
     start = None
     if plan is not None:
         start, why = plan_to_start(f, g, plan)
