@@ -544,11 +544,33 @@ def _rules_seconds(opts, elapsed: float) -> float | None:
 
 
 def _search_seconds(opts, elapsed: float, milp_follows: bool) -> float:
-    """Time for a guide search: half of what the time limit leaves when the MILP may follow, 90%
-    when nothing does (the rest covers emitting and validating); 30 s without a limit."""
+    """Time for a guide search: half of what the time limit leaves when the MILP (or the interval
+    search) may follow, 90% when nothing does (the rest covers emitting and validating); 30 s
+    without a limit."""
     if opts.time_limit_s is None:
         return 30.0
     return max(0.0, (0.5 if milp_follows else 0.9) * (opts.time_limit_s - elapsed))
+
+
+# The interval search (poet.solve.intervals, CP-SAT) runs after the guide search on graphs of at
+# least this many nodes while the gap is open.  Below, the MILP proves the small zoo nets in
+# seconds; above, a warm-started MILP never improved its start nor proved a zoo case, and the
+# interval search takes the rest of the time limit (the MILP starts only if time is left).
+INTERVAL_MIN_NODES = 100
+# ... and when at least this much of the time limit is left for the guide search and it: the
+# search then gets half, not 90%.  It gains little in its first 10 s (3 s of them CP-SAT's
+# presolve on resnet18_cifar), while the search proves resnet18_cifar/m4 at 30% RAM in 7 s.
+INTERVAL_MIN_REST_S = 30.0
+# its time without a time limit
+INTERVAL_SECONDS = 60.0
+
+
+def _interval_seconds(opts, elapsed: float) -> float:
+    """Time for the interval search: 90% of what the time limit leaves (it spends about 3 s in
+    CP-SAT's presolve on resnet18_cifar before it improves anything)."""
+    if opts.time_limit_s is None:
+        return INTERVAL_SECONDS
+    return _search_seconds(opts, elapsed, False)
 
 
 def solve_milp(g: CostedGraph, budget: Budget, opts, *, remat: bool, paging: bool, strategy: str,
@@ -563,6 +585,7 @@ def solve_milp(g: CostedGraph, budget: Budget, opts, *, remat: bool, paging: boo
         method = "fast" if len(g.nodes) <= AUTO_MAX_NODES else "heuristic"
     t0 = time.perf_counter()
     plan = plan_e = f = None
+    origin = "greedy"       # what found the plan held: the greedy (and its guide search) or "intervals"
     solver: dict = {"requested_method": opts.method, "requested_gap": opts.gap,
                     "time_limit_s": opts.time_limit_s, "threads": opts.threads}
     cover_info: dict = {}
@@ -594,12 +617,12 @@ def solve_milp(g: CostedGraph, budget: Budget, opts, *, remat: bool, paging: boo
         gap = None if plan_e is None else _gap(plan_e, lb)
         proven = gap is not None and gap <= opts.gap
         solver.update({
-            "method": "greedy+bound" if proven else "greedy", "variables": 0, "constraints": 0,
+            "method": origin + "+bound" if proven else origin, "variables": 0, "constraints": 0,
             "gap": gap, "objective_energy_j": plan_e, "bound_energy_j": lb,
             "solve_seconds": time.perf_counter() - t0,
             "message": ("no schedule found by the greedy" if plan is None else
-                        (f"optimal: the greedy schedule is within {gap:.2e} of the structural lower bound"
-                         if proven else f"feasible greedy schedule, {gap:.2%} above the structural lower bound"))})
+                        (f"optimal: the {origin} schedule is within {gap:.2e} of the structural lower bound"
+                         if proven else f"feasible {origin} schedule, {gap:.2%} above the structural lower bound"))})
         if skipped is not None:
             rest, need, nonzeros = skipped
             solver.update({"milp_skipped": True,
@@ -693,7 +716,10 @@ def solve_milp(g: CostedGraph, budget: Budget, opts, *, remat: bool, paging: boo
         gap_lb = None if plan_e is None else _gap(plan_e, lb)
         if gap_lb is not None and gap_lb > opts.gap and not outside_proven:
             milp_follows = method != "heuristic"
+            from . import intervals
             rest = None if opts.time_limit_s is None else opts.time_limit_s - (time.perf_counter() - t0)
+            cp_follows = (method == "fast" and len(g.nodes) >= INTERVAL_MIN_NODES and intervals.available()
+                          and (rest is None or rest >= INTERVAL_MIN_REST_S))
             if milp_follows and rest is not None and 0.5 * rest < (MILP_SETUP_S_PER_NONZERO
                                                                    * MILP_NONZEROS_PER_NODE_SQUARED
                                                                    * len(g.nodes) ** 2):
@@ -706,7 +732,7 @@ def solve_milp(g: CostedGraph, budget: Budget, opts, *, remat: bool, paging: boo
             # a cover-guided one, or else the cheapest of another rule (each rule's search explores a
             # different neighbourhood; a third start only thins the time of the other two)
             ts = time.perf_counter()
-            span = _search_seconds(opts, ts - t0, milp_follows)
+            span = _search_seconds(opts, ts - t0, milp_follows or cp_follows)
             target = lb / (1 - opts.gap) if opts.gap < 1 else math.inf
             guided = [p for p in rule_plans if p is not plan and p.rule and p.rule[1]][:1]
             others = sorted((p for p in rule_plans if p is not plan and p.rule and not p.rule[1]
@@ -757,6 +783,22 @@ def solve_milp(g: CostedGraph, budget: Budget, opts, *, remat: bool, paging: boo
             solver["guide_search_rounds"] = rounds
             gap_lb = _gap(plan_e, lb)
             solver["guide_search_seconds"] = time.perf_counter() - ts
+            if cp_follows and gap_lb > opts.gap:
+                # retention intervals on CP-SAT, from the search's plan: a different neighbourhood
+                # (any tensor's lives may move), slower per gain, but it goes on gaining where the guide
+                # search stalls (resnet18_cifar/m4 at 20% RAM, docs/solver.md)
+                tc = time.perf_counter()
+                _progress(opts, "interval search (CP-SAT)", objective=plan_e, bound=lb, gap=gap_lb)
+                info: dict = {"start_energy_j": plan_e}
+                cand = intervals.interval_plan(g, budget, start=plan, time_limit=_interval_seconds(
+                    opts, tc - t0), threads=worker_count(opts.threads), remat=remat,
+                    paging=paging, target_energy=target, info=info)
+                if cand is not None and plan_costs(g, cand, budget.paging_time)[0] < plan_e:
+                    plan, origin = cand, "intervals"
+                    plan_e, _ = plan_costs(g, plan, budget.paging_time)
+                    gap_lb = _gap(plan_e, lb)
+                solver["interval_search"] = {**info, "energy_j": plan_e}
+                solver["interval_search_seconds"] = time.perf_counter() - tc
             solver["heuristic_energy_j"] = plan_e
         if method == "heuristic" or (method == "fast" and (outside_proven or (gap_lb is not None
                                                                              and gap_lb <= opts.gap))):
@@ -773,7 +815,7 @@ def solve_milp(g: CostedGraph, budget: Budget, opts, *, remat: bool, paging: boo
     start = None
     if plan is not None:
         start, why = plan_to_start(f, g, plan)
-        solver["warm_start"] = "greedy" if start is not None else f"none ({why})"
+        solver["warm_start"] = origin if start is not None else f"none ({why})"
     backend = get_backend(opts.backend)
     limit = opts.time_limit_s
     if limit is not None:

@@ -1,0 +1,102 @@
+"""The retention-interval plan finder (CP-SAT): its plans are real, validated and never below the
+exhaustive oracle, and with lives enough it reaches the oracle's optimum on small graphs."""
+from __future__ import annotations
+
+import pytest
+
+from bruteforce import brute_force_energy
+from conftest import random_dag, training_chain
+from poet import solve
+from poet.schedule import Budget, validate
+from poet.solve.baselines import keep_all_peak
+from poet.solve.heuristics import best_greedy, eviction_cover, plan_costs
+from poet.solve.milp import emit
+
+intervals = pytest.importorskip("poet.solve.intervals")
+pytest.importorskip("ortools")
+
+
+def _budget(g, frac, slack):
+    lo, hi = g.min_ram_bytes(), keep_all_peak(g)
+    return Budget(int(lo + frac * (hi - lo)), None if slack is None else slack * g.plain_runtime_s, "serial")
+
+
+@pytest.mark.parametrize("layers,seed,frac,slack,skip", [
+    (3, 1, 0.0, None, True), (3, 5, 0.4, 1.3, False), (4, 2, 0.0, 1.3, True), (4, 9, 0.4, None, True)])
+def test_interval_plans_reach_the_oracle_on_small_chains(layers, seed, frac, slack, skip):
+    g = training_chain(layers, seed, skip=skip)
+    b = _budget(g, frac, slack)
+    expected = brute_force_energy(g, b.ram_bytes, b.runtime_s)
+    plan = intervals.interval_plan(g, b, time_limit=30.0, lives=3)
+    if expected is None:
+        assert plan is None
+        return
+    assert plan is not None
+    validate(g, emit(g, plan), b)
+    assert plan_costs(g, plan, b.paging_time)[0] == pytest.approx(expected, rel=1e-6)
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("mode", ["serial", "overlap"])
+def test_interval_plans_equal_the_milp_optimum_on_random_dags(seed, mode):
+    # random DAGs can beat the stage form (the oracle is not staged), so the reference is the MILP;
+    # overlapped paging time is counted serially here (a restriction): never below it
+    g = random_dag(seed, 9)
+    b = _budget(g, 0.3, 1.4)
+    b = Budget(b.ram_bytes, b.runtime_s, mode)
+    ref = solve(g, memory=b.ram_bytes, runtime=b.runtime_s, paging_time=mode, gap=1e-9, method="faithful",
+                find_min_budgets=False)
+    plan = intervals.interval_plan(g, b, time_limit=20.0, lives=3)
+    if plan is None:
+        assert mode == "overlap" or not ref.steps
+        return
+    validate(g, emit(g, plan), b)
+    e = plan_costs(g, plan, b.paging_time)[0]
+    assert e >= ref.totals.energy_j * (1 - 1e-7)
+    if mode == "serial":
+        assert e == pytest.approx(ref.totals.energy_j, rel=1e-7)
+
+
+def test_a_plan_maps_onto_its_lives_and_back_at_the_same_cost():
+    # the greedy's plan, as lives, is a complete solution hint: the search starts from it and
+    # can only improve on it
+    from poet.solve.api import costed_graph
+    g = costed_graph("vgg16_cifar", "m4")
+    b = _budget(g, 0.1, 1.2)
+    lb, guide = eviction_cover(g, b)
+    start = best_greedy(g, b, guide=guide)
+    lives, out_at = intervals.plan_lives(g, start)
+    assert all(L and L[0][0] == "comp" and L[0][1] < L[0][2] for L in lives.values())
+    assert all(a[2] <= b_[1] for L in lives.values() for a, b_ in zip(L, L[1:]))
+    e0 = plan_costs(g, start, b.paging_time)[0]
+    plan = intervals.interval_plan(g, b, start=start, time_limit=5.0)
+    assert plan is not None
+    validate(g, emit(g, plan), b)
+    assert plan_costs(g, plan, b.paging_time)[0] <= e0 * (1 + 1e-9)
+
+
+def test_the_solve_runs_the_interval_search_after_the_guide_search_and_returns_a_validated_plan(monkeypatch):
+    from poet.solve import SolveOptions, costed_graph, solve_costed
+    from poet.solve import milp
+    monkeypatch.setattr(milp, "INTERVAL_MIN_REST_S", 0.0)     # the real gate needs a 30-s limit
+    g = costed_graph("resnet18_cifar", "m4")
+    b = _budget(g, 0.2, 1.2)
+    s = solve_costed(g, b, "poet", SolveOptions(time_limit_s=8, threads=2, gap=1e-4, find_min_budgets=False))
+    info = s.solver["interval_search"]
+    assert info["cp_variables"] > 0 and info["cp_status"] in ("FEASIBLE", "OPTIMAL", "UNKNOWN")
+    assert s.solver["method"] in ("greedy", "intervals")
+    assert s.totals.energy_j == pytest.approx(s.solver["heuristic_energy_j"], rel=1e-9)
+    assert info["energy_j"] <= info["start_energy_j"] and s.totals.energy_j == pytest.approx(info["energy_j"])
+    validate(g, s.steps, b)
+
+
+def test_without_ortools_the_solve_skips_the_interval_search(monkeypatch):
+    from poet.solve import SolveOptions, costed_graph, solve_costed
+    from poet.solve import milp
+    monkeypatch.setattr(milp, "INTERVAL_MIN_REST_S", 0.0)
+    monkeypatch.setattr(intervals, "available", lambda: False)
+    g = costed_graph("resnet18_cifar", "m4")
+    b = _budget(g, 0.2, 1.2)
+    s = solve_costed(g, b, "poet", SolveOptions(time_limit_s=4, threads=2, gap=1e-4, find_min_budgets=False))
+    assert "interval_search" not in s.solver and s.solver["method"] in ("greedy", "milp-fast")
+    validate(g, s.steps, b)
