@@ -557,12 +557,16 @@ def _search_seconds(opts, elapsed: float, milp_follows: bool) -> float:
 # seconds; above, a warm-started MILP never improved its start nor proved a zoo case, and the
 # interval search takes the rest of the time limit (the MILP starts only if time is left).
 INTERVAL_MIN_NODES = 100
-# ... and when at least this much of the time limit is left for the guide search and it: the
-# search then gets half, not 90%.  It gains little in its first 10 s (3 s of them CP-SAT's
-# presolve on resnet18_cifar), while the search proves resnet18_cifar/m4 at 30% RAM in 7 s.
-INTERVAL_MIN_REST_S = 30.0
+# ... and when at least this much of the time limit is left for the guide search and it.  It
+# gains little in its first 10 s (3 s of them CP-SAT's presolve on resnet18_cifar), and a short
+# solve's time is the guide search's: it proves resnet18_cifar/m4 at 30% RAM in 5 s.
+INTERVAL_MIN_REST_S = 20.0
 # its time without a time limit
 INTERVAL_SECONDS = 60.0
+# The guide search's share of the time left when the interval search follows.  On resnet18_cifar/m4
+# at 20% RAM the search stalls within 10 s, and the interval search needs tens of seconds; the cases
+# the search proves take it under 10 s (docs/solver.md).
+SEARCH_SHARE_BEFORE_INTERVALS = 0.25
 
 
 def _interval_seconds(opts, elapsed: float) -> float:
@@ -733,6 +737,8 @@ def solve_milp(g: CostedGraph, budget: Budget, opts, *, remat: bool, paging: boo
             # different neighbourhood; a third start only thins the time of the other two)
             ts = time.perf_counter()
             span = _search_seconds(opts, ts - t0, milp_follows or cp_follows)
+            if cp_follows and opts.time_limit_s is not None:
+                span *= SEARCH_SHARE_BEFORE_INTERVALS / 0.5
             target = lb / (1 - opts.gap) if opts.gap < 1 else math.inf
             guided = [p for p in rule_plans if p is not plan and p.rule and p.rule[1]][:1]
             others = sorted((p for p in rule_plans if p is not plan and p.rule and not p.rule[1]
