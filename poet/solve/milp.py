@@ -797,7 +797,7 @@ def solve_milp(g: CostedGraph, budget: Budget, opts, *, remat: bool, paging: boo
                 # (any tensor's lives may move), slower per gain, but it goes on gaining where the guide
                 # search stalls (resnet18_cifar/m4 at 20% RAM, docs/solver.md)
                 tc = time.perf_counter()
-                _progress(opts, "interval search (CP-SAT)", objective=plan_e, bound=lb, gap=gap_lb)
+                _progress(opts, "interval search", objective=plan_e, bound=lb, gap=gap_lb)
                 info: dict = {"start_energy_j": plan_e}
                 cand = intervals.interval_plan(g, budget, start=plan, time_limit=_interval_seconds(
                     opts, tc - t0), threads=worker_count(opts.threads), remat=remat,
