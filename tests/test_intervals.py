@@ -100,3 +100,19 @@ def test_without_ortools_the_solve_skips_the_interval_search(monkeypatch):
     s = solve_costed(g, b, "poet", SolveOptions(time_limit_s=4, threads=2, gap=1e-4, find_min_budgets=False))
     assert "interval_search" not in s.solver and s.solver["method"] in ("greedy", "milp-fast")
     validate(g, s.steps, b)
+
+
+@pytest.mark.parametrize("kw", [{"paging": False}, {"remat": False}])
+def test_single_technique_interval_plans_use_only_it_and_reach_the_oracle(kw):
+    g = training_chain(4, 3, skip=True)
+    b = _budget(g, 0.0, 1.5)
+    expected = brute_force_energy(g, b.ram_bytes, b.runtime_s, **kw)
+    plan = intervals.interval_plan(g, b, time_limit=30.0, lives=3, **kw)
+    assert (plan is None) == (expected is None)
+    if plan is None:
+        return
+    paged = any(plan.ins[t] or plan.outs[t] for t in range(plan.n))
+    recomputed = any(k != t for t in range(plan.n) for k in plan.comp[t])
+    assert not paged if not kw.get("paging", True) else not recomputed
+    validate(g, emit(g, plan), b)
+    assert plan_costs(g, plan, b.paging_time)[0] == pytest.approx(expected, rel=1e-6)

@@ -33,7 +33,7 @@ from .heuristics import Plan, plan_costs, ram_cap
 
 # extra lives per tensor besides the first (each a recomputation or a page-in)
 LIVES = 2
-# objective and deadline units: this many per plain energy and per second of slack
+# objective and deadline units: this many per plain energy, and per the deadline's slack over plain
 OBJ_SCALE = 10_000_000
 TIME_SCALE = 1_000_000_000
 
@@ -47,7 +47,7 @@ def available() -> bool:
 
 
 def _positions(n: int):
-    """pos(t, k) and, per position, its stage."""
+    """pos(t, k), and how many positions there are."""
     def pos(t: int, k: int) -> int:
         return t * (t + 1) // 2 + k
     return pos, n * (n + 1) // 2
@@ -104,7 +104,6 @@ class _Model:
 
     def __init__(self, g: CostedGraph, budget: Budget, extra: dict[int, int], remat: bool, paging: bool):
         from ortools.sat.python import cp_model
-        self.cp_model = cp_model
         n = len(g.nodes)
         self.g, self.n = g, n
         nd, md = g.nodes, g.last_useful_stage
