@@ -116,3 +116,29 @@ def test_single_technique_interval_plans_use_only_it_and_reach_the_oracle(kw):
     assert not paged if not kw.get("paging", True) else not recomputed
     validate(g, emit(g, plan), b)
     assert plan_costs(g, plan, b.paging_time)[0] == pytest.approx(expected, rel=1e-6)
+
+
+@pytest.mark.parametrize("model,frac", [("vgg16_cifar", 0.1), ("resnet18_cifar", 0.3), ("linear", 0.1)])
+def test_every_greedy_plan_is_a_solution_of_the_interval_model_at_its_own_cost(model, frac):
+    # the model holds every stage plan the greedy makes: fixed to a plan's lives, CP-SAT finds it
+    # feasible (RAM, inputs, deadline) and prices it as plan_costs does
+    from ortools.sat.python import cp_model
+
+    from poet.solve.api import costed_graph
+    g = costed_graph(model, "m4")
+    b = _budget(g, frac, 1.2)
+    lb, guide = eviction_cover(g, b)
+    plans: list = []
+    best_greedy(g, b, guide=guide, per_rule=plans)
+    assert len(plans) >= 3
+    for p in plans:
+        lives, out_at = intervals.plan_lives(g, p)
+        m = intervals._Model(g, b, {i: max(2, len(L) - 1) for i, L in lives.items()}, True, True)
+        m.hint(lives, out_at)
+        solver = cp_model.CpSolver()
+        solver.parameters.fix_variables_to_their_hinted_value = True
+        solver.parameters.num_workers = 1
+        solver.parameters.max_time_in_seconds = 20
+        assert solver.Solve(m.m) == cp_model.OPTIMAL
+        extra = (plan_costs(g, p, b.paging_time)[0] - g.plain_energy_j) / g.plain_energy_j
+        assert solver.ObjectiveValue() / intervals.OBJ_SCALE == pytest.approx(extra, abs=1e-5)

@@ -81,12 +81,14 @@ def plan_lives(g: CostedGraph, plan: Plan) -> tuple[dict[int, list[list]], dict[
         for k in sorted(comp_set | set(ins)):
             p = pos(t, k)
             for i in ins.get(k, ()):
-                lives[i].append(["page", p, None])
-                resident.add(i)
+                if i not in resident:        # a page-in of a tensor in RAM changes nothing
+                    lives[i].append(["page", p, None])
+                    resident.add(i)
             if k not in comp_set:
                 continue
-            lives[k].append(["comp", p, None])
-            resident.add(k)
+            if k not in resident:
+                lives[k].append(["comp", p, None])
+                resident.add(k)
             if k in plan.outs[t] and k not in at_start:
                 out_at.setdefault(k, p)
             for i in (*g.preds[k], k):
