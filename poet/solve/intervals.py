@@ -167,11 +167,9 @@ class _Model:
                 self.pageout[i] = (y, q, ds)
             self.lives[i] = L
         # every computation's inputs are inside one of their lives
-        self.covers: list[tuple] = []    # (input u, position expr, enforcing literal or None, [bool per life])
+        self.covers: list[tuple] = []    # (input u, the computing life, [bool per life of u])
         for k in range(n):
             for life in self.lives[k]:
-                if life["r"] is None and life is not self.lives[k][0]:
-                    continue
                 for u in sorted(set(g.preds[k])):
                     cs = []
                     for lu in self.lives[u]:
@@ -342,7 +340,7 @@ def interval_plan(g: CostedGraph, budget: Budget, *, start: Plan | None = None, 
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         return None
     plan = model.plan(solver)
-    e, rt = plan_costs(g, plan, budget.paging_time)
+    _, rt = plan_costs(g, plan, budget.paging_time)
     if budget.runtime_s is not None and rt > budget.runtime_s * (1 + 1e-9):
         return None
     if not _replays(g, plan, budget):

@@ -803,9 +803,9 @@ def solve_milp(g: CostedGraph, budget: Budget, opts, *, remat: bool, paging: boo
                 cand = intervals.interval_plan(g, budget, start=plan, time_limit=_interval_seconds(
                     opts, tc - t0), threads=worker_count(opts.threads), remat=remat,
                     paging=paging, target_energy=target, info=info)
-                if cand is not None and plan_costs(g, cand, budget.paging_time)[0] < plan_e:
-                    plan, origin = cand, "intervals"
-                    plan_e, _ = plan_costs(g, plan, budget.paging_time)
+                cand_e = math.inf if cand is None else plan_costs(g, cand, budget.paging_time)[0]
+                if cand_e < plan_e:
+                    plan, plan_e, origin = cand, cand_e, "intervals"
                     gap_lb = _gap(plan_e, lb)
                 solver["interval_search"] = {**info, "energy_j": plan_e}
                 solver["interval_search_seconds"] = time.perf_counter() - tc
