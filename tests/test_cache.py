@@ -119,6 +119,32 @@ def test_an_unwritable_cache_is_reported_not_fatal(counted, tmp_path, monkeypatc
     assert s.status == OPTIMAL and "cannot write the cache" in s.solver["cache_error"]
 
 
+def test_past_its_size_cap_the_least_recently_used_entries_go_and_nothing_else(counted, monkeypatch):
+    g, b = _problem()
+    budgets = [Budget(ram_bytes=b.ram_bytes, runtime_s=m * g.plain_runtime_s) for m in (1.5, 1.6, 1.7)]
+    _solve(g, budgets[0])
+    _solve(g, budgets[1])
+    directory = cache.cache_dir()
+    other = directory / "notes.json"
+    other.write_text("mine")                                   # not an entry: never removed
+    a, bb = (cache.entry_path(g, x, "poet", api.SolveOptions(cache=True)) for x in budgets[:2])
+    sizes = [a.stat().st_size, bb.stat().st_size]
+    old = a.stat().st_mtime - 100
+    import os
+    os.utime(a, (old, old))
+    os.utime(bb, (old + 1, old + 1))
+    assert "cache" in _solve(g, budgets[0]).solver             # a hit: now the most recently used
+    monkeypatch.setenv("POET_CACHE_MAX_MB", str((2 * max(sizes) + min(sizes) // 2) / 1e6))
+    _solve(g, budgets[2])                                      # three entries do not fit the cap, two do
+    assert a.is_file() and not bb.is_file() and other.read_text() == "mine"
+    assert cache.entry_path(g, budgets[2], "poet", api.SolveOptions(cache=True)).is_file()
+    assert counted["n"] == 3
+    monkeypatch.setenv("POET_CACHE_MAX_MB", "0")                # no room: only the newest answer stays
+    _solve(g, budgets[1])
+    assert sorted(f.name for f in directory.iterdir()) == sorted(
+        [cache.entry_path(g, budgets[1], "poet", api.SolveOptions(cache=True)).name, "notes.json"])
+
+
 def test_the_command_line_caches_unless_told_not_to(capsys):
     argv = ["solve", "--model", "linear", "--device", "m4", "--memory", "1600", "--runtime", "1.5x", "--quiet"]
     assert main(argv) == 0

@@ -90,6 +90,28 @@ def test_the_solve_runs_the_interval_search_after_the_guide_search_and_returns_a
     validate(g, s.steps, b)
 
 
+def test_after_the_interval_search_a_milp_that_cannot_start_is_not_even_built(monkeypatch):
+    from poet.solve import SolveOptions, costed_graph, solve_costed
+    from poet.solve import milp
+    monkeypatch.setattr(milp, "INTERVAL_MIN_REST_S", 0.0)
+    monkeypatch.setattr(milp, "MILP_SETUP_S_PER_NONZERO", 1e-9)      # the MILP fits: not built early
+    real, builds = intervals.interval_plan, []
+
+    def then_setup_takes_hours(*a, **k):
+        got = real(*a, **k)
+        monkeypatch.setattr(milp, "MILP_SETUP_S_PER_NONZERO", 1e3)
+        return got
+    monkeypatch.setattr(intervals, "interval_plan", then_setup_takes_hours)
+    monkeypatch.setattr(milp, "build", lambda *a, **k: builds.append(1))
+    g = costed_graph("resnet18_cifar", "m4")
+    b = _budget(g, 0.2, 1.2)
+    s = solve_costed(g, b, "poet", SolveOptions(time_limit_s=6, threads=2, gap=1e-4, find_min_budgets=False))
+    assert "interval_search" in s.solver and not builds
+    assert s.solver["milp_skipped"] and s.solver["method"] in ("greedy", "intervals")
+    assert f"a MILP of about {milp.MILP_NONZEROS_PER_NODE_SQUARED * len(g.nodes) ** 2:,} nonzeros" in s.solver["message"]
+    validate(g, s.steps, b)
+
+
 def test_without_ortools_the_solve_skips_the_interval_search(monkeypatch):
     from poet.solve import SolveOptions, costed_graph, solve_costed
     from poet.solve import milp

@@ -17,6 +17,8 @@ and budget being asked about, and an entry that does not replay (or does not par
 and replaced by a fresh solve.  A verbose solve (asked for the solver's log) always runs, and
 its answer replaces the entry.  The cache lives in ``$POET_CACHE_DIR``, else
 ``$XDG_CACHE_HOME/poet/schedules``, else ``~/.cache/poet/schedules``; deleting it is always safe.
+Its entries take at most ``$POET_CACHE_MAX_MB`` megabytes (256 by default): past that, the least
+recently used go first.  Only files named like an entry are ever removed.
 """
 from __future__ import annotations
 
@@ -25,6 +27,7 @@ import hashlib
 import json
 import math
 import os
+import re
 import tempfile
 import time
 from pathlib import Path
@@ -36,6 +39,9 @@ from ..schedule.validate import ScheduleError, validate
 
 CACHE_FORMAT = "poet-cache/1"
 CACHE_ENV = "POET_CACHE_DIR"
+MAX_MB_ENV = "POET_CACHE_MAX_MB"
+MAX_MB_DEFAULT = 256.0
+_ENTRY_NAME = re.compile(r"[0-9a-f]{64}\.json")
 PROVEN = (OPTIMAL, INFEASIBLE)
 
 
@@ -92,6 +98,10 @@ def lookup(path: Path, g, budget: Budget, strategy: str, opts) -> Schedule | Non
         solver = dict(d["solver"])
     except (KeyError, TypeError, ValueError, ScheduleError):
         return None      # damaged, or not a valid schedule of this problem: solve afresh
+    try:
+        os.utime(path)   # recently used: pruned last
+    except OSError:
+        pass
     solver["cache"] = {"file": str(path), "solved_at": d.get("solved_at"),
                        "solve_seconds": solver.get("solve_seconds"), "time_limit_s": d.get("time_limit_s")}
     return Schedule(graph=g, budget=budget, steps=steps, status=status, strategy=strategy, totals=totals,
@@ -121,4 +131,38 @@ def store(path: Path, s: Schedule, opts) -> str | None:
     except OSError as e:
         Path(tmp).unlink(missing_ok=True)
         return f"cannot write the cache in {directory}: {e.strerror or e}"
+    return prune(directory, keep=path)
+
+
+def max_bytes() -> float:
+    try:
+        mb = float(os.environ.get(MAX_MB_ENV) or MAX_MB_DEFAULT)
+    except ValueError:
+        mb = MAX_MB_DEFAULT
+    return max(mb, 0.0) * 1e6
+
+
+def prune(directory: Path, keep: Path | None = None) -> str | None:
+    """Remove the least recently used entries until the rest fit `max_bytes` (``keep`` stays);
+    returns why it could not, or None."""
+    try:
+        entries = []
+        for f in directory.iterdir():
+            if _ENTRY_NAME.fullmatch(f.name) and f != keep:
+                st = f.stat()
+                entries.append((st.st_mtime, st.st_size, f))
+        total = sum(size for _, size, _ in entries) + (keep.stat().st_size if keep is not None else 0)
+    except OSError as e:
+        return f"cannot prune the cache in {directory}: {e.strerror or e}"
+    cap = max_bytes()
+    for _, size, f in sorted(entries):
+        if total <= cap:
+            break
+        try:
+            f.unlink()
+        except FileNotFoundError:
+            pass
+        except OSError as e:
+            return f"cannot prune the cache in {directory}: {e.strerror or e}"
+        total -= size
     return None

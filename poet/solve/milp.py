@@ -620,9 +620,10 @@ def solve_milp(g: CostedGraph, budget: Budget, opts, *, remat: bool, paging: boo
         solver["build_seconds"] = time.perf_counter() - tb
         return built
 
-    def greedy_result(skipped: tuple[float, float, int] | None = None) -> Schedule:
+    def greedy_result(skipped: tuple | None = None) -> Schedule:
         """The best plan held as the answer, with its gap to the structural bound; ``skipped``:
-        (seconds left, seconds HiGHS needs to start, nonzeros) when the MILP was not started."""
+        (seconds left, seconds HiGHS needs to start, nonzeros[, whether estimated, not built]) when
+        the MILP was not started."""
         gap = None if plan_e is None else _gap(plan_e, lb)
         proven = gap is not None and gap <= opts.gap
         solver.update({
@@ -633,12 +634,12 @@ def solve_milp(g: CostedGraph, budget: Budget, opts, *, remat: bool, paging: boo
                         (f"optimal: the {origin} schedule is within {gap:.2e} of the structural lower bound"
                          if proven else f"feasible {origin} schedule, {gap:.2%} above the structural lower bound"))})
         if skipped is not None:
-            rest, need, nonzeros = skipped
+            rest, need, nonzeros, estimated = (*skipped, False)[:4]
             solver.update({"milp_skipped": True,
                            "status_detail": f"{rest:.1f} s left, too few to start the MILP (about {need:.0f} s)"})
             solver["message"] += (f"; the MILP was not started: {rest:.1f} s of the time limit were left, and HiGHS "
-                                  f"needs about {need:.0f} s to set up a MILP of {nonzeros:,} nonzeros (a longer "
-                                  f"--time-limit lets it run)")
+                                  f"needs about {need:.0f} s to set up a MILP of {'about ' * estimated}{nonzeros:,} "
+                                  f"nonzeros (a longer --time-limit lets it run)")
         if plan is None:
             if budget.runtime_s is not None:
                 t_min = solver.get("min_runtime_s_lower_bound")
@@ -814,6 +815,13 @@ def solve_milp(g: CostedGraph, budget: Budget, opts, *, remat: bool, paging: boo
                                                                              and gap_lb <= opts.gap))):
             return greedy_result()
 
+    if f is None and plan is not None and opts.time_limit_s is not None and "interval_search" in solver:
+        # the interval search took the time and left a tenth: when that is under half of what HiGHS
+        # would need by the estimate, the MILP is not even built (it takes up to 1 s at 200 nodes)
+        rest = opts.time_limit_s - (time.perf_counter() - t0)
+        nonzeros = MILP_NONZEROS_PER_NODE_SQUARED * len(g.nodes) ** 2
+        if rest < 0.5 * MILP_SETUP_S_PER_NONZERO * nonzeros:
+            return greedy_result(skipped=(max(rest, 0.0), MILP_SETUP_S_PER_NONZERO * nonzeros, nonzeros, True))
     if f is None:
         f = build_milp()
     if plan is not None and opts.time_limit_s is not None:
