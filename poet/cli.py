@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -31,6 +32,36 @@ _DRAWING = threading.Lock()
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(before=_DRAWING.acquire, after_in_parent=_DRAWING.release,
                         after_in_child=_DRAWING.release)
+
+
+@contextlib.contextmanager
+def ctrl_c_stops_the_solve():
+    """While held, the first Ctrl-C asks the solve to stop early and return the best schedule found
+    so far (the ``stop`` callable it yields turns true); a second one aborts.  Outside the main thread
+    (where no signal handler can be set) it yields a stop that never turns true."""
+    import signal
+    asked = threading.Event()
+    if threading.current_thread() is not threading.main_thread():
+        yield asked.is_set
+        return
+
+    def on_sigint(signum, frame):
+        if asked.is_set():
+            raise KeyboardInterrupt
+        asked.set()
+        # this thread may be drawing the progress line, holding _DRAWING: never wait for it here
+        held = _DRAWING.acquire(blocking=False)
+        try:
+            print("\npoet: stopping early: the best schedule found so far comes next (Ctrl-C again to abort)",
+                  file=sys.stderr, flush=True)
+        finally:
+            if held:
+                _DRAWING.release()
+    previous = signal.signal(signal.SIGINT, on_sigint)
+    try:
+        yield asked.is_set
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 class Progress:
@@ -160,10 +191,11 @@ def cmd_solve(a) -> int:
     if a.strategy not in STRATEGIES:
         raise BudgetError(f"unknown strategy {a.strategy!r}; choose one of {', '.join(STRATEGIES)}")
     prog = Progress(enabled=not a.quiet and not a.json)
-    opts = SolveOptions(time_limit_s=a.time_limit, threads=a.threads, gap=a.gap, method=a.method,
-                        progress=prog, verbose=a.verbose, cache=not a.no_cache)
     try:
-        s = solve_costed(g, budget, a.strategy, opts)
+        with ctrl_c_stops_the_solve() as stop:
+            opts = SolveOptions(time_limit_s=a.time_limit, threads=a.threads, gap=a.gap, method=a.method,
+                                progress=prog, verbose=a.verbose, cache=not a.no_cache, stop=stop)
+            s = solve_costed(g, budget, a.strategy, opts)
     finally:
         prog.done()
     warn_uncached(s)

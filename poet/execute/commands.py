@@ -92,14 +92,16 @@ def _optimizer(a, model):
 
 
 def _make_plan(a, model, loss_fn, inputs, targets, optimizer):
-    from ..cli import Progress, warn_uncached
+    from ..cli import Progress, ctrl_c_stops_the_solve, warn_uncached
     from ..planner import plan
     prog = Progress(enabled=not getattr(a, "quiet", False))
     try:
-        pl = plan(model, inputs, loss_fn, targets=targets, device=a.device, memory=a.memory, runtime=a.runtime,
-                  strategy=a.strategy, granularity=a.granularity, paging_time=a.paging_time, optimizer=optimizer,
-                  time_limit=a.time_limit, paging_dir=a.paging_dir, swap_file=a.swap_file, cache=not a.no_cache,
-                  progress=prog)
+        with ctrl_c_stops_the_solve() as stop:
+            pl = plan(model, inputs, loss_fn, targets=targets, device=a.device, memory=a.memory,
+                      runtime=a.runtime, strategy=a.strategy, granularity=a.granularity,
+                      paging_time=a.paging_time, optimizer=optimizer, time_limit=a.time_limit,
+                      paging_dir=a.paging_dir, swap_file=a.swap_file, cache=not a.no_cache, progress=prog,
+                      stop=stop)
     finally:
         prog.done()
     warn_uncached(pl.schedule)

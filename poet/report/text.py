@@ -20,6 +20,8 @@ def status_line(s: Schedule) -> str:
     how = []
     if sv.get("method"):
         how.append(f"method {sv['method']}")
+    if sv.get("stopped_early"):
+        how.append("stopped early on request")
     if sv.get("cache"):
         how.append(cache_note(sv))
     elif sv.get("solve_seconds") is not None:

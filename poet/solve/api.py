@@ -32,6 +32,9 @@ class SolveOptions:
     verbose: bool = False
     find_min_budgets: bool = True   # on infeasibility, compute the smallest feasible budgets
     cache: bool = False          # reuse and keep answers on disk (poet.solve.cache)
+    # polled while the poet strategy solves: once it returns true, the solve ends its current step
+    # as soon as it can and returns the best validated schedule found so far (Ctrl-C in the CLI)
+    stop: Callable[[], bool] | None = None
 
     def __post_init__(self):
         t = self.time_limit_s
@@ -103,7 +106,7 @@ def solve(graph, device=None, *, memory, runtime=None, strategy: str = "poet",
           paging_time: str = PAGING_SERIAL, time_limit: float | None = None, threads: int | None = None,
           gap: float = 1e-3, method: str = "auto", backend: str = "highs", batch_size: int = 1,
           fixed_ram=None, progress=None, verbose: bool = False, find_min_budgets: bool = True,
-          cache: bool = False) -> Schedule:
+          cache: bool = False, stop=None) -> Schedule:
     """Find the minimum-energy schedule of ``graph`` within the budgets.
 
     graph:   a :class:`CostedGraph`, a structural :class:`Graph`, a zoo model name
@@ -123,6 +126,11 @@ def solve(graph, device=None, *, memory, runtime=None, strategy: str = "poet",
     cache:   reuse an earlier answer to the same solve, and keep this one, on
              disk (``poet.solve.cache`` says what is reused when; a cached
              schedule is replayed by the validator before it is returned).
+    stop:    a callable polled during the ``poet`` strategy's solve; once it
+             returns true the solve ends its current step (a greedy run, a
+             HiGHS solve at its next callback) and returns the best validated
+             schedule found so far, with its gap and ``solver["stopped_early"]``.
+             Such an answer is not cached unless it is proven.
 
     The result's ``status`` is ``optimal`` only when the solver proved the
     relative gap ``<= gap``; its totals come from the validator's replay.
@@ -132,7 +140,8 @@ def solve(graph, device=None, *, memory, runtime=None, strategy: str = "poet",
     if strategy not in STRATEGIES:
         raise BudgetError(f"unknown strategy {strategy!r}; choose one of {', '.join(STRATEGIES)}")
     opts = SolveOptions(time_limit_s=time_limit, threads=threads, gap=gap, backend=backend, method=method,
-                        progress=progress, verbose=verbose, find_min_budgets=find_min_budgets, cache=cache)
+                        progress=progress, verbose=verbose, find_min_budgets=find_min_budgets, cache=cache,
+                        stop=stop)
     return solve_costed(g, budget, strategy, opts)
 
 
@@ -157,8 +166,14 @@ def solve_costed(g: CostedGraph, budget: Budget, strategy: str, opts: SolveOptio
             return hit
     sched = STRATEGIES[strategy](g, budget, opts)
     sched.solver.setdefault("solve_seconds", time.perf_counter() - t0)
+    if opts.stop is not None and opts.stop():
+        sched.solver["stopped_early"] = True
+        sched.solver["message"] = (sched.solver.get("message") or "") + (
+            "; stopped early on request: the best schedule found by then" if sched.steps
+            else "; stopped early on request, before a schedule was found")
     sched = checked(sched)
-    if entry is not None:
+    if entry is not None and (sched.status in disk.PROVEN or not sched.solver.get("stopped_early")):
+        # an answer cut short is only as good as the time it had, which no time limit records
         why = disk.store(entry, sched, opts)
         if why:
             sched.solver["cache_error"] = why

@@ -630,7 +630,7 @@ def best_greedy(g: CostedGraph, budget: Budget, *, remat: bool = True, paging: b
                 cap_bytes: int | None = None, exhaustive_up_to: int = 400,
                 guide: dict[int, str] | None = None, per_rule: list | None = None,
                 closest: list | None = None, rules: list | None = None,
-                time_limit: float | None = None) -> Plan | None:
+                time_limit: float | None = None, stop=None) -> Plan | None:
     """The cheapest feasible plan among the greedy's eviction rules (None if none is feasible).
 
     The greedy's running time estimate can undershoot (recomputation chains), so
@@ -645,7 +645,8 @@ def best_greedy(g: CostedGraph, budget: Budget, *, remat: bool = True, paging: b
     stop after that many seconds (one run takes about 0.4 s on 1,600 nodes, but
     10 s to minutes on 5,000); what was found by then is returned.  Until a plan
     meets the deadline they stop after half of it: rules that keep overrunning
-    leave the rest to the deadline's guides.
+    leave the rest to the deadline's guides.  ``stop``: polled between runs; once it is true
+    and a run has produced a plan, no more run starts.
     """
     t0 = time.perf_counter()
     best, best_e, made = None, math.inf, False
@@ -664,7 +665,7 @@ def best_greedy(g: CostedGraph, budget: Budget, *, remat: bool = True, paging: b
             left = None
             if time_limit is not None and made:
                 left = (time_limit if met else 0.5 * time_limit) - (time.perf_counter() - t0)
-            if left is not None and left < 0:
+            if (left is not None and left < 0) or (made and stop is not None and stop()):
                 break
             b = budget
             if budget.runtime_s is not None and shrink < 1.0:
@@ -750,7 +751,7 @@ def _ram_only(budget: Budget) -> Budget:
 
 def search_guides(g: CostedGraph, budget: Budget, plan: Plan, *, remat: bool = True, paging: bool = True,
                   target_energy: float = 0.0, time_limit: float = 10.0, patience: int | None = None,
-                  seed: int = 0) -> Plan:
+                  seed: int = 0, stop=None) -> Plan:
     """Improve a greedy plan by local search over its guide; the best plan found (``plan`` if none).
 
     A plan over the deadline is first brought under it (least overrun first), then
@@ -764,7 +765,7 @@ def search_guides(g: CostedGraph, budget: Budget, plan: Plan, *, remat: bool = T
     validator before it is returned.
     """
     search = GuideSearch(g, budget, plan, remat=remat, paging=paging, target_energy=target_energy, seed=seed)
-    return search.run(time_limit, patience)
+    return search.run(time_limit, patience, stop=stop)
 
 
 class GuideSearch:

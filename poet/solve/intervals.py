@@ -300,9 +300,11 @@ class _Model:
 
 def interval_plan(g: CostedGraph, budget: Budget, *, start: Plan | None = None, time_limit: float = 10.0,
                   threads: int = 2, lives: int = LIVES, remat: bool = True, paging: bool = True,
-                  target_energy: float = 0.0, seed: int = 0, info: dict | None = None) -> Plan | None:
+                  target_energy: float = 0.0, seed: int = 0, info: dict | None = None,
+                  stop=None) -> Plan | None:
     """The cheapest plan CP-SAT finds within ``time_limit`` (None if none), searching from ``start``;
-    it stops early at a plan of ``target_energy`` or less.
+    it stops early at a plan of ``target_energy`` or less, or once ``stop()`` (polled ten times a
+    second) is true.
 
     The returned plan has been replayed by the validator within ``budget`` (RAM and deadline);
     ``info`` receives the model's size and the search's statistics."""
@@ -332,7 +334,21 @@ def interval_plan(g: CostedGraph, budget: Budget, *, start: Plan | None = None, 
         def on_solution_callback(self):
             if self.ObjectiveValue() <= goal:
                 self.StopSearch()
-    status = solver.Solve(model.m, _Stop())
+    if stop is None:
+        status = solver.Solve(model.m, _Stop())
+    else:
+        # searched in a thread (CP-SAT releases the GIL), so that this one can poll; SIGINT is left
+        # to the caller, whose stop() it may set
+        import threading
+        solver.parameters.catch_sigint_signal = False
+        out: list = []
+        search = threading.Thread(target=lambda: out.append(solver.Solve(model.m, _Stop())), daemon=True)
+        search.start()
+        while search.is_alive():
+            search.join(0.1)
+            if stop():
+                solver.StopSearch()
+        status = out[0]
     if info is not None:
         proto = model.m.Proto()
         info.update({"cp_variables": len(proto.variables), "cp_constraints": len(proto.constraints),

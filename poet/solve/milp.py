@@ -593,6 +593,7 @@ def solve_milp(g: CostedGraph, budget: Budget, opts, *, remat: bool, paging: boo
     if method == "auto":
         method = "fast" if len(g.nodes) <= AUTO_MAX_NODES else "heuristic"
     t0 = time.perf_counter()
+    stopped = opts.stop or (lambda: False)     # asked to end early: the best plan held is the answer
     plan = plan_e = f = None
     origin = "greedy"       # what found the plan held: the greedy (and its guide search) or "intervals"
     solver: dict = {"requested_method": opts.method, "requested_gap": opts.gap,
@@ -682,7 +683,7 @@ def solve_milp(g: CostedGraph, budget: Budget, opts, *, remat: bool, paging: boo
                           [(r, fast_guide, True) for r in rule_names(remat, paging)]):
                 nearer: list = []
                 plan = cheaper(plan, best_greedy(g, budget, remat=remat, paging=paging, per_rule=per_rule,
-                                                 closest=nearer, rules=rules,
+                                                 closest=nearer, rules=rules, stop=opts.stop,
                                                  time_limit=_rules_seconds(opts, time.perf_counter() - t0)))
                 nearest(nearer)
             return plan
@@ -697,14 +698,14 @@ def solve_milp(g: CostedGraph, budget: Budget, opts, *, remat: bool, paging: boo
             _progress(opts, "greedy rules", bound=lb, objective=None if plan is None
                       else plan_costs(g, plan, budget.paging_time)[0])
             plan = cheaper(plan, best_greedy(g, budget, remat=remat, paging=paging, guide=guide,
-                                             per_rule=rule_plans, closest=nearer if plan is None else None,
+                                             per_rule=rule_plans, stop=opts.stop, closest=nearer if plan is None else None,
                                              time_limit=_rules_seconds(opts, time.perf_counter() - t0)))
             nearest(nearer)
             rule_plans += guided
         else:
             _progress(opts, "greedy rules", bound=lb)
             plan = best_greedy(g, budget, remat=remat, paging=paging, guide=guide, per_rule=rule_plans,
-                               closest=closest, time_limit=_rules_seconds(opts, time.perf_counter() - t0))
+                               closest=closest, stop=opts.stop, time_limit=_rules_seconds(opts, time.perf_counter() - t0))
             if plan is None and closest:     # every rule overran the deadline
                 plan = deadline_guided(rule_plans)
         if plan is None and closest:
@@ -712,6 +713,7 @@ def solve_milp(g: CostedGraph, budget: Budget, opts, *, remat: bool, paging: boo
             _progress(opts, "searching for a schedule within the deadline", bound=lb)
             ts = time.perf_counter()
             cand = search_guides(g, budget, closest[0], remat=remat, paging=paging, target_energy=math.inf,
+                                 stop=opts.stop,
                                  time_limit=_search_seconds(opts, ts - t0, method != "heuristic"))
             miss = plan_costs(g, cand, budget.paging_time)[1]
             if miss <= budget.runtime_s * (1 + 1e-9):
@@ -765,7 +767,7 @@ def solve_milp(g: CostedGraph, budget: Budget, opts, *, remat: bool, paging: boo
             def left() -> float:
                 """Search time left, 0 once the plan is good enough or the last 1% of the span is reached."""
                 rest = span - (time.perf_counter() - ts)
-                return 0.0 if plan_e <= target or rest <= 0.01 * span else rest
+                return 0.0 if plan_e <= target or rest <= 0.01 * span or stopped() else rest
 
             _progress(opts, "guide search", objective=plan_e, bound=lb, gap=gap_lb)
             with SearchPool(g, worker_count(opts.threads)) as pool:
@@ -783,7 +785,8 @@ def solve_milp(g: CostedGraph, budget: Budget, opts, *, remat: bool, paging: boo
                         batch = searches[j:j + pool.workers]
                         share = rest * len(batch) / (len(searches) - j)
                         batch = pool.run([(sr, share, sr.patience if max_seeds == 1
-                                           else min(sr.patience, 2 * sr.kick << rounds)) for sr in batch])
+                                           else min(sr.patience, 2 * sr.kick << rounds)) for sr in batch],
+                                         stop=opts.stop)
                         searches[j:j + len(batch)] = batch
                         for sr in batch:
                             cand_e, _ = plan_costs(g, sr.best, budget.paging_time)
@@ -794,7 +797,7 @@ def solve_milp(g: CostedGraph, budget: Budget, opts, *, remat: bool, paging: boo
             solver["guide_search_rounds"] = rounds
             gap_lb = _gap(plan_e, lb)
             solver["guide_search_seconds"] = time.perf_counter() - ts
-            if cp_follows and gap_lb > opts.gap:
+            if cp_follows and gap_lb > opts.gap and not stopped():
                 # retention intervals on CP-SAT, from the search's plan: a different neighbourhood
                 # (any tensor's lives may move), slower per gain, but it goes on gaining where the guide
                 # search stalls (resnet18_cifar/m4 at 20% RAM, docs/solver.md)
@@ -803,7 +806,7 @@ def solve_milp(g: CostedGraph, budget: Budget, opts, *, remat: bool, paging: boo
                 info: dict = {"start_energy_j": plan_e}
                 cand = intervals.interval_plan(g, budget, start=plan, time_limit=_interval_seconds(
                     opts, tc - t0), threads=worker_count(opts.threads), remat=remat,
-                    paging=paging, target_energy=target, info=info)
+                    paging=paging, target_energy=target, info=info, stop=opts.stop)
                 cand_e = math.inf if cand is None else plan_costs(g, cand, budget.paging_time)[0]
                 if cand_e < plan_e:
                     plan, plan_e, origin = cand, cand_e, "intervals"
@@ -815,6 +818,8 @@ def solve_milp(g: CostedGraph, budget: Budget, opts, *, remat: bool, paging: boo
                                                                              and gap_lb <= opts.gap))):
             return greedy_result()
 
+    if stopped():
+        return greedy_result()
     if f is None and plan is not None and opts.time_limit_s is not None and "interval_search" in solver:
         # the interval search took the time and left a tenth: when that is under half of what HiGHS
         # would need by the estimate, the MILP is not even built (it takes up to 1 s at 200 nodes)
@@ -839,6 +844,8 @@ def solve_milp(g: CostedGraph, budget: Budget, opts, *, remat: bool, paging: boo
     if limit is not None:
         limit = max(0.1, limit - (time.perf_counter() - t0))
     kw = {"start": start} if start is not None else {}
+    if opts.stop is not None:
+        kw["stop"] = opts.stop
 
     def milp_progress(d):
         # In joules, against the better of the solver's bound and the structural one.  With a warm

@@ -17,8 +17,9 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
+import signal
 import sys
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 
 from ..graph.core import CostedGraph
@@ -50,6 +51,9 @@ def worker_count(threads: int | None) -> int:
 def _init(g: CostedGraph, reached) -> None:
     global _graph, _reached
     _graph, _reached = g, reached
+    # Ctrl-C reaches every process of the terminal's group: the solving process decides (it stops
+    # the searches through `reached`), so a worker neither dies nor runs its copy of a handler
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def _run(search: GuideSearch, time_limit: float, patience: int | None) -> GuideSearch:
@@ -73,11 +77,17 @@ class SearchPool:
                                             initargs=(g, self.reached))
         self.workers = workers
 
-    def run(self, jobs: list[tuple[GuideSearch, float, int | None]]) -> list[GuideSearch]:
-        """Run each (search, seconds, patience) job; the searches, advanced, in the same order."""
+    def run(self, jobs: list[tuple[GuideSearch, float, int | None]], stop=None) -> list[GuideSearch]:
+        """Run each (search, seconds, patience) job; the searches, advanced, in the same order.
+        ``stop``: polled ten times a second; once true, every search ends at its next move."""
         if self.pool is not None and len(jobs) > 1:
             try:
                 futures = [self.pool.submit(_run, s, t, p) for s, t, p in jobs]
+                if stop is not None:
+                    while wait(futures, timeout=0.1).not_done:
+                        if stop():
+                            self.reached.set()      # shared with the workers: each ends at its next move
+                            break
                 done = [f.result() for f in futures]
             except BrokenProcessPool:
                 # a worker died (killed, out of memory): carry on in this process
@@ -88,7 +98,7 @@ class SearchPool:
                     s.g = self.g
                 return done
         for s, t, p in jobs:     # in turn: jobs meant to run side by side share their time
-            s.run(t / len(jobs), p)
+            s.run(t / len(jobs), p, stop=stop)
         return [s for s, _, _ in jobs]
 
     def close(self) -> None:

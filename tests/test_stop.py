@@ -1,0 +1,131 @@
+"""Stopping a solve early (``stop=``, Ctrl-C in the command line): the best validated schedule found so
+far comes back, with its gap, from every step that can run long."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from conftest import training_chain
+from poet.schedule import Budget, validate
+from poet.solve import SolveOptions, api, costed_graph, solve_costed
+from poet.solve.backends import solve_highs
+from poet.solve.baselines import keep_all_peak
+from poet.solve.heuristics import best_greedy, eviction_cover, plan_costs
+from poet.solve.milp import build, plan_to_start
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _budget(g, frac, mult):
+    lo, hi = g.min_ram_bytes(), keep_all_peak(g)
+    return Budget(int(lo + frac * (hi - lo)), mult * g.plain_runtime_s, "serial")
+
+
+def _stop_at(phase: str):
+    """A progress callback that asks to stop once the solve reports ``phase``, and the stop."""
+    asked = threading.Event()
+
+    def progress(d):
+        if d["phase"] == phase:
+            asked.set()
+    return progress, asked.is_set
+
+
+def test_a_solve_stopped_in_its_guide_search_returns_the_best_plan_so_far_and_skips_the_rest():
+    # without a time limit this case goes on to a 60-s interval search and then an unbounded MILP
+    g = costed_graph("resnet18_cifar", "m4")
+    b = _budget(g, 0.2, 1.2)
+    progress, stop = _stop_at("guide search")
+    s = solve_costed(g, b, "poet", SolveOptions(threads=2, gap=0.01, progress=progress, stop=stop,
+                                                 time_limit_s=300, find_min_budgets=False))
+    assert s.solver["stopped_early"] and "stopped early on request" in s.solver["message"]
+    assert s.steps and s.status == "feasible" and s.solver["method"] == "greedy"
+    assert "interval_search" not in s.solver and "mip_seconds" not in s.solver
+    assert s.solver["solve_seconds"] < 60          # far from the 300-s limit it would otherwise use
+    assert validate(g, s.steps, b) == s.totals
+    lb = s.solver["bound_energy_j"]
+    assert s.solver["gap"] == pytest.approx((s.totals.energy_j - lb) / s.totals.energy_j)
+
+
+def test_stopped_highs_hands_back_its_start_as_the_incumbent():
+    g = costed_graph("resnet18_cifar", "m4")
+    b = _budget(g, 0.2, 1.2)
+    _, guide = eviction_cover(g, b)
+    plan = best_greedy(g, b, guide=guide)
+    f = build(g, b, tighten=True)
+    start, why = plan_to_start(f, g, plan)
+    assert start is not None, why
+    res = solve_highs(f.problem, time_limit=300, threads=2, gap=1e-6, start=start, stop=lambda: True)
+    assert res.detail == "Interrupted by user" and res.status == "feasible"
+    assert res.seconds < 60                         # it stops at its first callback, not at 300 s
+    assert res.objective * f.energy_unit == pytest.approx(plan_costs(g, plan, b.paging_time)[0], rel=1e-6)
+    assert np.allclose(res.x, start)
+
+
+def test_a_stopped_interval_search_returns_at_once_with_a_validated_plan_or_none():
+    intervals = pytest.importorskip("poet.solve.intervals")
+    pytest.importorskip("ortools")
+    g = costed_graph("resnet18_cifar", "m4")
+    b = _budget(g, 0.2, 1.2)
+    _, guide = eviction_cover(g, b)
+    start = best_greedy(g, b, guide=guide)
+    info: dict = {}
+    plan = intervals.interval_plan(g, b, start=start, time_limit=300, info=info, stop=lambda: True)
+    assert info["cp_seconds"] < 60
+    if plan is not None:
+        from poet.solve.milp import emit
+        validate(g, emit(g, plan), b)
+        assert plan_costs(g, plan, b.paging_time)[0] <= plan_costs(g, start, b.paging_time)[0] * (1 + 1e-9)
+
+
+def test_an_unproven_answer_cut_short_is_not_cached(monkeypatch):
+    calls = []
+    real = api.STRATEGIES["poet"]
+
+    def poet(g, budget, opts):
+        calls.append(1)
+        return real(g, budget, opts).with_(status="feasible")     # as if unproven
+    monkeypatch.setitem(api.STRATEGIES, "poet", poet)
+    g = training_chain(6, seed=3)
+    b = Budget(ram_bytes=max(n.ram_bytes for n in g.nodes) * 4, runtime_s=1.5 * g.plain_runtime_s)
+    for _ in range(2):
+        s = solve_costed(g, b, "poet", SolveOptions(cache=True, stop=lambda: True))
+        assert s.solver["stopped_early"] and "cache_error" not in s.solver
+    assert len(calls) == 2                          # the second solve ran again
+
+
+def test_ctrl_c_in_the_command_line_prints_the_best_schedule_so_far_and_a_second_one_aborts():
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+
+    def run(method: str, phase: str, presses: int):
+        cmd = [sys.executable, "-m", "poet", "solve", "--model", "resnet18_cifar", "--device", "m4",
+               "--memory", "1.8MB", "--runtime", "1.2x", "--no-cache", "--method", method]
+        p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                             start_new_session=True)      # its own group, as a terminal's foreground job
+        seen = []
+        for line in p.stderr:                            # not a terminal: a line per step
+            seen.append(line)
+            if phase in line:
+                os.killpg(p.pid, signal.SIGINT)          # the whole group: the search workers too
+                presses -= 1
+            if "poet: stopping early" in line and presses:
+                os.killpg(p.pid, signal.SIGINT)
+                presses -= 1
+        out, err = p.communicate(timeout=120)
+        return p.returncode, out, "".join(seen) + err
+
+    # in the guide search (two worker processes): the search's plan comes back at once
+    rc, out, err = run("auto", "guide search", 1)
+    assert rc == 0, err
+    assert "stopped early on request" in out and "Validated: an independent replay" in out
+    assert "poet: stopping early" in err and "Traceback" not in err
+    # in HiGHS's presolve, which it cannot leave before its next callback: a second Ctrl-C aborts
+    rc, out, err = run("faithful", "building the MILP", 2)
+    assert rc == 130 and "poet: interrupted" in err and "Traceback" not in err
