@@ -188,13 +188,17 @@ def solve_highs(p: MilpProblem, *, time_limit: float | None = None, threads: int
         h.HandleUserInterrupt = True
         h.startSolve()
         asked = False
-        while True:
-            done, run_status = h.wait(0.1)
-            if done:
-                break
-            if not asked and stop():
-                h.cancelSolve()
-                asked = True
+        try:
+            while True:
+                done, run_status = h.wait(0.1)
+                if done:
+                    break
+                if not asked and stop():
+                    h.cancelSolve()
+                    asked = True
+        except BaseException:       # a second Ctrl-C: let HiGHS's thread end too
+            h.cancelSolve()
+            raise
     seconds = time.perf_counter() - t0
     if run_status == highspy.HighsStatus.kError and h.getModelStatus() == highspy.HighsModelStatus.kNotset:
         from .api import SolveError

@@ -342,12 +342,24 @@ def interval_plan(g: CostedGraph, budget: Budget, *, start: Plan | None = None, 
         import threading
         solver.parameters.catch_sigint_signal = False
         out: list = []
-        search = threading.Thread(target=lambda: out.append(solver.Solve(model.m, _Stop())), daemon=True)
+
+        def solve():
+            try:
+                out.append(solver.Solve(model.m, _Stop()))
+            except BaseException as e:      # raised again below, in the caller's thread
+                out.append(e)
+        search = threading.Thread(target=solve, daemon=True)
         search.start()
-        while search.is_alive():
-            search.join(0.1)
-            if stop():
-                solver.StopSearch()
+        try:
+            while search.is_alive():
+                search.join(0.1)
+                if stop():
+                    solver.StopSearch()
+        except BaseException:               # a second Ctrl-C: let CP-SAT's thread end too
+            solver.StopSearch()
+            raise
+        if isinstance(out[0], BaseException):
+            raise out[0]
         status = out[0]
     if info is not None:
         proto = model.m.Proto()

@@ -698,14 +698,16 @@ def solve_milp(g: CostedGraph, budget: Budget, opts, *, remat: bool, paging: boo
             _progress(opts, "greedy rules", bound=lb, objective=None if plan is None
                       else plan_costs(g, plan, budget.paging_time)[0])
             plan = cheaper(plan, best_greedy(g, budget, remat=remat, paging=paging, guide=guide,
-                                             per_rule=rule_plans, stop=opts.stop, closest=nearer if plan is None else None,
+                                             per_rule=rule_plans, closest=nearer if plan is None else None,
+                                             stop=opts.stop,
                                              time_limit=_rules_seconds(opts, time.perf_counter() - t0)))
             nearest(nearer)
             rule_plans += guided
         else:
             _progress(opts, "greedy rules", bound=lb)
             plan = best_greedy(g, budget, remat=remat, paging=paging, guide=guide, per_rule=rule_plans,
-                               closest=closest, stop=opts.stop, time_limit=_rules_seconds(opts, time.perf_counter() - t0))
+                               closest=closest, stop=opts.stop,
+                               time_limit=_rules_seconds(opts, time.perf_counter() - t0))
             if plan is None and closest:     # every rule overran the deadline
                 plan = deadline_guided(rule_plans)
         if plan is None and closest:
