@@ -76,6 +76,7 @@ class Progress:
 
     TICK_S = 1.0
     LOG_EVERY_S = 30.0
+    HINT_AFTER_S = 10.0     # a terminal's line then also says how to stop early
 
     def __init__(self, enabled: bool, tty: bool | None = None):
         self.enabled = enabled
@@ -116,6 +117,8 @@ class Progress:
             parts.append(f"bound {fmt_energy(bnd) if unit else f'{bnd:.6g}'}")
         if d.get("gap") is not None and d["gap"] != float("inf"):
             parts.append(f"gap {d['gap']:.2%}")
+        if self.tty and time.perf_counter() - self.t0 >= self.HINT_AFTER_S:
+            parts.append("Ctrl-C stops with the best so far")
         line = ", ".join(parts)
         if not self.tty:
             now = time.perf_counter()

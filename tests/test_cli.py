@@ -176,6 +176,17 @@ def test_the_progress_line_is_redrawn_between_reports_and_stops_when_done(capsys
     assert capsys.readouterr().err == ""                 # nothing drawn after done()
 
 
+def test_a_long_solve_s_terminal_line_says_how_to_stop_early_and_a_log_does_not(capsys, monkeypatch):
+    from poet.cli import Progress
+    monkeypatch.setattr(Progress, "HINT_AFTER_S", 0.0)
+    for tty in (True, False):
+        p = Progress(enabled=True, tty=tty)
+        p({"phase": "guide search", "objective": 1.2, "bound": 1.0, "gap": 1 / 6})
+        p.done()
+        err = capsys.readouterr().err
+        assert ("gap 16.67%, Ctrl-C stops with the best so far" in err) == tty
+
+
 def test_the_progress_goes_to_a_log_as_whole_lines(capsys, monkeypatch):
     # not a terminal: no carriage returns; a line when the step changes, else one per LOG_EVERY_S
     import time
