@@ -85,6 +85,19 @@ def test_a_stopped_interval_search_returns_at_once_with_a_validated_plan_or_none
         assert plan_costs(g, plan, b.paging_time)[0] <= plan_costs(g, start, b.paging_time)[0] * (1 + 1e-9)
 
 
+def test_a_stop_during_an_infeasible_solve_keeps_the_verdict_and_cuts_the_budget_search_short():
+    g = costed_graph("resnet18_cifar", "m4")
+    lo, hi = g.min_ram_bytes(), keep_all_peak(g)
+    b = Budget(int(lo + 0.2 * (hi - lo)), 1.0 * g.plain_runtime_s, "serial")    # no slack: proven infeasible
+    s = solve_costed(g, b, "poet", SolveOptions(threads=2, gap=0.01, stop=lambda: True, time_limit_s=300))
+    assert s.status == "infeasible" and s.solver["stopped_early"]
+    assert "before the smallest feasible budgets were all found" in s.solver["message"]
+    assert "min_runtime_s" not in s.solver and "min_runtime_note" not in s.solver     # not started
+    assert s.solver["solve_seconds"] < 60         # not the up to 2 x 300 s of the two budget MILPs
+    note = s.solver.get("min_ram_note")        # stopped at HiGHS's first callback, if it had one
+    assert note is None or note == "proven" or "best found before the stop" in note
+
+
 def test_an_unproven_answer_cut_short_is_not_cached(monkeypatch):
     calls = []
     real = api.STRATEGIES["poet"]

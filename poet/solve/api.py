@@ -168,9 +168,10 @@ def solve_costed(g: CostedGraph, budget: Budget, strategy: str, opts: SolveOptio
     sched.solver.setdefault("solve_seconds", time.perf_counter() - t0)
     if opts.stop is not None and opts.stop():
         sched.solver["stopped_early"] = True
-        sched.solver["message"] = (sched.solver.get("message") or "") + (
-            "; stopped early on request: the best schedule found by then" if sched.steps
-            else "; stopped early on request, before a schedule was found")
+        sched.solver["message"] = (sched.solver.get("message") or "") + "; stopped early on request" + (
+            ": the best schedule found by then" if sched.steps else
+            ", before the smallest feasible budgets were all found" if sched.status == "infeasible" else
+            ", before a schedule was found")
     sched = checked(sched)
     if entry is not None and (sched.status in disk.PROVEN or not sched.solver.get("stopped_early")):
         # an answer cut short is only as good as the time it had, which no time limit records

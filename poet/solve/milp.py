@@ -908,6 +908,10 @@ def min_budgets(g: CostedGraph, budget: Budget, opts, *, remat: bool, paging: bo
     out: dict = {}
     limit = opts.time_limit_s if opts.time_limit_s is not None else 120.0
     backend = get_backend(opts.backend)
+    kw = {"stop": opts.stop} if opts.stop is not None else {}
+
+    def searched() -> str:
+        return "before the stop" if kw and opts.stop() else f"in {limit:.0f} s"
     lower = g.min_ram_bytes()
     if paging and (budget.runtime_s is None or budget.paging_time == PAGING_HIDDEN):
         out["min_ram_bytes"] = lower
@@ -915,7 +919,7 @@ def min_budgets(g: CostedGraph, budget: Budget, opts, *, remat: bool, paging: bo
     else:
         hi = max(keep_all_peak(g), lower)
         f = build(g, budget, remat=remat, paging=paging, objective="peak_ram", ram_cap_bytes=hi)
-        res = backend(f.problem, time_limit=limit, threads=opts.threads, gap=1e-6)
+        res = backend(f.problem, time_limit=limit, threads=opts.threads, gap=1e-6, **kw)
         scale = hi  # the formulation's memory unit
         if res.status == INFEASIBLE:
             out["min_ram_note"] = (f"no RAM budget makes the deadline {fmt_seconds(budget.runtime_s)} reachable; "
@@ -926,16 +930,16 @@ def min_budgets(g: CostedGraph, budget: Budget, opts, *, remat: bool, paging: bo
             out["min_ram_bytes"] = best
             out["min_ram_bytes_lower_bound"] = max(lb, lower)
             out["min_ram_note"] = ("proven" if res.status == OPTIMAL
-                                   else f"best found in {limit:.0f} s; proven lower bound {fmt_bytes(max(lb, lower))}")
-    if budget.runtime_s is not None:
+                                   else f"best found {searched()}; proven lower bound {fmt_bytes(max(lb, lower))}")
+    if budget.runtime_s is not None and not (kw and opts.stop()):
         nob = Budget(budget.ram_bytes, None, budget.paging_time)
         f = build(g, nob, remat=remat, paging=paging, objective="runtime")
-        res = backend(f.problem, time_limit=limit, threads=opts.threads, gap=1e-6)
+        res = backend(f.problem, time_limit=limit, threads=opts.threads, gap=1e-6, **kw)
         if res.status == INFEASIBLE:
             out["min_runtime_note"] = f"the RAM budget {fmt_bytes(budget.ram_bytes)} is infeasible at any deadline"
         elif res.x is not None:
             out["min_runtime_s"] = res.objective * (g.plain_runtime_s or 1.0)
-            out["min_runtime_note"] = "proven" if res.status == OPTIMAL else f"best found in {limit:.0f} s"
+            out["min_runtime_note"] = "proven" if res.status == OPTIMAL else f"best found {searched()}"
     return out
 
 
