@@ -144,6 +144,31 @@ def test_the_milp_is_not_started_when_its_setup_would_overrun_the_time_limit(mon
     assert solve(g, **kw).solver["method"] == "milp-fast"          # no time limit: it runs
 
 
+def test_the_smallest_budget_search_after_an_infeasible_verdict_shares_the_time_limit(monkeypatch):
+    # its two MILPs used to get the whole limit each, so a solve could take twice its limit
+    import importlib
+    milp = importlib.import_module("poet.solve.milp")
+    real, limits = milp.get_backend("highs"), []
+
+    def recording(name):
+        def backend(p, **kw):
+            limits.append(kw["time_limit"])
+            ends.append(time.perf_counter() + kw["time_limit"])
+            return real(p, **kw)
+        return backend
+    import time
+    ends: list = []
+    monkeypatch.setattr(milp, "get_backend", recording)
+    g = training_chain(6, 2, skip=True)
+    lo = g.min_ram_bytes()
+    t0 = time.perf_counter()
+    s = solve(g, memory=lo, runtime=1.0 * g.plain_runtime_s, time_limit=20, find_min_budgets=True)
+    assert s.status == "infeasible" and len(limits) == 2             # the RAM MILP, then the runtime one
+    assert limits[0] <= 10.0                                          # half of what was left
+    assert all(end <= t0 + 20.0 + 0.5 for end in ends), [e - t0 for e in ends]   # none runs past the limit
+    assert s.solver["min_ram_note"] and s.solver["min_runtime_note"]
+
+
 def test_unknown_method_is_refused():
     g = training_chain(3, 1)
     with pytest.raises(Exception, match="unknown method"):

@@ -609,7 +609,7 @@ def solve_milp(g: CostedGraph, budget: Budget, opts, *, remat: bool, paging: boo
                        "message": (f"the deadline {fmt_seconds(budget.runtime_s)} is too short for "
                                    f"{fmt_bytes(budget.ram_bytes)} of RAM (proven by the eviction cover)")})
         if opts.find_min_budgets and len(g.nodes) <= AUTO_MAX_NODES:
-            solver.update(min_budgets(g, budget, opts, remat=remat, paging=paging))
+            solver.update(min_budgets(g, budget, opts, remat=remat, paging=paging, t0=t0))
         return Schedule(graph=g, budget=budget, steps=(), status=INFEASIBLE, strategy=strategy, solver=solver)
     solver["structural_bound_energy_j"] = lb
     outside_proven = incumbent_energy is not None and incumbent_energy - lb <= opts.gap * incumbent_energy
@@ -882,7 +882,7 @@ def solve_milp(g: CostedGraph, budget: Budget, opts, *, remat: bool, paging: boo
         sched = Schedule(graph=g, budget=budget, steps=(), status=res.status if res.status != "optimal" else NO_SOLUTION,
                          strategy=strategy, solver=solver)
         if res.status == INFEASIBLE and opts.find_min_budgets:
-            solver.update(min_budgets(g, budget, opts, remat=remat, paging=paging))
+            solver.update(min_budgets(g, budget, opts, remat=remat, paging=paging, t0=t0))
         return sched
     status = res.status
     obj = solver["objective_energy_j"]
@@ -902,12 +902,22 @@ def solve_milp(g: CostedGraph, budget: Budget, opts, *, remat: bool, paging: boo
     return _result_schedule(g, budget, strategy, steps, status, solver)
 
 
-def min_budgets(g: CostedGraph, budget: Budget, opts, *, remat: bool, paging: bool) -> dict:
-    """Smallest feasible RAM (at the deadline) and runtime (at the RAM budget), computed by MILP."""
+def min_budgets(g: CostedGraph, budget: Budget, opts, *, remat: bool, paging: bool,
+                t0: float | None = None) -> dict:
+    """Smallest feasible RAM (at the deadline) and runtime (at the RAM budget), computed by MILP:
+    each gets 120 s, or, with a time limit, what is left of it since ``t0`` (perf_counter), the
+    first MILP half of that."""
+    import time
     from .baselines import keep_all_peak
     out: dict = {}
-    limit = opts.time_limit_s if opts.time_limit_s is not None else 120.0
     backend = get_backend(opts.backend)
+    start = time.perf_counter() if t0 is None else t0
+
+    def seconds(share: float) -> float:
+        if opts.time_limit_s is None:
+            return 120.0
+        return max(0.1, share * (opts.time_limit_s - (time.perf_counter() - start)))
+    limit = seconds(0.5 if budget.runtime_s is not None else 1.0)
     kw = {"stop": opts.stop} if opts.stop is not None else {}
 
     def searched() -> str:
@@ -932,6 +942,7 @@ def min_budgets(g: CostedGraph, budget: Budget, opts, *, remat: bool, paging: bo
             out["min_ram_note"] = ("proven" if res.status == OPTIMAL
                                    else f"best found {searched()}; proven lower bound {fmt_bytes(max(lb, lower))}")
     if budget.runtime_s is not None and not (kw and opts.stop()):
+        limit = seconds(1.0)
         nob = Budget(budget.ram_bytes, None, budget.paging_time)
         f = build(g, nob, remat=remat, paging=paging, objective="runtime")
         res = backend(f.problem, time_limit=limit, threads=opts.threads, gap=1e-6, **kw)
