@@ -167,6 +167,14 @@ def test_the_smallest_budget_search_after_an_infeasible_verdict_shares_the_time_
     assert limits[0] <= 10.0                                          # half of what was left
     assert all(end <= t0 + 20.0 + 0.5 for end in ends), [e - t0 for e in ends]   # none runs past the limit
     assert s.solver["min_ram_note"] and s.solver["min_runtime_note"]
+    # too little time for HiGHS to set them up: neither is started, and the notes say how to get them
+    monkeypatch.setattr(milp, "MILP_SETUP_S_PER_NONZERO", 1e3)
+    limits.clear()
+    s = solve(g, memory=lo, runtime=1.0 * g.plain_runtime_s, time_limit=20, find_min_budgets=True)
+    assert s.status == "infeasible" and not limits
+    for key in ("min_ram_note", "min_runtime_note"):
+        assert "was not computed:" in s.solver[key] and "a longer --time-limit computes it" in s.solver[key]
+    assert "min_ram_bytes" not in s.solver
 
 
 def test_unknown_method_is_refused():

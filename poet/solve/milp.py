@@ -905,19 +905,26 @@ def solve_milp(g: CostedGraph, budget: Budget, opts, *, remat: bool, paging: boo
 def min_budgets(g: CostedGraph, budget: Budget, opts, *, remat: bool, paging: bool,
                 t0: float | None = None) -> dict:
     """Smallest feasible RAM (at the deadline) and runtime (at the RAM budget), computed by MILP:
-    each gets 120 s, or, with a time limit, what is left of it since ``t0`` (perf_counter), the
-    first MILP half of that."""
+    each gets 120 s, or, with a time limit, what is left of it since ``t0`` (perf_counter)."""
     import time
     from .baselines import keep_all_peak
     out: dict = {}
     backend = get_backend(opts.backend)
     start = time.perf_counter() if t0 is None else t0
 
-    def seconds(share: float) -> float:
+    def seconds(f: Formulation, share: float, what: str) -> tuple[float, str | None]:
+        """The MILP's time limit, and why it is not started (None: it is): like the solve's MILP,
+        not when HiGHS could not even set it up in the time left (MILP_SETUP_S_PER_NONZERO).  The
+        first gets ``share`` of what is left, or all of it when a share is too little."""
         if opts.time_limit_s is None:
-            return 120.0
-        return max(0.1, share * (opts.time_limit_s - (time.perf_counter() - start)))
-    limit = seconds(0.5 if budget.runtime_s is not None else 1.0)
+            return 120.0, None
+        rest = opts.time_limit_s - (time.perf_counter() - start)
+        need = MILP_SETUP_S_PER_NONZERO * f.problem.num_nonzeros
+        if rest < need:
+            return 0.0, (f"the smallest feasible {what} was not computed: {max(rest, 0.0):.1f} s of the time "
+                         f"limit were left, and HiGHS needs about {need:.0f} s to set up its MILP (a longer "
+                         f"--time-limit computes it)")
+        return (share * rest if share * rest >= need else rest), None
     kw = {"stop": opts.stop} if opts.stop is not None else {}
 
     def searched() -> str:
@@ -929,9 +936,12 @@ def min_budgets(g: CostedGraph, budget: Budget, opts, *, remat: bool, paging: bo
     else:
         hi = max(keep_all_peak(g), lower)
         f = build(g, budget, remat=remat, paging=paging, objective="peak_ram", ram_cap_bytes=hi)
-        res = backend(f.problem, time_limit=limit, threads=opts.threads, gap=1e-6, **kw)
+        limit, why = seconds(f, 0.5 if budget.runtime_s is not None else 1.0, "RAM budget")
+        res = None if why else backend(f.problem, time_limit=limit, threads=opts.threads, gap=1e-6, **kw)
         scale = hi  # the formulation's memory unit
-        if res.status == INFEASIBLE:
+        if why:
+            out["min_ram_note"] = why
+        elif res.status == INFEASIBLE:
             out["min_ram_note"] = (f"no RAM budget makes the deadline {fmt_seconds(budget.runtime_s)} reachable; "
                                    f"the deadline itself is too short")
         elif res.x is not None:
@@ -942,11 +952,13 @@ def min_budgets(g: CostedGraph, budget: Budget, opts, *, remat: bool, paging: bo
             out["min_ram_note"] = ("proven" if res.status == OPTIMAL
                                    else f"best found {searched()}; proven lower bound {fmt_bytes(max(lb, lower))}")
     if budget.runtime_s is not None and not (kw and opts.stop()):
-        limit = seconds(1.0)
         nob = Budget(budget.ram_bytes, None, budget.paging_time)
         f = build(g, nob, remat=remat, paging=paging, objective="runtime")
-        res = backend(f.problem, time_limit=limit, threads=opts.threads, gap=1e-6, **kw)
-        if res.status == INFEASIBLE:
+        limit, why = seconds(f, 1.0, "deadline")
+        res = None if why else backend(f.problem, time_limit=limit, threads=opts.threads, gap=1e-6, **kw)
+        if why:
+            out["min_runtime_note"] = why
+        elif res.status == INFEASIBLE:
             out["min_runtime_note"] = f"the RAM budget {fmt_bytes(budget.ram_bytes)} is infeasible at any deadline"
         elif res.x is not None:
             out["min_runtime_s"] = res.objective * (g.plain_runtime_s or 1.0)
