@@ -81,8 +81,14 @@ def test_the_solve_runs_the_interval_search_after_the_guide_search_and_returns_a
     monkeypatch.setattr(milp, "INTERVAL_MIN_REST_S", 0.0)     # the real gate needs a 30-s limit
     g = costed_graph("resnet18_cifar", "m4")
     b = _budget(g, 0.2, 1.2)
-    s = solve_costed(g, b, "poet", SolveOptions(time_limit_s=8, threads=2, gap=1e-4, find_min_budgets=False))
+    seen = []
+    s = solve_costed(g, b, "poet", SolveOptions(time_limit_s=8, threads=2, gap=1e-4, find_min_budgets=False,
+                                                 progress=seen.append))
     info = s.solver["interval_search"]
+    cp = [d for d in seen if d["phase"] == "interval search"]
+    assert cp and all(d["objective"] <= info["start_energy_j"] and d["bound"] <= d["objective"] for d in cp)
+    if info["cp_status"] in ("FEASIBLE", "OPTIMAL"):
+        assert len(cp) >= 2        # the start, then each solution CP-SAT finds (the hint, at least)
     assert info["cp_variables"] > 0 and info["cp_status"] in ("FEASIBLE", "OPTIMAL", "UNKNOWN")
     assert s.solver["method"] in ("greedy", "intervals")
     assert s.totals.energy_j == pytest.approx(s.solver["heuristic_energy_j"], rel=1e-9)

@@ -301,10 +301,11 @@ class _Model:
 def interval_plan(g: CostedGraph, budget: Budget, *, start: Plan | None = None, time_limit: float = 10.0,
                   threads: int = 2, lives: int = LIVES, remat: bool = True, paging: bool = True,
                   target_energy: float = 0.0, seed: int = 0, info: dict | None = None,
-                  stop=None) -> Plan | None:
+                  stop=None, progress=None) -> Plan | None:
     """The cheapest plan CP-SAT finds within ``time_limit`` (None if none), searching from ``start``;
     it stops early at a plan of ``target_energy`` or less, or once ``stop()`` (polled ten times a
-    second) is true.
+    second) is true.  ``progress(energy_j)`` hears of each better solution, priced as the model
+    prices it (rounded per term, before the plan is read back and validated).
 
     The returned plan has been replayed by the validator within ``budget`` (RAM and deadline);
     ``info`` receives the model's size and the search's statistics."""
@@ -332,6 +333,11 @@ def interval_plan(g: CostedGraph, budget: Budget, *, start: Plan | None = None, 
 
     class _Stop(cp_model.CpSolverSolutionCallback):
         def on_solution_callback(self):
+            if progress is not None:
+                try:
+                    progress(g.plain_energy_j + self.ObjectiveValue() / OBJ_SCALE * E0)
+                except Exception:       # a failing progress printer must not end the search
+                    pass
             if self.ObjectiveValue() <= goal:
                 self.StopSearch()
     if stop is None:

@@ -806,9 +806,14 @@ def solve_milp(g: CostedGraph, budget: Budget, opts, *, remat: bool, paging: boo
                 tc = time.perf_counter()
                 _progress(opts, "interval search", objective=plan_e, bound=lb, gap=gap_lb)
                 info: dict = {"start_energy_j": plan_e}
+
+                def cp_progress(e):
+                    e = min(e, plan_e)      # the model's price of a solution, before it is validated
+                    _progress(opts, "interval search", objective=e, bound=lb, gap=_gap(e, lb))
                 cand = intervals.interval_plan(g, budget, start=plan, time_limit=_interval_seconds(
                     opts, tc - t0), threads=worker_count(opts.threads), remat=remat,
-                    paging=paging, target_energy=target, info=info, stop=opts.stop)
+                    paging=paging, target_energy=target, info=info, stop=opts.stop,
+                    progress=None if opts.progress is None else cp_progress)
                 cand_e = math.inf if cand is None else plan_costs(g, cand, budget.paging_time)[0]
                 if cand_e < plan_e:
                     plan, plan_e, origin = cand, cand_e, "intervals"
