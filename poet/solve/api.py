@@ -170,7 +170,7 @@ def solve_costed(g: CostedGraph, budget: Budget, strategy: str, opts: SolveOptio
         sched.solver["stopped_early"] = True
         sched.solver["message"] = (sched.solver.get("message") or "") + "; stopped early on request" + (
             ": the best schedule found by then" if sched.steps else
-            ", before the smallest feasible budgets were all found" if sched.status == "infeasible" else
+            ", before the smallest feasible budgets were all found" if sched.status == INFEASIBLE else
             ", before a schedule was found")
     sched = checked(sched)
     if entry is not None and (sched.status in disk.PROVEN or not sched.solver.get("stopped_early")):

@@ -621,10 +621,10 @@ def solve_milp(g: CostedGraph, budget: Budget, opts, *, remat: bool, paging: boo
         solver["build_seconds"] = time.perf_counter() - tb
         return built
 
-    def greedy_result(skipped: tuple | None = None) -> Schedule:
+    def greedy_result(skipped: tuple[float, float, int] | None = None, estimated: bool = False) -> Schedule:
         """The best plan held as the answer, with its gap to the structural bound; ``skipped``:
-        (seconds left, seconds HiGHS needs to start, nonzeros[, whether estimated, not built]) when
-        the MILP was not started."""
+        (seconds left, seconds HiGHS needs to start, nonzeros) when the MILP was not started;
+        ``estimated``: those nonzeros are the estimate's, the MILP was not built."""
         gap = None if plan_e is None else _gap(plan_e, lb)
         proven = gap is not None and gap <= opts.gap
         solver.update({
@@ -635,7 +635,7 @@ def solve_milp(g: CostedGraph, budget: Budget, opts, *, remat: bool, paging: boo
                         (f"optimal: the {origin} schedule is within {gap:.2e} of the structural lower bound"
                          if proven else f"feasible {origin} schedule, {gap:.2%} above the structural lower bound"))})
         if skipped is not None:
-            rest, need, nonzeros, estimated = (*skipped, False)[:4]
+            rest, need, nonzeros = skipped
             solver.update({"milp_skipped": True,
                            "status_detail": f"{rest:.1f} s left, too few to start the MILP (about {need:.0f} s)"})
             solver["message"] += (f"; the MILP was not started: {rest:.1f} s of the time limit were left, and HiGHS "
@@ -827,13 +827,15 @@ def solve_milp(g: CostedGraph, budget: Budget, opts, *, remat: bool, paging: boo
 
     if stopped():
         return greedy_result()
-    if f is None and plan is not None and opts.time_limit_s is not None and "interval_search" in solver:
-        # the interval search took the time and left a tenth: when that is under half of what HiGHS
-        # would need by the estimate, the MILP is not even built (it takes up to 1 s at 200 nodes)
+    if f is None and plan is not None and opts.time_limit_s is not None:
+        # not built yet (after the interval search, which leaves a tenth of the time): when what is
+        # left is under half of what HiGHS would need by the estimate (which the zoo and aten graphs'
+        # MILPs reach to within 25%), it could not start either, and is not even built (up to 1 s)
         rest = opts.time_limit_s - (time.perf_counter() - t0)
         nonzeros = MILP_NONZEROS_PER_NODE_SQUARED * len(g.nodes) ** 2
         if rest < 0.5 * MILP_SETUP_S_PER_NONZERO * nonzeros:
-            return greedy_result(skipped=(max(rest, 0.0), MILP_SETUP_S_PER_NONZERO * nonzeros, nonzeros, True))
+            return greedy_result(skipped=(max(rest, 0.0), MILP_SETUP_S_PER_NONZERO * nonzeros, nonzeros),
+                                 estimated=True)
     if f is None:
         f = build_milp()
     if plan is not None and opts.time_limit_s is not None:
@@ -931,9 +933,10 @@ def min_budgets(g: CostedGraph, budget: Budget, opts, *, remat: bool, paging: bo
                          f"--time-limit computes it)")
         return (share * rest if share * rest >= need else rest), None
     kw = {"stop": opts.stop} if opts.stop is not None else {}
+    stopped = opts.stop or (lambda: False)
 
-    def searched() -> str:
-        return "before the stop" if kw and opts.stop() else f"in {limit:.0f} s"
+    def searched(limit: float) -> str:
+        return "before the stop" if stopped() else f"in {limit:.0f} s"
     lower = g.min_ram_bytes()
     if paging and (budget.runtime_s is None or budget.paging_time == PAGING_HIDDEN):
         out["min_ram_bytes"] = lower
@@ -954,9 +957,9 @@ def min_budgets(g: CostedGraph, budget: Budget, opts, *, remat: bool, paging: bo
             lb = int(math.ceil(res.bound * scale - 1e-6)) if res.bound is not None else lower
             out["min_ram_bytes"] = best
             out["min_ram_bytes_lower_bound"] = max(lb, lower)
-            out["min_ram_note"] = ("proven" if res.status == OPTIMAL
-                                   else f"best found {searched()}; proven lower bound {fmt_bytes(max(lb, lower))}")
-    if budget.runtime_s is not None and not (kw and opts.stop()):
+            out["min_ram_note"] = ("proven" if res.status == OPTIMAL else
+                                   f"best found {searched(limit)}; proven lower bound {fmt_bytes(max(lb, lower))}")
+    if budget.runtime_s is not None and not stopped():
         nob = Budget(budget.ram_bytes, None, budget.paging_time)
         f = build(g, nob, remat=remat, paging=paging, objective="runtime")
         limit, why = seconds(f, 1.0, "deadline")
@@ -967,7 +970,7 @@ def min_budgets(g: CostedGraph, budget: Budget, opts, *, remat: bool, paging: bo
             out["min_runtime_note"] = f"the RAM budget {fmt_bytes(budget.ram_bytes)} is infeasible at any deadline"
         elif res.x is not None:
             out["min_runtime_s"] = res.objective * (g.plain_runtime_s or 1.0)
-            out["min_runtime_note"] = "proven" if res.status == OPTIMAL else f"best found {searched()}"
+            out["min_runtime_note"] = "proven" if res.status == OPTIMAL else f"best found {searched(limit)}"
     return out
 
 
