@@ -442,6 +442,16 @@ MILP_SETUP_S_PER_NONZERO = 2.5e-5
 MILP_NONZEROS_PER_NODE_SQUARED = 25
 
 
+def _setup_seconds(nonzeros: float) -> float:
+    """About how long HiGHS takes to start on a MILP of ``nonzeros``, deaf to its time limit."""
+    return MILP_SETUP_S_PER_NONZERO * nonzeros
+
+
+def _estimated_nonzeros(g: CostedGraph) -> int:
+    """The tightened MILP's size by the estimate, without building it."""
+    return MILP_NONZEROS_PER_NODE_SQUARED * len(g.nodes) ** 2
+
+
 def _result_schedule(g, budget, strategy, steps, status, solver):
     return Schedule(graph=g, budget=budget, steps=tuple(steps), status=status, strategy=strategy, solver=solver)
 
@@ -734,14 +744,12 @@ def solve_milp(g: CostedGraph, budget: Budget, opts, *, remat: bool, paging: boo
             rest = None if opts.time_limit_s is None else opts.time_limit_s - (time.perf_counter() - t0)
             cp_follows = (INTERVAL_MIN_NODES <= len(g.nodes) <= INTERVAL_MAX_NODES and intervals.available()
                           and (rest is None or rest >= INTERVAL_MIN_REST_S))
-            if milp_follows and rest is not None and 0.5 * rest < (MILP_SETUP_S_PER_NONZERO
-                                                                   * MILP_NONZEROS_PER_NODE_SQUARED
-                                                                   * len(g.nodes) ** 2):
+            if milp_follows and rest is not None and 0.5 * rest < _setup_seconds(_estimated_nonzeros(g)):
                 # it may not fit: built now to know its size.  When HiGHS could not even set it up in
                 # the half of the time left that the search would leave it, the search gets that time
                 f = build_milp()
                 rest = opts.time_limit_s - (time.perf_counter() - t0)
-                milp_follows = MILP_SETUP_S_PER_NONZERO * f.problem.num_nonzeros <= 0.5 * rest
+                milp_follows = _setup_seconds(f.problem.num_nonzeros) <= 0.5 * rest
             # local search over the guides of two starts, sharing the search time: the cheapest plan and
             # a cover-guided one, or else the cheapest of another rule (each rule's search explores a
             # different neighbourhood; a third start only thins the time of the other two)
@@ -832,15 +840,14 @@ def solve_milp(g: CostedGraph, budget: Budget, opts, *, remat: bool, paging: boo
         # left is under half of what HiGHS would need by the estimate (which the zoo and aten graphs'
         # MILPs reach to within 25%), it could not start either, and is not even built (up to 1 s)
         rest = opts.time_limit_s - (time.perf_counter() - t0)
-        nonzeros = MILP_NONZEROS_PER_NODE_SQUARED * len(g.nodes) ** 2
-        if rest < 0.5 * MILP_SETUP_S_PER_NONZERO * nonzeros:
-            return greedy_result(skipped=(max(rest, 0.0), MILP_SETUP_S_PER_NONZERO * nonzeros, nonzeros),
-                                 estimated=True)
+        nonzeros = _estimated_nonzeros(g)
+        if rest < 0.5 * _setup_seconds(nonzeros):
+            return greedy_result(skipped=(max(rest, 0.0), _setup_seconds(nonzeros), nonzeros), estimated=True)
     if f is None:
         f = build_milp()
     if plan is not None and opts.time_limit_s is not None:
         rest = opts.time_limit_s - (time.perf_counter() - t0)
-        need = MILP_SETUP_S_PER_NONZERO * f.problem.num_nonzeros
+        need = _setup_seconds(f.problem.num_nonzeros)
         if rest < need:
             # it would stop at its time limit no sooner than `need` from now, with nothing new
             return greedy_result(skipped=(max(rest, 0.0), need, f.problem.num_nonzeros))
@@ -921,12 +928,12 @@ def min_budgets(g: CostedGraph, budget: Budget, opts, *, remat: bool, paging: bo
 
     def seconds(f: Formulation, share: float, what: str) -> tuple[float, str | None]:
         """The MILP's time limit, and why it is not started (None: it is): like the solve's MILP,
-        not when HiGHS could not even set it up in the time left (MILP_SETUP_S_PER_NONZERO).  The
+        not when HiGHS could not even set it up in the time left (_setup_seconds).  The
         first gets ``share`` of what is left, or all of it when a share is too little."""
         if opts.time_limit_s is None:
             return 120.0, None
         rest = opts.time_limit_s - (time.perf_counter() - start)
-        need = MILP_SETUP_S_PER_NONZERO * f.problem.num_nonzeros
+        need = _setup_seconds(f.problem.num_nonzeros)
         if rest < need:
             return 0.0, (f"the smallest feasible {what} was not computed: {max(rest, 0.0):.1f} s of the time "
                          f"limit were left, and HiGHS needs about {need:.0f} s to set up its MILP (a longer "
