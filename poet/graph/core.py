@@ -12,6 +12,10 @@ Two layers of the same shape:
 
 Node ids are positions in a fixed topological order (``edges`` only go from a
 lower id to a higher one); builders must produce that order deterministically.
+
+A node made by tiling (:mod:`poet.graph.tiling`) carries a :class:`Tile`
+saying which original node it is a piece of, so reports, plots and the
+executor can map a tiled schedule back to the model.
 """
 from __future__ import annotations
 
@@ -28,6 +32,80 @@ class GraphError(ValueError):
     """A graph that cannot be scheduled as given (cycle, bad id, bad number)."""
 
 
+TILE_PARTS = ("output", "stats", "partial", "weight_grad")
+
+
+@dataclass(frozen=True)
+class Tile:
+    """Which piece of an untiled node a tiled node is.
+
+    ``of`` names the original (untiled) node; ``index`` of ``count`` numbers the
+    pieces in the order they are computed.  ``axis`` says what is split: one name
+    (``"rows"``, ``"tokens"``, ``"queries"``, ``"channels"``, ...) or several joined
+    by ``","`` for a grid (``"heads,queries"``).  ``start``/``stop`` give, per axis,
+    the half-open range of the original tensor (or of the original computation's
+    index space) this piece covers; empty when not recorded.  ``halo`` is how many
+    extra input rows/tokens the piece reads beyond its own range on each side
+    (from the kernel, stride and padding).  ``part`` says what the node holds:
+
+    * ``output``: a slice of the original node's output;
+    * ``stats``: a running statistics pass over the tiles (BatchNorm in training);
+    * ``partial``: a running reduction or accumulator (global pooling, streamed
+      attention with online softmax, gradient sums), complete at the last index;
+    * ``weight_grad``: one tile's contribution to a weight gradient, accumulated
+      into the gradient buffer that lives with the parameters.
+    """
+
+    of: str
+    index: int
+    count: int
+    axis: str
+    halo: int = 0
+    part: str = "output"
+    start: tuple[int, ...] = ()
+    stop: tuple[int, ...] = ()
+
+    def __post_init__(self):
+        object.__setattr__(self, "start", tuple(self.start))
+        object.__setattr__(self, "stop", tuple(self.stop))
+        problem = tile_problem(self)
+        if problem:
+            raise GraphError(f"tile of {self.of!r}: {problem}")
+
+    @property
+    def axes(self) -> tuple[str, ...]:
+        return tuple(self.axis.split(","))
+
+
+def _is_int(x) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def tile_problem(t: Tile) -> str:
+    """What is wrong with a tile's fields, or "" when nothing is."""
+    if not isinstance(t.of, str) or not t.of:
+        return "'of' must be the non-empty name of the original node"
+    if not _is_int(t.count) or t.count < 1:
+        return f"'count' must be an integer >= 1, got {t.count!r}"
+    if not _is_int(t.index) or not 0 <= t.index < t.count:
+        return f"'index' must be an integer in 0..count-1 = 0..{t.count - 1}, got {t.index!r}"
+    if not isinstance(t.axis, str) or not t.axis or any(not a.strip() for a in t.axis.split(",")):
+        return f"'axis' must name what is split (e.g. \"rows\", \"tokens\", \"heads,queries\"), got {t.axis!r}"
+    if not _is_int(t.halo) or t.halo < 0:
+        return f"'halo' must be an integer >= 0 (extra rows read on each side), got {t.halo!r}"
+    if t.part not in TILE_PARTS:
+        return f"'part' must be one of {', '.join(TILE_PARTS)}, got {t.part!r}"
+    if len(t.start) != len(t.stop):
+        return "'start' and 'stop' must have one entry per axis each"
+    if t.start:
+        if len(t.start) != len(t.axis.split(",")):
+            return f"'start'/'stop' have {len(t.start)} entries but 'axis' {t.axis!r} names {len(t.axis.split(','))}"
+        for a, b in zip(t.start, t.stop):
+            if not (_is_int(a) and _is_int(b) and 0 <= a < b):
+                return f"'start' {list(t.start)} / 'stop' {list(t.stop)} must be integer ranges with 0 <= start < stop"
+    return ""
+
+
 @dataclass(frozen=True)
 class Node:
     """One operation of the training iteration and the tensor it produces."""
@@ -38,6 +116,7 @@ class Node:
     flops: float = 0.0
     param_bytes: int = 0
     op: str = ""
+    tile: Tile | None = None
 
 
 @dataclass(frozen=True)
@@ -53,6 +132,7 @@ class CostedNode:
     pagein_energy_j: float
     pageout_time_s: float
     pageout_energy_j: float
+    tile: Tile | None = None
 
 
 def _check_edges(n: int, edges: Sequence[tuple[int, int]]) -> tuple[tuple[int, int], ...]:
@@ -145,6 +225,8 @@ class Graph(_Topology):
                 raise GraphError(f"node {i} ({nd.name}) has kind {nd.kind!r}; expected 'forward' or 'backward'")
             if nd.output_bytes < 0 or nd.flops < 0 or nd.param_bytes < 0:
                 raise GraphError(f"node {i} ({nd.name}) has a negative size or FLOP count")
+            if nd.tile is not None and not isinstance(nd.tile, Tile):
+                raise GraphError(f"node {i} ({nd.name}): tile must be a poet.graph.core.Tile or None")
 
     @property
     def param_bytes(self) -> int:
@@ -183,6 +265,8 @@ class CostedGraph(_Topology):
                 raise GraphError(f"node {i} ({nd.name}) has kind {nd.kind!r}; expected 'forward' or 'backward'")
             if int(nd.ram_bytes) != nd.ram_bytes or nd.ram_bytes < 0:
                 raise GraphError(f"node {i} ({nd.name}): ram_bytes must be a non-negative integer, got {nd.ram_bytes!r}")
+            if nd.tile is not None and not isinstance(nd.tile, Tile):
+                raise GraphError(f"node {i} ({nd.name}): tile must be a poet.graph.core.Tile or None")
             for f in ("compute_time_s", "compute_energy_j", "pagein_time_s", "pagein_energy_j",
                       "pageout_time_s", "pageout_energy_j"):
                 x = getattr(nd, f)

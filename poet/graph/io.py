@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from .core import CostedGraph, CostedNode, GraphError
+from .core import CostedGraph, CostedNode, GraphError, Tile
 
 GRAPH_FORMAT = "poet-graph/1"
 _COST_FIELDS = ("compute_time_s", "compute_energy_j", "pagein_time_s", "pagein_energy_j",
@@ -18,12 +18,43 @@ def graph_to_dict(g: CostedGraph) -> dict:
         "fixed_ram_bytes": g.fixed_ram_bytes,
         "nodes": [
             {"id": i, "name": nd.name, "kind": nd.kind, "ram_bytes": nd.ram_bytes,
-             **{f: getattr(nd, f) for f in _COST_FIELDS}}
+             **{f: getattr(nd, f) for f in _COST_FIELDS},
+             **({"tile": tile_to_dict(nd.tile)} if nd.tile is not None else {})}
             for i, nd in enumerate(g.nodes)
         ],
         "edges": [[u, v] for u, v in g.edges],
         **({"meta": g.meta} if g.meta else {}),
     }
+
+
+def tile_to_dict(t: Tile) -> dict:
+    d = {"of": t.of, "index": t.index, "count": t.count, "axis": t.axis, "halo": t.halo}
+    if t.part != "output":
+        d["part"] = t.part
+    if t.start:
+        d["start"], d["stop"] = list(t.start), list(t.stop)
+    return d
+
+
+_TILE_KEYS = ("of", "index", "count", "axis", "halo", "part", "start", "stop")
+
+
+def tile_from_dict(raw) -> Tile:
+    """A node's ``"tile"`` object; raises GraphError saying which field is wrong."""
+    if not isinstance(raw, dict):
+        raise GraphError("\"tile\" must be an object {\"of\", \"index\", \"count\", \"axis\", \"halo\"}")
+    missing = [k for k in ("of", "index", "count", "axis") if k not in raw]
+    if missing:
+        raise GraphError(f"\"tile\" lacks {', '.join(missing)}")
+    unknown = sorted(set(raw) - set(_TILE_KEYS))
+    if unknown:
+        raise GraphError(f"\"tile\" has unknown field(s) {', '.join(unknown)}; known: {', '.join(_TILE_KEYS)}")
+    for k in ("start", "stop"):
+        if k in raw and not isinstance(raw[k], list):
+            raise GraphError(f"\"tile\".{k} must be a list of integers, one per axis")
+    return Tile(of=raw["of"], index=raw["index"], count=raw["count"], axis=raw["axis"],
+                halo=raw.get("halo", 0), part=raw.get("part", "output"),
+                start=tuple(raw.get("start", ())), stop=tuple(raw.get("stop", ())))
 
 
 def graph_from_dict(d: dict, source: str = "graph") -> CostedGraph:
@@ -46,10 +77,16 @@ def graph_from_dict(d: dict, source: str = "graph") -> CostedGraph:
         missing = [k for k in ("kind", "ram_bytes", *_COST_FIELDS) if k not in raw]
         if missing:
             raise bad(f"nodes[{pos}] lacks {', '.join(missing)}")
+        tile = None
+        if raw.get("tile") is not None:
+            try:
+                tile = tile_from_dict(raw["tile"])
+            except GraphError as e:
+                raise bad(f"nodes[{pos}]: {e}") from None
         try:
             nodes.append(CostedNode(
                 name=str(raw.get("name", f"n{pos}")), kind=raw["kind"], ram_bytes=raw["ram_bytes"],
-                **{f: raw[f] for f in _COST_FIELDS}))
+                **{f: raw[f] for f in _COST_FIELDS}, tile=tile))
         except TypeError as e:
             raise bad(f"nodes[{pos}]: {e}") from None
     edges = d["edges"]

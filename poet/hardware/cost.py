@@ -33,7 +33,7 @@ def linear_cost_model(graph: Graph, device: Device | str, fixed_ram_bytes: int =
             compute_time_s=nd.flops / dev.flops_per_s,
             compute_energy_j=nd.flops * dev.joules_per_flop,
             pagein_time_s=t_in, pagein_energy_j=t_in * dev.storage_power_w,
-            pageout_time_s=t_out, pageout_energy_j=t_out * dev.storage_power_w,
+            pageout_time_s=t_out, pageout_energy_j=t_out * dev.storage_power_w, tile=nd.tile,
         ))
     meta = {"device": dev.name, "param_bytes": graph.param_bytes, **graph.meta}
     return CostedGraph(name=graph.name, nodes=tuple(nodes), edges=graph.edges,
