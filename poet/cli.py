@@ -23,6 +23,7 @@ class OutputPathError(ValueError):
 # OSError: a file that could not be read or written (disk full, no such directory)
 USER_ERRORS = (BudgetError, GraphError, DeviceError, ScheduleError, OutputPathError, OSError)
 
+TILED_TIME_LIMIT_S = 300.0      # solve's default time limit when the graph was tiled (none otherwise)
 EXAMPLE = "poet solve --model resnet18_cifar --device a72 --memory 3MB --runtime 7.6x"
 
 
@@ -176,8 +177,10 @@ def _fixed_ram(value: str | None, g) -> int | None:
 
 def cmd_solve(a) -> int:
     from .report.text import summary_text
+    from .report.tiling import tiling_text
     from .schedule.io import save_schedule
-    from .solve.api import costed_graph, make_budget, solve_costed, SolveOptions
+    from .solve.api import SolveOptions, costed_graph, solve_costed
+    from .solve.tiled import tiled_problem, tiling_costs
 
     if (a.graph is None) == (a.model is None):
         raise BudgetError("give either --model NAME --device DEVICE or --graph FILE.json")
@@ -186,22 +189,33 @@ def cmd_solve(a) -> int:
     check_out_path(a.out, a.force)
     g = costed_graph(a.graph or a.model, a.device, batch_size=a.batch_size)
     fixed = _fixed_ram(a.fixed_ram, g)
-    if fixed is not None:
-        g = g.with_fixed_ram(fixed)
     paging_time = "hidden" if a.paging_overlap else a.paging_time
-    budget = make_budget(g, a.memory, a.runtime, paging_time)
+    # the budgets are read against the untiled graph; tiling happens only when its minimum does not fit
+    problem = tiled_problem(a.graph or a.model, a.device, memory=a.memory, runtime=a.runtime,
+                            paging_time=paging_time, batch_size=a.batch_size, fixed_ram_bytes=fixed, tile=a.tile)
+    g, budget = problem.graph, problem.budget
     from .solve.api import STRATEGIES
     if a.strategy not in STRATEGIES:
         raise BudgetError(f"unknown strategy {a.strategy!r}; choose one of {', '.join(STRATEGIES)}")
     prog = Progress(enabled=not a.quiet and not a.json)
+    time_limit = a.time_limit
+    if time_limit is None and problem.plan is not None and problem.plan.tiled:
+        time_limit = TILED_TIME_LIMIT_S     # a tiled graph has thousands of nodes: answer within minutes
     try:
         with ctrl_c_stops_the_solve() as stop:
-            opts = SolveOptions(time_limit_s=a.time_limit, threads=a.threads, gap=a.gap, method=a.method,
+            opts = SolveOptions(time_limit_s=time_limit, threads=a.threads, gap=a.gap, method=a.method,
                                 progress=prog, verbose=a.verbose, cache=not a.no_cache, stop=stop)
             s = solve_costed(g, budget, a.strategy, opts)
     finally:
         prog.done()
     warn_uncached(s)
+    costs = None
+    if problem.plan is not None:
+        s.solver["tiling"] = problem.plan.summary()
+        if problem.plan.tiled and s.totals is not None:
+            from .hardware.device import load_device
+            dev = load_device(a.device)
+            costs = tiling_costs(problem, s, dev.read_latency_s, dev.write_latency_s, dev.storage_power_w)
     if a.out and s.feasible:
         save_schedule(s, a.out)
     if a.json:
@@ -210,9 +224,17 @@ def cmd_solve(a) -> int:
         d.pop("graph")
         d.pop("steps")
         d["graph_name"], d["nodes"], d["num_steps"] = g.name, len(g), len(s.steps)
+        if costs is not None:
+            import dataclasses
+            d["solver"]["tiling"]["costs"] = dataclasses.asdict(costs)
         print(json.dumps(d, indent=1))
     else:
         print(summary_text(s))
+        extra = tiling_text(problem, s, costs)
+        if time_limit != a.time_limit:
+            extra += f"\nThe tiled graph was solved with a {time_limit:.0f}-s time limit (--time-limit S to change)"
+        if extra:
+            print(extra)
         if a.out and s.feasible:
             print(f"Schedule written to {a.out} (poet-schedule/1)")
     return 0 if s.feasible else 2
@@ -291,6 +313,8 @@ def build_parser() -> argparse.ArgumentParser:
                      help="RAM held all iteration and not scheduled: bytes, or params / sgd (params+grads) / "
                           "adam (params+grads+2 moments) from the model's parameter count; default 0 "
                           "(the paper's setting: only activations count)")
+    from .graph.tiling_plan import add_tile_option
+    add_tile_option(bud)
     sol = s.add_argument_group("solver")
     sol.add_argument("--strategy", default="poet",
                      help="poet (default), remat, paging, keep-all, chen, capuchin")

@@ -15,7 +15,7 @@ Backward dependencies follow what autograd really keeps alive:
 
 * the incoming gradient: the backward nodes of *every* consumer of the
   layer's output (a residual branch point waits for all of its branches);
-* only the forward tensors the derivative needs (see ``_SAVES``): the input for
+* only the forward tensors the derivative needs (see ``SAVES``): the input for
   conv / linear (weight gradient), batchnorm, layernorm, maxpool and GELU; the
   output for ReLU and softmax; both operands for an attention matmul; nothing
   for skip-add, flatten, dropout (seeded mask) and average pooling.
@@ -40,7 +40,7 @@ DTYPE_BYTES = 4
 DATA = -1  # pseudo layer id of the model input (not a node, never scheduled)
 
 # Which forward tensors a layer's backward reads, besides the incoming gradient.
-_SAVES = {
+SAVES = {
     "conv2d": "input",
     "linear": "input",
     "batchnorm": "input",
@@ -71,7 +71,9 @@ _ELEMWISE = {
 
 
 @dataclass(frozen=True)
-class _Layer:
+class Layer:
+    """One layer as the builder tracks it (public so graph rewrites such as tiling can read shapes)."""
+
     name: str
     op: str
     inputs: tuple[int, ...]      # layer ids read, DATA for the model input
@@ -80,6 +82,11 @@ class _Layer:
     params: int                  # number of parameters (weights + biases)
     bwd_flops: float             # per-sample backward FLOPs
     grad_numel: int              # per-sample elements of the gradient w.r.t. node inputs
+    bwd_weight_flops: float = 0.0   # the part of bwd_flops that computes the weight gradient
+    kernel: int = 1              # conv / pooling window along rows (1 for everything else)
+    stride: int = 1
+    pad: int = 0
+    heads: int = 0               # attention matmuls: number of heads
 
 
 def _numel(shape) -> int:
@@ -91,14 +98,15 @@ class _Net:
 
     def __init__(self, input_shape: tuple[int, ...]):
         self.input_shape = tuple(input_shape)
-        self.layers: list[_Layer] = []
+        self.layers: list[Layer] = []
 
     # -- helpers ---------------------------------------------------------
     def shape(self, x: int) -> tuple[int, ...]:
         return self.input_shape if x == DATA else self.layers[x].shape
 
-    def _add(self, name, op, inputs, shape, flops, params, bwd_weight, bwd_input_per_input):
-        """bwd_weight: weight-gradient FLOPs; bwd_input_per_input: FLOPs for each node input's grad."""
+    def _add(self, name, op, inputs, shape, flops, params, bwd_weight, bwd_input_per_input, **window):
+        """bwd_weight: weight-gradient FLOPs; bwd_input_per_input: FLOPs for each node input's grad;
+        window: kernel / stride / pad (conv, pooling) or heads (attention), kept for graph rewrites."""
         inputs = tuple(inputs)
         node_inputs = [x for x in inputs if x != DATA]
         if op == "add":  # the same gradient tensor flows to both summands
@@ -108,8 +116,8 @@ class _Net:
         bwd = bwd_weight + sum(bwd_input_per_input(x) for x in node_inputs)
         if any(l.name == name for l in self.layers):
             raise AssertionError(f"duplicate layer name {name}")
-        self.layers.append(_Layer(name, op, inputs, tuple(shape), float(flops), int(params),
-                                  float(bwd), int(grad_numel)))
+        self.layers.append(Layer(name, op, inputs, tuple(shape), float(flops), int(params),
+                                 float(bwd), int(grad_numel), float(bwd_weight), **window))
         return len(self.layers) - 1
 
     def _elementwise(self, name, op, x, shape=None):
@@ -126,7 +134,8 @@ class _Net:
         fwd = 2 * macs + (cout * ho * wo if bias else 0)
         params = k * k * cin * cout + (cout if bias else 0)
         return self._add(name, "conv2d", [x], (cout, ho, wo), fwd, params,
-                         2 * macs + (cout * ho * wo if bias else 0), lambda _x: 2 * macs)
+                         2 * macs + (cout * ho * wo if bias else 0), lambda _x: 2 * macs,
+                         kernel=k, stride=stride, pad=pad)
 
     def linear(self, name, x, out, bias=True):
         *rows, fin = self.shape(x)
@@ -168,13 +177,14 @@ class _Net:
         c, h, w = self.shape(x)
         ho, wo = (h + 2 * pad - k) // stride + 1, (w + 2 * pad - k) // stride + 1
         n_in = c * h * w
-        return self._add(name, "maxpool", [x], (c, ho, wo), k * k * c * ho * wo, 0, 0, lambda _x: n_in)
+        return self._add(name, "maxpool", [x], (c, ho, wo), k * k * c * ho * wo, 0, 0, lambda _x: n_in,
+                         kernel=k, stride=stride, pad=pad)
 
     def avgpool(self, name, x, k):
         c, h, w = self.shape(x)
         ho, wo = (h - k) // k + 1, (w - k) // k + 1
         n_in = c * h * w
-        return self._add(name, "avgpool", [x], (c, ho, wo), n_in, 0, 0, lambda _x: n_in)
+        return self._add(name, "avgpool", [x], (c, ho, wo), n_in, 0, 0, lambda _x: n_in, kernel=k, stride=k)
 
     def add(self, name, a, b):
         if self.shape(a) != self.shape(b):
@@ -187,20 +197,21 @@ class _Net:
         s, hd = self.shape(q)
         d = hd // heads
         macs = heads * s * s * d
-        return self._add(name, "matmul", [q, k], (heads, s, s), 2 * macs, 0, 0, lambda _x: 2 * macs)
+        return self._add(name, "matmul", [q, k], (heads, s, s), 2 * macs, 0, 0, lambda _x: 2 * macs, heads=heads)
 
     def attention_context(self, name, p, v):
         """P V per head: (H, S, S) x (S, H*D) -> (S, H*D)."""
         heads, s, _ = self.shape(p)
         _, hd = self.shape(v)
         macs = heads * s * s * (hd // heads)
-        return self._add(name, "matmul", [p, v], (s, hd), 2 * macs, 0, 0, lambda _x: 2 * macs)
+        return self._add(name, "matmul", [p, v], (s, hd), 2 * macs, 0, 0, lambda _x: 2 * macs, heads=heads)
 
 
-def _replace_params(layer: _Layer, params: int) -> _Layer:
+def _replace_params(layer: Layer, params: int) -> Layer:
     # Affine normalization: the (gamma, beta) gradient costs ~2 FLOPs per element on top.
-    return _Layer(layer.name, layer.op, layer.inputs, layer.shape, layer.flops, params,
-                  layer.bwd_flops + 2 * _numel(layer.shape), layer.grad_numel)
+    return Layer(layer.name, layer.op, layer.inputs, layer.shape, layer.flops, params,
+                 layer.bwd_flops + 2 * _numel(layer.shape), layer.grad_numel,
+                 layer.bwd_weight_flops + 2 * _numel(layer.shape))
 
 
 # --------------------------------------------------------------------------
@@ -353,7 +364,7 @@ def list_models() -> list[str]:
     return list(MODELS)
 
 
-def _loss_numbers(logits_shape: tuple[int, ...]) -> tuple[float, float]:
+def loss_flops(logits_shape: tuple[int, ...]) -> tuple[float, float]:
     n = _numel(logits_shape)
     return 4.0 * n, 2.0 * n  # forward (log-softmax + pick), backward (softmax - onehot)
 
@@ -380,7 +391,7 @@ def _to_graph(name: str, net: _Net, batch: int) -> Graph:
         edges.extend((x, i) for x in dict.fromkeys(lay.inputs) if x != DATA)
 
     logits = L - 1
-    lf, lb = _loss_numbers(layers[logits].shape)
+    lf, lb = loss_flops(layers[logits].shape)
     # per-sample loss values (reduced to the mean inside the loss backward)
     nodes.append(Node("loss", FORWARD, DTYPE_BYTES * b, b * lf, 0, "cross_entropy"))
     edges.append((logits, loss_id))
@@ -396,7 +407,7 @@ def _to_graph(name: str, net: _Net, batch: int) -> Graph:
                           lay.op))
         grads = [loss_bwd] if i == logits else [bwd_id(c) for c in consumers[i]]
         edges += [(g, me) for g in grads]
-        saves = _SAVES[lay.op]
+        saves = SAVES[lay.op]
         if saves == "input":
             edges += [(x, me) for x in dict.fromkeys(lay.inputs) if x != DATA]
         elif saves == "output":
@@ -405,6 +416,35 @@ def _to_graph(name: str, net: _Net, batch: int) -> Graph:
     meta = {"model": name, "batch_size": b, "input_shape": [b, *net.input_shape],
             "dtype_bytes": DTYPE_BYTES, "forward_layers": L}
     return Graph(name=name, nodes=tuple(nodes), edges=tuple(edges), meta=meta)
+
+
+@dataclass(frozen=True)
+class ModelLayers:
+    """A zoo model as its layer list: what :func:`build_model` turns into nodes."""
+
+    name: str
+    input_shape: tuple[int, ...]     # per sample
+    layers: tuple[Layer, ...]
+
+
+def model_layers(name: str) -> ModelLayers:
+    """The layer list of zoo model ``name`` (shapes, kernels, FLOPs), for graph rewrites."""
+    if not isinstance(name, str) or name not in _BUILDERS:
+        raise GraphError(f"unknown model {name!r}; known models: {', '.join(list_models())}")
+    net = _BUILDERS[name]()
+    return ModelLayers(name, net.input_shape, tuple(net.layers))
+
+
+def check_batch_size(batch_size) -> int:
+    try:
+        if isinstance(batch_size, bool):
+            raise TypeError
+        b = operator.index(batch_size)
+    except TypeError:
+        raise GraphError(f"batch_size must be a positive integer (>= 1), got {batch_size!r}") from None
+    if b < 1:
+        raise GraphError(f"batch_size must be a positive integer (>= 1), got {batch_size!r}")
+    return b
 
 
 def build_model(name: str, batch_size: int = 1) -> Graph:

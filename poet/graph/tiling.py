@@ -1,0 +1,395 @@
+"""Operator tiling as a graph rewrite: a zoo network whose layers are split into tiles.
+
+A layer's output (rows of a feature map, tokens of a sequence) is cut into
+``count`` contiguous ranges; every range becomes its own node with a
+:class:`~poet.graph.core.Tile` saying where it comes from.  A tile reads only
+the tiles of its inputs that overlap the rows it needs (its own rows widened by
+the halo that kernel, stride and padding imply), so the working set of the
+largest node -- the lower bound on RAM of every schedule -- shrinks with the
+tile size.  Halos are *read* (the neighbouring tiles must be resident, paged in
+if not), never recomputed, so a tiled convolution costs the same FLOPs; the
+costs tiling adds are real and priced by the cost model and solver: every tile
+is paged with its own per-operation latency, BatchNorm in training needs a
+statistics pass over all tiles before it can normalise any, and reductions
+(global pooling, loss over tokens) become running partial sums.
+
+Backward follows the forward tiling: a grad-input tile is computed from the
+grad-output tiles its window touches (plus halo) and the saved forward tiles
+its derivative needs; a layer with weights gets one ``weight_grad`` node per
+output tile that accumulates its share into the weight gradient.  That gradient
+lives with the parameters (outside activation RAM, as in the untiled graphs:
+``--fixed-ram sgd|adam`` counts it), so those nodes output 0 bytes.  BatchNorm's
+backward needs ``sum(dy)`` and ``sum(dy * xhat)`` over all tiles first: a
+running ``stats`` chain again.
+
+With every count at 1 the builder reproduces :func:`poet.graph.zoo.build_model`
+node for node.  Tiled graphs are put in *streaming* order (a consumer tile runs
+as soon as its inputs exist), so a chain of tiled layers is computed tile by
+tile as patch-based inference does, and a tile's inputs are usually still in
+RAM when it runs.  Attention layers are not tiled yet (see docs/tiling.md).
+"""
+from __future__ import annotations
+
+import heapq
+import math
+from dataclasses import dataclass
+
+from .core import BACKWARD, FORWARD, Graph, GraphError, Node, Tile
+from .zoo import (
+    DATA,
+    DTYPE_BYTES,
+    SAVES,
+    Layer,
+    ModelLayers,
+    check_batch_size,
+    loss_flops,
+    model_layers,
+)
+
+# ops whose output can be split along rows (3-D C,H,W) or tokens (2-D S,D) with 1:1 or windowed row maps
+ROW_OPS = {"conv2d", "maxpool", "avgpool", "batchnorm", "relu", "add", "dropout", "gelu", "layernorm", "linear"}
+WINDOWED = {"conv2d", "maxpool", "avgpool"}
+WEIGHTED = {"conv2d", "linear"}     # grad-input and weight gradient split into separate tiles
+STATS_FLOPS_PER_ELEM = 2            # BatchNorm statistics pass (sum, sum of squares) per element
+
+
+def rows_of(shape: tuple[int, ...]) -> int:
+    """Length of the axis tiles split: rows of (C, H, W), tokens of (S, D); 1 for a flat vector."""
+    if len(shape) == 3:
+        return shape[1]
+    if len(shape) == 2:
+        return shape[0]
+    return 1
+
+
+def axis_of(shape: tuple[int, ...]) -> str:
+    return "rows" if len(shape) == 3 else "tokens"
+
+
+def tileable(lay: Layer) -> bool:
+    return lay.op in ROW_OPS and len(lay.shape) in (2, 3) and rows_of(lay.shape) > 1 and not (
+        lay.op == "linear" and len(lay.shape) != 2)
+
+
+def halo_of(lay: Layer) -> int:
+    """Extra input rows a tile of ``lay`` reads beyond its own range, on each side."""
+    if lay.op not in WINDOWED:
+        return 0
+    return max(lay.pad, lay.kernel - lay.stride - lay.pad, 0)
+
+
+def split(rows: int, count: int) -> list[tuple[int, int]]:
+    """``count`` contiguous ranges covering ``0..rows`` exactly, sizes differing by at most one."""
+    count = max(1, min(count, rows))
+    return [(t * rows // count, (t + 1) * rows // count) for t in range(count)]
+
+
+def input_rows(lay: Layer, lo: int, hi: int, in_rows: int) -> tuple[int, int]:
+    """Input rows that output rows ``[lo, hi)`` of ``lay`` read (window clipped to the input)."""
+    if lay.op not in WINDOWED:
+        return lo, hi
+    a = lo * lay.stride - lay.pad
+    b = (hi - 1) * lay.stride - lay.pad + lay.kernel
+    return max(0, a), min(in_rows, b)
+
+
+def output_rows_touching(lay: Layer, lo: int, hi: int, out_rows: int) -> tuple[int, int]:
+    """Output rows of ``lay`` whose window touches input rows ``[lo, hi)`` (what grad-input needs)."""
+    if lay.op not in WINDOWED:
+        return lo, hi
+    k, s, p = lay.kernel, lay.stride, lay.pad
+    first = -((k - 1 - lo - p) // s)          # ceil((lo + p - k + 1) / s)
+    last = (hi - 1 + p) // s
+    return max(0, first), min(out_rows, last + 1)
+
+
+@dataclass
+class _Piece:
+    lo: int
+    hi: int
+    node: int
+
+
+class _Builder:
+    def __init__(self):
+        self.nodes: list[Node] = []
+        self.preds: list[list[int]] = []
+        self.owner: list[int | None] = []     # layer whose tile count sets the node's size
+
+    def add(self, node: Node, reads, owner: int | None) -> int:
+        self.nodes.append(node)
+        self.preds.append(sorted(set(reads)))
+        self.owner.append(owner)
+        return len(self.nodes) - 1
+
+
+def _overlap(pieces: list[_Piece], lo: int, hi: int) -> list[int]:
+    return [p.node for p in pieces if p.lo < hi and p.hi > lo]
+
+
+@dataclass(frozen=True)
+class TiledBuild:
+    """A tiled graph and, per node, the layer index whose tile count sets its size (None: fixed size)."""
+
+    graph: Graph
+    owner: tuple[int | None, ...]
+    counts: dict[str, int]        # layer name -> tiles of its output (only layers split in 2 or more)
+
+
+def build_tiled(model: str | ModelLayers, counts: dict[str, int], batch_size: int = 1) -> TiledBuild:
+    """The training graph of ``model`` with layer ``name`` split into ``counts[name]`` tiles.
+
+    Counts above a layer's rows are clipped to its rows; layers that cannot be
+    split (flat vectors, attention matmuls, softmax over scores) stay whole.
+    """
+    ml = model_layers(model) if isinstance(model, str) else model
+    b = check_batch_size(batch_size)
+    layers = ml.layers
+    L = len(layers)
+    unknown = sorted(set(counts) - {lay.name for lay in layers})
+    if unknown:
+        raise GraphError(f"tile counts name layers that {ml.name} does not have: {', '.join(unknown[:5])}")
+    n_of = []
+    for lay in layers:
+        n = counts.get(lay.name, 1)
+        if not isinstance(n, int) or n < 1:
+            raise GraphError(f"tile count of {lay.name} must be an integer >= 1, got {n!r}")
+        n = min(n, rows_of(lay.shape)) if tileable(lay) else 1
+        if lay.op == "batchnorm" and lay.inputs[0] != DATA:
+            n = max(n, n_of[lay.inputs[0]])    # statistics over a split input need the tiled pass
+        n_of.append(n)
+
+    def in_shape(x: int) -> tuple[int, ...]:
+        return ml.input_shape if x == DATA else layers[x].shape
+
+    def nbytes(shape, lo=None, hi=None) -> int:
+        total = DTYPE_BYTES * b * math.prod(shape)
+        r = rows_of(shape)
+        return total if lo is None else total * (hi - lo) // r
+
+    bd = _Builder()
+    out: list[list[_Piece]] = []
+    fwd_stats: dict[int, int] = {}
+    chained: set[int] = set()          # layers computed as a running reduction over their input's tiles
+    consumers: list[list[int]] = [[] for _ in layers]
+    for i, lay in enumerate(layers):
+        for x in dict.fromkeys(lay.inputs):
+            if x != DATA:
+                consumers[x].append(i)
+
+    # ---------------- forward ----------------
+    for i, lay in enumerate(layers):
+        xs = [x for x in dict.fromkeys(lay.inputs) if x != DATA]
+        R = rows_of(lay.shape)
+        n = n_of[i]
+        ax = axis_of(lay.shape)
+        flops = b * lay.flops
+        params = DTYPE_BYTES * lay.params
+        if lay.op == "avgpool" and R == 1 and xs and len(out[xs[0]]) > 1:
+            # global pooling over a tiled input: a running sum, one step per input tile
+            src = out[xs[0]]
+            prev = None
+            for t, p in enumerate(src):
+                tile = Tile(lay.name, t, len(src), axis_of(in_shape(xs[0])), part="partial",
+                            start=(p.lo,), stop=(p.hi,))
+                prev = bd.add(Node(f"{lay.name}[{t}/{len(src)}]", FORWARD, nbytes(lay.shape),
+                                   flops * (p.hi - p.lo) / rows_of(in_shape(xs[0])), 0, lay.op, tile),
+                              [p.node] + ([prev] if prev is not None else []), None)
+            out.append([_Piece(0, 1, prev)])
+            chained.add(i)
+            continue
+        if n == 1:
+            reads = [p.node for x in xs for p in out[x]]
+            v = bd.add(Node(lay.name, FORWARD, nbytes(lay.shape), flops, params, lay.op), reads,
+                       i if tileable(lay) else None)
+            out.append([_Piece(0, R, v)])
+            continue
+        ranges = split(R, n)
+        stats_final = None
+        if lay.op == "batchnorm":
+            c = lay.shape[0]
+            prev = None
+            for t, (lo, hi) in enumerate(ranges):
+                tile = Tile(lay.name, t, n, ax, part="stats", start=(lo,), stop=(hi,))
+                reads = [u for x in xs for u in _overlap(out[x], lo, hi)] + ([prev] if prev is not None else [])
+                prev = bd.add(Node(f"{lay.name}.stats[{t}/{n}]", FORWARD, DTYPE_BYTES * 2 * c,
+                                   STATS_FLOPS_PER_ELEM * nbytes(lay.shape, lo, hi) / DTYPE_BYTES, 0, lay.op,
+                                   tile), reads, None)
+            stats_final = fwd_stats[i] = prev
+        pieces = []
+        for t, (lo, hi) in enumerate(ranges):
+            reads = []
+            for x in xs:
+                a, z = input_rows(lay, lo, hi, rows_of(in_shape(x)))
+                reads += _overlap(out[x], a, z)
+            if stats_final is not None:
+                reads.append(stats_final)
+            tile = Tile(lay.name, t, n, ax, halo=halo_of(lay), start=(lo,), stop=(hi,))
+            v = bd.add(Node(f"{lay.name}[{t}/{n}]", FORWARD, nbytes(lay.shape, lo, hi), flops * (hi - lo) / R,
+                            params if t == 0 else 0, lay.op, tile), reads, i)
+            pieces.append(_Piece(lo, hi, v))
+        out.append(pieces)
+
+    # ---------------- loss ----------------
+    logits = L - 1
+    lshape = layers[logits].shape
+    lf, lb = loss_flops(lshape)
+    lpieces = out[logits]
+    if len(lpieces) == 1:
+        loss = bd.add(Node("loss", FORWARD, DTYPE_BYTES * b, b * lf, 0, "cross_entropy"), [lpieces[0].node], None)
+    else:
+        prev = None
+        for t, p in enumerate(lpieces):
+            tile = Tile("loss", t, len(lpieces), axis_of(lshape), part="partial", start=(p.lo,), stop=(p.hi,))
+            prev = bd.add(Node(f"loss[{t}/{len(lpieces)}]", FORWARD, DTYPE_BYTES * b,
+                               b * lf * (p.hi - p.lo) / rows_of(lshape), 0, "cross_entropy", tile),
+                          [p.node] + ([prev] if prev is not None else []), None)
+        loss = prev
+    grad_out: list[list[list[_Piece]]] = [[] for _ in layers]
+    if len(lpieces) == 1:
+        v = bd.add(Node("bwd.loss", BACKWARD, nbytes(lshape), b * lb, 0, "cross_entropy"),
+                   [loss, lpieces[0].node], logits)
+        grad_out[logits].append([_Piece(0, rows_of(lshape), v)])
+    else:
+        gp = []
+        for t, p in enumerate(lpieces):
+            tile = Tile("bwd.loss", t, len(lpieces), axis_of(lshape), start=(p.lo,), stop=(p.hi,))
+            v = bd.add(Node(f"bwd.loss[{t}/{len(lpieces)}]", BACKWARD, nbytes(lshape, p.lo, p.hi),
+                            b * lb * (p.hi - p.lo) / rows_of(lshape), 0, "cross_entropy", tile),
+                       [loss, p.node], logits)
+            gp.append(_Piece(p.lo, p.hi, v))
+        grad_out[logits].append(gp)
+
+    # ---------------- backward ----------------
+    for i in reversed(range(L)):
+        lay = layers[i]
+        xs = [x for x in dict.fromkeys(lay.inputs) if x != DATA]
+        R = rows_of(lay.shape)
+        saves = SAVES[lay.op]
+        name = f"bwd.{lay.name}"
+        bwd_flops = b * lay.bwd_flops
+
+        def dy(lo, hi, _i=i):
+            return [u for src in grad_out[_i] for u in _overlap(src, lo, hi)]
+
+        tiled = len(out[i]) > 1 or any(len(out[x]) > 1 for x in xs) or i in chained
+        if not tiled:
+            reads = dy(0, R)
+            if saves == "input":
+                reads += [p.node for x in xs for p in out[x]]
+            elif saves == "output":
+                reads += [out[i][0].node]
+            v = bd.add(Node(name, BACKWARD, DTYPE_BYTES * b * lay.grad_numel, bwd_flops, 0, lay.op), reads,
+                       i if (tileable(lay) and xs) else None)
+            for x in xs:
+                grad_out[x].append([_Piece(0, rows_of(in_shape(x)), v)])
+            continue
+        own = out[i]
+        own_tiled = len(own) > 1 and bd.nodes[own[0].node].tile is not None and \
+            bd.nodes[own[0].node].tile.part == "output"
+        weighted = lay.op in WEIGHTED or lay.op == "batchnorm"
+        w_flops = b * lay.bwd_weight_flops if weighted else 0.0
+        in_flops = bwd_flops - w_flops
+        bstats = None
+        if lay.op == "batchnorm" and own_tiled:
+            c = lay.shape[0]
+            prev = None
+            for t, p in enumerate(own):
+                reads = dy(p.lo, p.hi) + [u for x in xs for u in _overlap(out[x], p.lo, p.hi)] + [fwd_stats[i]]
+                tile = Tile(name, t, len(own), axis_of(lay.shape), part="stats", start=(p.lo,), stop=(p.hi,))
+                prev = bd.add(Node(f"{name}.stats[{t}/{len(own)}]", BACKWARD, DTYPE_BYTES * 2 * c,
+                                   w_flops * (p.hi - p.lo) / R, 0, lay.op, tile), reads + ([prev] if prev else []),
+                              None)
+            bstats = prev
+            in_flops = bwd_flops - w_flops
+        # grad-input tiles, split like the input they are the gradient of (add: like its own output)
+        targets = xs[:1] if lay.op == "add" else xs
+        for x in targets:
+            xr = R if lay.op == "add" else rows_of(in_shape(x))
+            xp = own if lay.op == "add" else out[x]
+            share = in_flops / max(1, len(targets))
+            gp = []
+            for t, p in enumerate(xp):
+                if lay.op == "avgpool" and R == 1:
+                    dlo, dhi = 0, 1
+                elif rows_of(lay.shape) == xr or lay.op in WINDOWED:
+                    dlo, dhi = output_rows_touching(lay, p.lo, p.hi, R)
+                else:
+                    dlo, dhi = 0, R
+                reads = dy(dlo, dhi)
+                if saves == "input" and lay.op not in WEIGHTED:
+                    a, z = (p.lo, p.hi) if lay.op not in WINDOWED else input_rows(lay, dlo, dhi, xr)
+                    reads += _overlap(out[x], a, z)
+                elif saves == "output":
+                    reads += _overlap(own, dlo, dhi)
+                if lay.op == "batchnorm" and own_tiled:
+                    reads += [fwd_stats[i], bstats]
+                tile = Tile(name, t, len(xp), axis_of(in_shape(x)), halo=halo_of(lay), start=(p.lo,),
+                            stop=(p.hi,))
+                nb = nbytes(in_shape(x), p.lo, p.hi) if len(xp) > 1 else nbytes(in_shape(x))
+                nm = name if len(targets) == 1 else f"{name}@{layers[x].name}"
+                v = bd.add(Node(f"{nm}[{t}/{len(xp)}]" if len(xp) > 1 else nm, BACKWARD, nb,
+                                share * (p.hi - p.lo) / xr, 0, lay.op, tile if len(xp) > 1 else None),
+                           reads, i if lay.op == "add" else x)
+                gp.append(_Piece(p.lo, p.hi, v))
+            for y in (xs if lay.op == "add" else [x]):
+                grad_out[y].append(gp)
+        if lay.op in WEIGHTED:
+            # weight gradient: one accumulation step per output tile (input rows with halo + grad-output rows)
+            for t, p in enumerate(own):
+                reads = dy(p.lo, p.hi)
+                for x in xs:
+                    a, z = input_rows(lay, p.lo, p.hi, rows_of(in_shape(x)))
+                    reads += _overlap(out[x], a, z)
+                tile = Tile(name, t, len(own), axis_of(lay.shape), halo=halo_of(lay), part="weight_grad",
+                            start=(p.lo,), stop=(p.hi,))
+                nm = f"{name}.wgrad[{t}/{len(own)}]" if len(own) > 1 else f"{name}.wgrad"
+                bd.add(Node(nm, BACKWARD, 0, w_flops * (p.hi - p.lo) / R, 0, lay.op,
+                            tile if len(own) > 1 else None), reads, None)
+
+    names = [nd.name for nd in bd.nodes]
+    if len(set(names)) != len(names):
+        raise AssertionError("tiled graph has duplicate node names")
+    meta = {"model": ml.name, "batch_size": b, "input_shape": [b, *ml.input_shape], "dtype_bytes": DTYPE_BYTES,
+            "forward_layers": L}
+    used = {layers[i].name: len(out[i]) for i in range(L) if len(out[i]) > 1
+            and bd.nodes[out[i][0].node].tile is not None and bd.nodes[out[i][0].node].tile.part == "output"}
+    if not used:
+        edges = [(u, v) for v, ps in enumerate(bd.preds) for u in ps]
+        return TiledBuild(Graph(ml.name, tuple(bd.nodes), tuple(edges), meta), tuple(bd.owner), {})
+    order = streaming_order(bd.preds)
+    pos = {v: k for k, v in enumerate(order)}
+    nodes = tuple(bd.nodes[v] for v in order)
+    edges = [(pos[u], pos[v]) for v, ps in enumerate(bd.preds) for u in ps]
+    meta["tiles"] = used
+    return TiledBuild(Graph(ml.name, nodes, tuple(edges), meta), tuple(bd.owner[v] for v in order), used)
+
+
+def streaming_order(preds: list[list[int]]) -> list[int]:
+    """A topological order that runs the most recently created ready node first.
+
+    Nodes are created layer by layer, so "latest first" means a consumer tile
+    runs as soon as the producer tiles it reads exist: tiles stream through a
+    chain of layers (patch by patch) instead of each layer being finished before
+    the next starts, which keeps few tiles alive at once.
+    """
+    n = len(preds)
+    succ: list[list[int]] = [[] for _ in range(n)]
+    indeg = [0] * n
+    for v, ps in enumerate(preds):
+        indeg[v] = len(ps)
+        for u in ps:
+            succ[u].append(v)
+    heap = [-v for v in range(n) if indeg[v] == 0]
+    heapq.heapify(heap)
+    order = []
+    while heap:
+        v = -heapq.heappop(heap)
+        order.append(v)
+        for w in succ[v]:
+            indeg[w] -= 1
+            if indeg[w] == 0:
+                heapq.heappush(heap, -w)
+    if len(order) != n:
+        raise AssertionError("tiled graph has a cycle")
+    return order

@@ -1,0 +1,176 @@
+"""Operator tiling as a graph rewrite: exact cover, halos from kernel/stride/padding, valid schedules, minima."""
+import math
+from itertools import pairwise
+
+import pytest
+
+from poet.cli import main
+from poet.graph.core import GraphError
+from poet.graph.tiling import build_tiled, tileable
+from poet.graph.tiling_plan import parse_tile_option, plan_tiling, working_sets
+from poet.graph.zoo import DATA, build_model, list_models, model_layers
+from poet.schedule.validate import validate
+from poet.solve.api import SolveOptions, solve_costed
+from poet.solve.tiled import tiled_problem
+
+
+@pytest.mark.parametrize("model", list_models())
+def test_no_tiles_is_the_zoo_graph(model):
+    a, b = build_model(model), build_tiled(model, {}).graph
+    assert a.nodes == b.nodes and a.edges == b.edges
+
+
+def _by_layer(g, part="output", kind="forward"):
+    out = {}
+    for i, nd in enumerate(g.nodes):
+        if nd.tile is not None and nd.tile.part == part and nd.kind == kind:
+            out.setdefault(nd.tile.of, []).append(i)
+    return out
+
+
+def _rows(shape):
+    return shape[1] if len(shape) == 3 else shape[0]
+
+
+def _needed(lay, lo, hi, in_rows):
+    """Input rows output rows [lo, hi) read, straight from kernel, stride and padding."""
+    if lay.op in ("conv2d", "maxpool", "avgpool"):
+        return max(0, lo * lay.stride - lay.pad), min(in_rows, (hi - 1) * lay.stride - lay.pad + lay.kernel)
+    return lo, hi
+
+
+def _covered(g, ids):
+    spans = sorted((g.nodes[u].tile.start[0], g.nodes[u].tile.stop[0]) if g.nodes[u].tile else (0, math.inf)
+                   for u in ids)
+    return spans
+
+
+@pytest.mark.parametrize("model, n", [("resnet18_cifar", 4), ("resnet18_cifar", 32), ("vgg16_cifar", 5),
+                                      ("resnet18", 7)])
+def test_tiles_cover_outputs_exactly_and_read_their_halo(model, n):
+    ml = model_layers(model)
+    tb = build_tiled(ml, {lay.name: n for lay in ml.layers if tileable(lay)})
+    g = tb.graph
+    assert tb.counts, "something must be tiled"
+    fwd = _by_layer(g)
+    layers = {lay.name: lay for lay in ml.layers}
+    index = {lay.name: k for k, lay in enumerate(ml.layers)}
+    owner = {}      # forward node -> (layer name, start, stop)
+    for name, ids in fwd.items():
+        for u in ids:
+            owner[u] = name
+    for name, ids in fwd.items():
+        lay = layers[name]
+        spans = sorted((g.nodes[u].tile.start[0], g.nodes[u].tile.stop[0]) for u in ids)
+        # the union of the tiles is the output, exactly: contiguous, disjoint, from 0 to the last row
+        assert spans[0][0] == 0 and spans[-1][1] == _rows(lay.shape)
+        assert all(a[1] == b[0] for a, b in pairwise(spans))
+        assert len(spans) == tb.counts[name] == g.nodes[ids[0]].tile.count
+        assert math.isclose(sum(g.nodes[u].flops for u in ids), lay.flops * 1, rel_tol=1e-9)
+        for u in ids:
+            t = g.nodes[u].tile
+            if lay.op in ("conv2d", "maxpool"):
+                assert t.halo == max(lay.pad, lay.kernel - lay.stride - lay.pad, 0)
+            else:
+                assert t.halo == 0
+            for x in dict.fromkeys(lay.inputs):
+                if x == DATA:
+                    continue
+                xin = ml.layers[x]
+                lo, hi = _needed(lay, t.start[0], t.stop[0], _rows(xin.shape))
+                reads = [p for p in g.preds[u] if g.nodes[p].name.split("[")[0] == xin.name]
+                got = _covered(g, reads)
+                assert got, f"{g.nodes[u].name} reads nothing of {xin.name}"
+                # what it reads is contiguous and covers every row its window needs (the halo included)
+                assert got[0][0] <= lo and got[-1][1] >= hi
+                assert all(a[1] == b[0] for a, b in pairwise(got))
+                # and nothing it does not need: the first and last tiles read are needed ones
+                assert got[0][1] > lo and got[-1][0] < hi
+    assert index  # layers seen
+
+
+def test_backward_grad_input_tiles_cover_the_input():
+    ml = model_layers("resnet18_cifar")
+    g = build_tiled(ml, {lay.name: 8 for lay in ml.layers if tileable(lay)}).graph
+    bwd = _by_layer(g, kind="backward")
+    for name, ids in bwd.items():
+        if not name.startswith("bwd.") or "." not in name[4:] and name == "bwd.loss":
+            continue
+        spans = sorted((g.nodes[u].tile.start[0], g.nodes[u].tile.stop[0]) for u in ids)
+        assert spans[0][0] == 0 and all(a[1] == b[0] for a, b in pairwise(spans))
+    wg = _by_layer(g, part="weight_grad", kind="backward")
+    assert wg and all(g.nodes[u].output_bytes == 0 for ids in wg.values() for u in ids)
+    # the weight gradient of every tiled conv is accumulated over all of its output tiles
+    for name, ids in wg.items():
+        conv = name[len("bwd."):]
+        assert len(ids) == _by_layer(g)[conv].__len__()
+
+
+def test_batchnorm_statistics_pass_before_normalising():
+    ml = model_layers("resnet18_cifar")
+    g = build_tiled(ml, {"conv1": 4, "bn1": 4}).graph
+    stats = [i for i, nd in enumerate(g.nodes) if nd.tile and nd.tile.of == "bn1" and nd.tile.part == "stats"]
+    tiles = [i for i, nd in enumerate(g.nodes) if nd.tile and nd.tile.of == "bn1" and nd.tile.part == "output"]
+    assert len(stats) == 4 and len(tiles) == 4
+    last = max(stats)
+    assert all(last in g.preds[t] for t in tiles), "every normalised tile reads the complete statistics"
+
+
+def test_plan_fits_and_tiles_only_what_it_must():
+    p = plan_tiling("resnet18_cifar", 262144)
+    assert p.fits and p.tiled and p.tiled_min_bytes <= 262144 < p.untiled_min_bytes
+    assert max(working_sets(p.graph)) == p.tiled_min_bytes
+    assert "fc" not in p.counts and "layer4.1.conv2" not in p.counts   # small layers stay whole
+    assert p.nodes_after < 1000
+    same = plan_tiling("resnet18_cifar", 2_000_000)
+    assert not same.tiled and same.graph.nodes == build_model("resnet18_cifar").nodes
+
+
+def test_tiled_schedule_replays_valid():
+    p = tiled_problem("vgg16_cifar", "m4", memory=262144, runtime=None)
+    assert p.plan.tiled and p.graph.min_ram_bytes() <= 262144
+    s = solve_costed(p.graph, p.budget, "poet", SolveOptions(time_limit_s=10))
+    assert s.steps, s.solver
+    t = validate(s.graph, s.steps, s.budget)
+    assert t.peak_ram_bytes <= 262144
+
+
+def test_budget_below_tiled_minimum_is_answered_with_it():
+    p = tiled_problem("vgg16_cifar", "m0", memory=32768, runtime=None)
+    assert p.plan.tiled and not p.plan.fits
+    s = solve_costed(p.graph, p.budget, "poet", SolveOptions(time_limit_s=30))
+    assert s.status == "infeasible"
+    assert s.solver["min_ram_bytes_lower_bound"] == p.plan.tiled_min_bytes == p.graph.min_ram_bytes()
+
+
+def test_cli_tile_off_keeps_the_untiled_answer(capsys):
+    rc = main(["solve", "--model", "resnet18_cifar", "--device", "m0", "--memory", "32768", "--tile", "off",
+               "--quiet", "--no-cache"])
+    out = capsys.readouterr().out
+    assert rc == 2 and "1048576 B" in out and "Tiling is off" in out
+
+
+def test_cli_reports_tiling_and_the_tiled_minimum(capsys):
+    rc = main(["solve", "--model", "vgg16_cifar", "--device", "m0", "--memory", "32768", "--quiet", "--no-cache"])
+    out = capsys.readouterr().out
+    p = plan_tiling("vgg16_cifar", 32768)
+    assert rc == 2 and f"{p.tiled_min_bytes} B" in out and "below the tiled minimum" in out
+    assert "activations only" in out
+
+
+def test_cli_fixed_ram_says_weights_do_not_fit(capsys):
+    rc = main(["solve", "--model", "resnet18_cifar", "--device", "m0", "--memory", "32768", "--fixed-ram", "sgd",
+               "--quiet", "--no-cache"])
+    out = capsys.readouterr().out
+    assert rc == 2 and "weights do not fit" in out
+
+
+def test_forced_count_and_bad_values():
+    p = plan_tiling("resnet18_cifar", 10**9, tile=3)
+    assert p.tiled and set(p.counts.values()) <= {2, 3} and p.counts["conv1"] == 3
+    for bad in ("0", "-2", "lots", "2.5"):
+        with pytest.raises(GraphError, match="--tile"):
+            parse_tile_option(bad)
+    assert parse_tile_option("OFF") == "off" and parse_tile_option(None) == "auto"
+    with pytest.raises(GraphError, match="layers that"):
+        build_tiled("resnet18_cifar", {"nope": 2})
