@@ -348,7 +348,7 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("schedule")
     v.set_defaults(func=cmd_validate)
 
-    for mod in ("poet.report.commands", "poet.execute.commands"):
+    for mod in ("poet.report.commands", "poet.execute.commands", "poet.execute.profile_commands"):
         try:
             module = __import__(mod, fromlist=["register"])
         except ImportError:

@@ -27,6 +27,7 @@ class Plan:
     device: str
     executor_options: dict = field(default_factory=dict)
     _executor: object = field(default=None, repr=False)
+    threads: int = 0           # torch threads to run with (a measured profile's); 0: leave torch's setting
 
     # ---- inspection
     @property
@@ -89,7 +90,15 @@ class Plan:
             inputs = tuple(inputs) if isinstance(inputs, (tuple, list)) else (inputs,)
             targets = tuple(targets) if isinstance(targets, (tuple, list)) else (targets,)
             batch = inputs + targets
-        return self.executor.run(self.schedule, batch, optimizer=optimizer, apply=apply, callback=callback)
+        if not self.threads:
+            return self.executor.run(self.schedule, batch, optimizer=optimizer, apply=apply, callback=callback)
+        import torch
+        before = torch.get_num_threads()
+        torch.set_num_threads(self.threads)      # as the profile that priced the plan was measured
+        try:
+            return self.executor.run(self.schedule, batch, optimizer=optimizer, apply=apply, callback=callback)
+        finally:
+            torch.set_num_threads(before)
 
     execute = run
 
@@ -103,7 +112,7 @@ class Plan:
 def plan(model, example_inputs, loss_fn=None, *, targets=(), device="m4", memory="100%", runtime=None,
          strategy: str = "poet", granularity: str = "aten", paging_time: str = PAGING_SERIAL, optimizer=None,
          time_limit: float | None = 60.0, fixed_ram=None, paging_dir=None, swap_file=None, max_nodes=None,
-         **solve_options) -> Plan:
+         costs: str = "model", measure_runs: int = 20, **solve_options) -> Plan:
     """Trace ``model`` with its loss, price it on ``device``, schedule it within the budgets.
 
     example_inputs: the model's positional inputs (a tensor or tuple);
@@ -113,6 +122,11 @@ def plan(model, example_inputs, loss_fn=None, *, targets=(), device="m4", memory
     granularity: ``"aten"`` (every aten op a node) or ``"layer"`` (grouped by module).
     optimizer: an optimizer instance or 'sgd'/'adam', only to count its state in fixed RAM.
     paging_dir / swap_file: where paged tensors go when the plan runs (default: a temp dir).
+    costs: ``"model"`` prices nodes with ``device``'s cost model (FLOPs, or a measured profile's operator
+    families); ``"measured"`` times every node of this program on this machine (``measure_runs``
+    executions, medians) and prices paging with ``device``'s storage (docs/devices.md).
+    A measured profile (``poet profile``) also sets how the plan runs: its torch thread count, and
+    pages fsync'd and dropped from the page cache, as its storage was measured.
     """
     from .graph.torch_export import export_training_graph
     from .hardware import load_device
@@ -126,7 +140,12 @@ def plan(model, example_inputs, loss_fn=None, *, targets=(), device="m4", memory
         raise ValueError(f"granularity must be 'aten' or 'layer', got {granularity!r}")
     dev = load_device(device)
     fixed = None if fixed_ram is None else parse_bytes(fixed_ram)
-    cg = prog.costed(dev, fixed)
+    if costs == "measured":
+        cg = _measured(prog, dev, fixed, measure_runs)
+    elif costs == "model":
+        cg = prog.costed(dev, fixed)
+    else:
+        raise ValueError(f"costs must be 'model' or 'measured', got {costs!r}")
     sched = solve(cg, memory=memory, runtime=runtime, strategy=strategy, paging_time=paging_time,
                   time_limit=time_limit, **solve_options)
     opts = {}
@@ -134,7 +153,22 @@ def plan(model, example_inputs, loss_fn=None, *, targets=(), device="m4", memory
         opts["paging_dir"] = paging_dir
     if swap_file is not None:
         opts["swap_file"] = swap_file
-    return Plan(program=prog, schedule=sched, device=dev.name, executor_options=opts)
+    if dev.paging_sync:
+        opts.update(fsync=True, drop_cache=True)
+    return Plan(program=prog, schedule=sched, device=dev.name, executor_options=opts, threads=dev.threads)
+
+
+def _measured(prog, dev, fixed, runs: int):
+    """The program priced from measurements of its own nodes, with the device's thread count."""
+    import torch
+    from .execute.measure import measured_costs
+    before = torch.get_num_threads()
+    if dev.threads:
+        torch.set_num_threads(dev.threads)
+    try:
+        return measured_costs(prog, dev, runs=runs, fixed_ram_bytes=fixed)
+    finally:
+        torch.set_num_threads(before)
 
 
 __all__ = ["Plan", "plan"]

@@ -24,7 +24,12 @@ def _common(p) -> None:
     src.add_argument("--granularity", choices=["aten", "layer"], default="aten",
                      help="aten: every aten op a node (default); layer: ops grouped by module")
     b = p.add_argument_group("budgets")
-    b.add_argument("--device", default="m4", help="device profile for the cost model (see `poet devices`)")
+    b.add_argument("--device", default="m4",
+                   help="device profile for the cost model: a name (see `poet devices`) or a .toml file, e.g. one "
+                        "written by `poet profile`")
+    b.add_argument("--costs", choices=["model", "measured"], default="model",
+                   help="model: price nodes with the device's cost model (default); measured: time every node of "
+                        "this model on this machine, paging priced by the device's storage")
     b.add_argument("--memory", default="100%",
                    help="RAM budget incl. params, grads, buffers, batch, optimizer state: 256KB, 1MB, or "
                         "a percentage of the way from fixed bytes to the keep-everything peak (default 100%%)")
@@ -47,7 +52,8 @@ def register(subparsers) -> None:
     _common(p)
     p.add_argument("--run", action="store_true", help="execute one step and print predicted vs measured")
     p.add_argument("--out", help="write the schedule (poet-schedule/1 JSON) here")
-    p.add_argument("--force", action="store_true", help="overwrite --out")
+    p.add_argument("--graph-out", help="write the costed graph (poet-graph/1 JSON) here, e.g. with --costs measured")
+    p.add_argument("--force", action="store_true", help="overwrite --out / --graph-out")
     p.add_argument("--quiet", action="store_true", help="no progress line while the solver runs")
     p.set_defaults(func=cmd_plan)
 
@@ -58,6 +64,8 @@ def register(subparsers) -> None:
     t.add_argument("--check", action="store_true",
                    help="also train with plain PyTorch from the same seed and compare the loss curves bit for bit")
     t.add_argument("--quiet", action="store_true")
+    t.add_argument("--json", action="store_true",
+                   help="print one JSON object (losses, peaks, predicted and measured seconds) instead of text")
     t.set_defaults(func=cmd_train)
 
 
@@ -101,7 +109,7 @@ def _make_plan(a, model, loss_fn, inputs, targets, optimizer):
                       runtime=a.runtime, strategy=a.strategy, granularity=a.granularity,
                       paging_time=a.paging_time, optimizer=optimizer, time_limit=a.time_limit,
                       paging_dir=a.paging_dir, swap_file=a.swap_file, cache=not a.no_cache, progress=prog,
-                      stop=stop)
+                      stop=stop, costs=a.costs)
     finally:
         prog.done()
     warn_uncached(pl.schedule)
@@ -120,12 +128,17 @@ def cmd_plan(a) -> int:
     from ..cli import check_out_path
     try:
         check_out_path(a.out, a.force)         # before tracing and solving, not after
+        check_out_path(a.graph_out, a.force)
         model, loss_fn, data = _load(a)
         model.train()
         inputs, targets = data.batch()
         opt = _optimizer(a, model)
         pl = _make_plan(a, model, loss_fn, inputs, targets, opt)
         print(pl)
+        if a.graph_out:
+            from ..graph.io import save_graph
+            save_graph(pl.graph, a.graph_out)
+            print(f"costed graph ({a.costs} costs) written to {a.graph_out} (poet-graph/1)")
         if a.out:
             pl.save(a.out)
             print(f"schedule written to {a.out}")
@@ -145,6 +158,10 @@ def cmd_train(a) -> int:
     import copy
     import torch
     from ..units import fmt_bytes
+    from .timing import median_rows, timing_table
+    if a.json:      # stdout carries the JSON object only
+        a.quiet = True
+    say = (lambda *args, **kw: None) if a.json else print
     try:
         model, loss_fn, data = _load(a)
         model.train()
@@ -154,10 +171,11 @@ def cmd_train(a) -> int:
         opt = _optimizer(a, model)
         inputs, targets = data.batch()
         pl = _make_plan(a, model, loss_fn, inputs, targets, opt)
-        print(pl)
+        say(pl)
         if not pl.feasible:
             return 3
         losses = []
+        results = []
         peak = 0
         t0 = time.perf_counter()
         batch = (inputs, targets)
@@ -166,16 +184,28 @@ def cmd_train(a) -> int:
                 batch = data.batch()
             res = pl.train_step(batch[0], batch[1], opt)
             losses.append(res.loss.item())
+            results.append(res)
             peak = max(peak, res.measured_peak_bytes)
             if not a.quiet:
-                print(f"step {step + 1:4d}/{a.steps}  loss {losses[-1]:.6f}  measured peak "
-                      f"{fmt_bytes(res.measured_peak_bytes)} (budget {fmt_bytes(res.budget_bytes)})  "
-                      f"paged {fmt_bytes(res.bytes_written)} out / {fmt_bytes(res.bytes_read)} in  "
-                      f"{res.seconds['total']:.3f} s", flush=True)
+                say(f"step {step + 1:4d}/{a.steps}  loss {losses[-1]:.6f}  measured peak "
+                    f"{fmt_bytes(res.measured_peak_bytes)} (budget {fmt_bytes(res.budget_bytes)})  "
+                    f"paged {fmt_bytes(res.bytes_written)} out / {fmt_bytes(res.bytes_read)} in  "
+                    f"{res.seconds['total']:.3f} s", flush=True)
         dt = time.perf_counter() - t0
-        print(f"trained {a.steps} steps in {dt:.2f} s; loss {losses[0]:.6f} -> {losses[-1]:.6f}; "
-              f"measured peak {fmt_bytes(peak)} <= budget {fmt_bytes(pl.schedule.budget.ram_bytes)}: "
-              f"{peak <= pl.schedule.budget.ram_bytes}")
+        say(f"trained {a.steps} steps in {dt:.2f} s; loss {losses[0]:.6f} -> {losses[-1]:.6f}; "
+            f"measured peak {fmt_bytes(peak)} <= budget {fmt_bytes(pl.schedule.budget.ram_bytes)}: "
+            f"{peak <= pl.schedule.budget.ram_bytes}")
+        timing = median_rows(results)
+        say(f"predicted vs measured (median of {len(results)} steps; busy = CPU seconds of compute and free + "
+            f"wall seconds of paging, which other processes' load does not stretch):")
+        say(timing_table(timing))
+        report = {"model": a.model, "device": pl.device, "strategy": a.strategy, "costs": a.costs,
+                  "steps": a.steps, "losses": losses, "measured_peak_bytes": peak,
+                  "predicted_peak_bytes": pl.totals.peak_ram_bytes, "budget_bytes": pl.schedule.budget.ram_bytes,
+                  "torch_threads": pl.threads or torch.get_num_threads(),
+                  "per_iteration": next(t.as_dict() for t in timing if t.kind == "total"),
+                  "per_kind": [t.as_dict() for t in timing if t.kind != "total"],
+                  "step_seconds": [r.seconds["total"] for r in results]}
         if a.check:
             # plain PyTorch from the same initial weights, data and generator state
             if data_state is not None:
@@ -183,23 +213,38 @@ def cmd_train(a) -> int:
             torch.set_rng_state(rng_state)
             ropt = _optimizer(a, reference)
             plain = []
-            for step in range(a.steps):
-                x, y = data.batch()
-                ropt.zero_grad(set_to_none=True)
-                loss = loss_fn(reference(*x), *y)
-                loss.backward()
-                ropt.step()
-                plain.append(loss.item())
+            threads0 = torch.get_num_threads()
+            if pl.threads:                  # the thread count the plan ran with: same reduction order
+                torch.set_num_threads(pl.threads)
+            try:
+                for step in range(a.steps):
+                    x, y = data.batch()
+                    ropt.zero_grad(set_to_none=True)
+                    loss = loss_fn(reference(*x), *y)
+                    loss.backward()
+                    ropt.step()
+                    plain.append(loss.item())
+            finally:
+                torch.set_num_threads(threads0)
             same = plain == losses
             params_same = all(torch.equal(p, q) for p, q in zip(model.parameters(), reference.parameters()))
-            print(f"plain PyTorch loss curve identical: {same}; final parameters identical: {params_same}")
+            say(f"plain PyTorch loss curve identical: {same}; final parameters identical: {params_same}")
+            report["check"] = {"loss_curve_identical": same, "parameters_identical": params_same}
             if not (same and params_same):
                 for i, (u, v) in enumerate(zip(losses, plain)):
                     if u != v:
-                        print(f"  first difference at step {i + 1}: {u!r} vs {v!r}")
+                        say(f"  first difference at step {i + 1}: {u!r} vs {v!r}")
                         break
+                _emit_json(a, report)
                 return 1
+        _emit_json(a, report)
         return 0
     except _errors() as e:
         print(f"poet: error: {e}", file=sys.stderr)
         return 2
+
+
+def _emit_json(a, report: dict) -> None:
+    if a.json:
+        import json
+        print(json.dumps(report, indent=1))

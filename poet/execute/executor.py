@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import operator
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 import torch.fx
@@ -47,6 +47,7 @@ class InstructionRecord:
     seconds: float
     live_bytes: int            # activation store after the instruction (unique storages)
     predicted_bytes: int       # the validator's activation bytes after the instruction (no fixed)
+    cpu_seconds: float = 0.0   # CPU time of this process during the instruction (time.process_time)
 
 
 @dataclass
@@ -71,6 +72,13 @@ class RunResult:
     predicted_seconds: dict
     applied: bool = False
     rng_replays: int = 0               # seeded ops recomputed with their first draw's generator state
+    cpu_seconds: dict = field(default_factory=dict)   # CPU seconds per instruction kind (process_time)
+
+    @property
+    def timing(self) -> list:
+        """Predicted vs measured seconds per instruction kind and for the iteration (see TimingRow)."""
+        from .timing import timing_rows
+        return timing_rows(self.predicted_seconds, self.seconds, self.cpu_seconds)
 
     @property
     def measured_peak_bytes(self) -> int:
@@ -90,9 +98,11 @@ class RunResult:
                 ("budget", fmt_bytes(self.budget_bytes), "ok" if self.within_budget else "EXCEEDED"),
                 ("bytes paged out", str(self.predicted_bytes_paged_out), str(self.bytes_written)),
                 ("bytes paged in", str(self.predicted_bytes_paged_in), str(self.bytes_read))]
-        for k in ("compute", "page_out", "page_in", "free", "total"):
-            rows.append((f"time {k}", fmt_seconds(self.predicted_seconds.get(k, 0.0)) if k in self.predicted_seconds
-                         else "-", fmt_seconds(self.seconds.get(k, 0.0))))
+        for t in self.timing:
+            meas = fmt_seconds(t.measured_s) + (f" (x{t.ratio:.2f})" if t.ratio is not None else "")
+            if t.cpu_s is not None:
+                meas += f"; busy {fmt_seconds(t.cpu_s)}" + (f" (x{t.cpu_ratio:.2f})" if t.cpu_ratio is not None else "")
+            rows.append((f"time {t.kind}", fmt_seconds(t.predicted_s) if t.predicted_s is not None else "-", meas))
         w0 = max(len(r[0]) for r in rows)
         w1 = max(len(r[1]) for r in rows)
         return "\n".join(f"{a:<{w0}}  {b:>{w1}}  {c}" for a, b, c in rows)
@@ -105,11 +115,13 @@ class Executor:
     removed afterwards); swap_file: use one swap file instead.
     """
 
-    def __init__(self, program, *, paging_dir=None, swap_file=None, fsync: bool = False):
+    def __init__(self, program, *, paging_dir=None, swap_file=None, fsync: bool = False,
+                 drop_cache: bool = False):
         self.program = program
         self.paging_dir = paging_dir
         self.swap_file = swap_file
         self.fsync = fsync
+        self.drop_cache = drop_cache
         p = program
         self._grads = {}
         self._bufs = {}
@@ -154,6 +166,7 @@ class Executor:
         pred_live = 0
         records: list[InstructionRecord] = []
         seconds = {"compute": 0.0, "page_out": 0.0, "page_in": 0.0, "free": 0.0}
+        cpu_seconds = dict(seconds)
         intra_peak = [0]
         pstore = None
 
@@ -284,7 +297,8 @@ class Executor:
         need_store = any(s.op in ("page_out", "page_in") for s in schedule.steps)
         try:
             if need_store:
-                pstore = PagingStore(self.paging_dir, swap_file=self.swap_file, fsync=self.fsync)
+                pstore = PagingStore(self.paging_dir, swap_file=self.swap_file, fsync=self.fsync,
+                                     drop_cache=self.drop_cache)
             # grad mode as when the joint graph was traced: some kernels consult it (the CPU LSTM's
             # mkldnn_rnn_layer returns no workspace under no_grad, and its backward then fails).
             # Every input is detached, so no autograd graph is built.
@@ -292,6 +306,7 @@ class Executor:
                 for idx, s in enumerate(schedule.steps):
                     op, v = s.op, s.node
                     t0 = time.perf_counter()
+                    c0 = time.process_time()
                     if op == "compute":
                         if v in store:
                             raise ExecutionError(f"step {idx}: node {v} computed while in RAM")
@@ -314,9 +329,11 @@ class Executor:
                     else:
                         raise ExecutionError(f"step {idx}: unknown op {op!r}")
                     dt = time.perf_counter() - t0
+                    dc = time.process_time() - c0
                     seconds[op] += dt
+                    cpu_seconds[op] += dc
                     intra_peak[0] = max(intra_peak[0], live[0])
-                    rec = InstructionRecord(op, v, dt, live[0], pred_live)
+                    rec = InstructionRecord(op, v, dt, live[0], pred_live, dc)
                     records.append(rec)
                     if callback is not None:
                         callback(idx, rec)
@@ -349,6 +366,7 @@ class Executor:
         tot = schedule.totals
         total = sum(seconds.values())
         seconds["total"] = total
+        cpu_seconds["total"] = sum(cpu_seconds.values())
         pred_secs = {}
         if tot is not None:
             pred_secs = {"compute": tot.compute_time_s, "total": tot.runtime_s,
@@ -363,7 +381,7 @@ class Executor:
             budget_bytes=schedule.budget.ram_bytes, bytes_written=bw, bytes_read=br,
             predicted_bytes_paged_out=tot.bytes_paged_out if tot else 0,
             predicted_bytes_paged_in=tot.bytes_paged_in if tot else 0,
-            seconds=seconds, predicted_seconds=pred_secs, rng_replays=rng_replays[0])
+            seconds=seconds, predicted_seconds=pred_secs, rng_replays=rng_replays[0], cpu_seconds=cpu_seconds)
         if apply:
             self.apply(res, optimizer=optimizer)
         return res
@@ -438,5 +456,5 @@ def _dummy(val):
 
 def run_schedule(program, schedule: Schedule, batch=None, **kw) -> RunResult:
     """One-shot: ``Executor(program, ...).run(schedule, batch)``."""
-    ex_kw = {k: kw.pop(k) for k in ("paging_dir", "swap_file", "fsync") if k in kw}
+    ex_kw = {k: kw.pop(k) for k in ("paging_dir", "swap_file", "fsync", "drop_cache") if k in kw}
     return Executor(program, **ex_kw).run(schedule, batch, **kw)

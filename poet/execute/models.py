@@ -36,6 +36,38 @@ class SmallResNet(nn.Module):
         return self.fc(self.dropout(h.mean((2, 3))))
 
 
+class _DepthwiseBlock(nn.Module):
+    """MobileNet's building block: 3x3 depthwise convolution, then 1x1 pointwise, each with BN + ReLU."""
+
+    def __init__(self, c_in: int, c_out: int, stride: int = 1):
+        super().__init__()
+        self.dw = nn.Conv2d(c_in, c_in, 3, stride=stride, padding=1, groups=c_in, bias=False)
+        self.bn1 = nn.BatchNorm2d(c_in)
+        self.pw = nn.Conv2d(c_in, c_out, 1, bias=False)
+        self.bn2 = nn.BatchNorm2d(c_out)
+
+    def forward(self, x):
+        return F.relu(self.bn2(self.pw(F.relu(self.bn1(self.dw(x))))))
+
+
+class DepthwiseNet(nn.Module):
+    """A MobileNet in miniature: conv stem, depthwise-separable blocks, global pooling, linear head."""
+
+    def __init__(self, channels: int = 16, num_classes: int = 10, dropout: float = 0.0):
+        super().__init__()
+        self.stem = nn.Conv2d(3, channels, 3, padding=1, bias=False)
+        self.bn = nn.BatchNorm2d(channels)
+        self.blocks = nn.Sequential(_DepthwiseBlock(channels, 2 * channels, stride=2),
+                                    _DepthwiseBlock(2 * channels, 2 * channels),
+                                    _DepthwiseBlock(2 * channels, 4 * channels, stride=2))
+        self.dropout = nn.Dropout(dropout)
+        self.fc = nn.Linear(4 * channels, num_classes)
+
+    def forward(self, x):
+        h = self.blocks(F.relu(self.bn(self.stem(x))))
+        return self.fc(self.dropout(h.mean((2, 3))))
+
+
 def resnet_training_graph(blocks: int, device: str, channels: int = 16):
     """A SmallResNet's training graph exported op by op (about 16 nodes per block, one 1x3x32x32
     sample, seeded), priced on ``device``: the op-level graph of the solver benchmarks and tests."""
@@ -122,6 +154,7 @@ MODELS = {
     "cnn": "small ResNet-style CNN (BatchNorm, residuals, dropout) on generated 16x16 images",
     "bert": "2-layer BERT-style classifier from a transformers BertConfig on generated tokens",
     "mlp": "3-layer MLP on generated vectors",
+    "dwcnn": "small MobileNet-style CNN (depthwise-separable convolutions, BatchNorm) on generated 16x16 images",
 }
 
 
@@ -130,6 +163,8 @@ def build(name: str, batch_size: int = 8, seed: int = 0, dropout: float = 0.1):
     torch.manual_seed(seed)
     if name == "cnn":
         return SmallResNet(dropout=dropout), nn.CrossEntropyLoss(), ImageData(batch_size, seed=seed + 1)
+    if name == "dwcnn":
+        return DepthwiseNet(dropout=dropout), nn.CrossEntropyLoss(), ImageData(batch_size, seed=seed + 1)
     if name == "mlp":
         return MLP(dropout=dropout), nn.CrossEntropyLoss(), VectorData(batch_size, seed=seed + 1)
     if name == "bert":

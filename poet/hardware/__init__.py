@@ -1,5 +1,5 @@
 """Device profiles and the cost model that prices a graph on a device."""
 from .cost import CostModel, linear_cost_model
-from .device import Device, DeviceError, list_devices, load_device
+from .device import Device, DeviceError, OpFamily, list_devices, load_device
 
-__all__ = ["CostModel", "Device", "DeviceError", "linear_cost_model", "list_devices", "load_device"]
+__all__ = ["CostModel", "Device", "DeviceError", "OpFamily", "linear_cost_model", "list_devices", "load_device"]

@@ -1,6 +1,7 @@
 """Device profiles: data files (TOML), one per device, loaded by name or path."""
 from __future__ import annotations
 
+import math
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
@@ -10,6 +11,15 @@ DEVICE_DIR = Path(__file__).parent / "devices"
 
 class DeviceError(ValueError):
     """An unknown device name or a malformed profile file."""
+
+
+@dataclass(frozen=True)
+class OpFamily:
+    """Measured cost of one operator family: time = latency_s + FLOPs / flops_per_s."""
+
+    name: str
+    latency_s: float
+    flops_per_s: float
 
 
 @dataclass(frozen=True)
@@ -28,6 +38,11 @@ class Device:
     write_bytes_per_s: float
     storage_power_w: float
     path: str = ""
+    # Filled only by a measured profile (`poet profile`, docs/devices.md "Profiling this machine"):
+    families: tuple[OpFamily, ...] = ()   # per-operator-family time model; empty: FLOPs / flops_per_s
+    free_overhead_s: float = 0.0          # executor cost of one `free`, folded into compute and page-in
+    threads: int = 0                      # torch threads the profile was measured with (0: not measured)
+    paging_sync: bool = False             # pages fsync'd and dropped from the page cache, as measured
 
     @property
     def joules_per_flop(self) -> float:
@@ -61,8 +76,48 @@ def _parse(d: dict, path: Path) -> Device:
         compute_power_w=float(c["power_w"]),
         read_latency_s=float(s["read_latency_s"]), read_bytes_per_s=float(s["read_bytes_per_s"]),
         write_latency_s=float(s["write_latency_s"]), write_bytes_per_s=float(s["write_bytes_per_s"]),
-        storage_power_w=float(s["power_w"]), path=str(path),
+        storage_power_w=float(s["power_w"]), path=str(path), **_measured(d, path),
     )
+
+
+def _measured(d: dict, path: Path) -> dict:
+    """The fields of a measured profile; a file with a [profile] table must have all of them."""
+    c, s = d["compute"], d["storage"]
+    fams = c.get("families", {})
+    if not isinstance(fams, dict):
+        raise DeviceError(f"{path}: [compute.families] must be a table of tables")
+    families = []
+    for name, f in fams.items():
+        if not isinstance(f, dict):
+            raise DeviceError(f"{path}: [compute.families.{name}] must be a table with latency_s and flops_per_s")
+        for k in ("latency_s", "flops_per_s"):
+            v = f.get(k)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0 \
+                    or (k == "flops_per_s" and v <= 0):
+                raise DeviceError(f"{path}: [compute.families.{name}] {k} must be a finite "
+                                  f"{'positive' if k == 'flops_per_s' else 'non-negative'} number, got {v!r}")
+        families.append(OpFamily(str(name), float(f["latency_s"]), float(f["flops_per_s"])))
+    prof = d.get("profile")
+    if prof is None:
+        return {"families": tuple(families)}
+    if not isinstance(prof, dict):
+        raise DeviceError(f"{path}: [profile] must be a table")
+    missing = [f"[compute] {k}" for k in ("free_overhead_s", "threads") if k not in c]
+    missing += ["[storage] sync"] if "sync" not in s else []
+    missing += ["[compute.families] (at least one family)"] if not families else []
+    if missing:
+        raise DeviceError(f"{path}: a measured profile ([profile] table) lacks {', '.join(missing)}; "
+                          f"it is partial or damaged: measure again with `poet profile --out {path.name}`")
+    free = c["free_overhead_s"]
+    if isinstance(free, bool) or not isinstance(free, (int, float)) or not math.isfinite(free) or free < 0:
+        raise DeviceError(f"{path}: [compute] free_overhead_s must be a finite non-negative number, got {free!r}")
+    threads = c["threads"]
+    if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
+        raise DeviceError(f"{path}: [compute] threads must be a positive integer, got {threads!r}")
+    if not isinstance(s["sync"], bool):
+        raise DeviceError(f"{path}: [storage] sync must be true or false, got {s['sync']!r}")
+    return {"families": tuple(families), "free_overhead_s": float(free), "threads": threads,
+            "paging_sync": s["sync"]}
 
 
 def load_device(name_or_path: str | Path | Device) -> Device:

@@ -1,0 +1,96 @@
+"""Measure a traced program's own nodes on this machine, as the executor runs them.
+
+The program's keep-everything schedule is executed repeatedly (after warm-up runs) by the real
+:class:`~poet.execute.executor.Executor`, so each node's time includes what executing it costs
+beyond the kernels (fetching arguments, re-deriving views, bookkeeping).  Per node: the median
+CPU seconds (``time.process_time``; not stretched by other processes on a shared machine) and
+wall seconds of its ``compute`` instruction, and the spread of the CPU figure; per program: the
+median CPU seconds of one ``free``.
+
+Two users: ``poet profile`` fits operator families to the per-op times of a model's aten-level
+program (:func:`poet.hardware.profile.fit_families`); ``--costs measured`` prices a program's nodes
+from these times directly (:func:`poet.hardware.profile_model.price_measured`).
+"""
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class ProgramTiming:
+    """Per-node medians over ``runs`` executions of the keep-everything schedule."""
+
+    node_cpu_s: tuple[float, ...]       # compute instruction, CPU seconds (mean)
+    node_wall_s: tuple[float, ...]      # compute instruction, wall seconds (median)
+    node_spread: tuple[float, ...]      # (p75 - p25) / median of the CPU seconds
+    free_cpu_s: float                   # one free instruction, CPU seconds (mean over all)
+    runs: int
+    iteration_cpu_s: float              # median CPU seconds of one whole run
+    iteration_wall_s: float             # median wall seconds of one whole run
+
+
+def _quartile_spread(xs: list[float]) -> float:
+    if len(xs) < 4:
+        return 0.0
+    q = statistics.quantiles(xs, n=4)
+    med = statistics.median(xs)
+    return (q[2] - q[0]) / med if med > 0 else 0.0
+
+
+def measure_program(program, *, runs: int = 20, warmup: int = 3, max_seconds: float | None = None,
+                    progress=None) -> ProgramTiming:
+    """Execute ``program``'s keep-everything schedule ``warmup + runs`` times and take per-node medians.
+
+    ``max_seconds`` stops the measured runs early (at least 3) once exceeded.
+    """
+    from ..hardware.device import load_device
+    from .executor import Executor
+    from .reference import reference_schedule
+
+    cg = program.costed(load_device("m4"))     # the schedule's structure only; its prices are not used
+    sched = reference_schedule(cg, "keep")
+    ex = Executor(program)
+    n = len(cg)
+    cpu: list[list[float]] = [[] for _ in range(n)]
+    wall: list[list[float]] = [[] for _ in range(n)]
+    frees: list[float] = []
+    it_cpu, it_wall = [], []
+    t_start = time.perf_counter()
+    done = 0
+    for i in range(warmup + runs):
+        res = ex.run(sched, apply=False)
+        if i < warmup:
+            continue
+        done += 1
+        for rec in res.records:
+            if rec.op == "compute":
+                cpu[rec.node].append(rec.cpu_seconds)
+                wall[rec.node].append(rec.seconds)
+            elif rec.op == "free":
+                frees.append(rec.cpu_seconds)
+        it_cpu.append(res.cpu_seconds["total"])
+        it_wall.append(res.seconds["total"])
+        if progress and (done % 5 == 0 or done == runs):
+            progress(f"{program.name}: run {done}/{runs}")
+        if max_seconds is not None and done >= 3 and time.perf_counter() - t_start > max_seconds:
+            break
+    return ProgramTiming(
+        node_cpu_s=tuple(statistics.fmean(x) for x in cpu), node_wall_s=tuple(statistics.median(x) for x in wall),
+        node_spread=tuple(_quartile_spread(x) for x in cpu), free_cpu_s=statistics.fmean(frees) if frees else 0.0,
+        runs=done, iteration_cpu_s=statistics.median(it_cpu), iteration_wall_s=statistics.median(it_wall))
+
+
+def measured_costs(program, device, *, runs: int = 20, warmup: int = 3, fixed_ram_bytes: int | None = None,
+                   progress=None):
+    """The costed graph of ``program`` priced from measurements of its own nodes (compute) and
+    ``device``'s storage fit (paging): ``--costs measured``."""
+    from ..hardware.device import load_device
+    from ..hardware.profile_model import price_measured
+    timing = measure_program(program, runs=runs, warmup=warmup, progress=progress)
+    fixed = program.fixed_ram_bytes if fixed_ram_bytes is None else int(fixed_ram_bytes)
+    return price_measured(program.graph, load_device(device), timing.node_cpu_s, timing.free_cpu_s, fixed)
+
+
+__all__ = ["ProgramTiming", "measure_program", "measured_costs"]

@@ -1,0 +1,217 @@
+"""A measured device profile: operator-family fits, the storage fit, power; written as device TOML.
+
+``poet profile`` (``poet.execute.profile_commands``) measures; this module turns measurements into
+the profile every command accepts with ``--device host.toml``: it fits each operator family's
+``latency + FLOPs / rate`` to per-op times, reads RAPL energy counters, and writes the file.
+No torch here.
+"""
+from __future__ import annotations
+
+import glob
+import math
+import os
+import platform
+import statistics
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .profile_model import op_family
+from .profile_storage import LinearFit, StorageProfile, fit_latency_bandwidth
+
+PROFILE_FORMAT = "poet-profile/1"
+
+
+@dataclass(frozen=True)
+class OpSample:
+    """One measured op: its aten name, FLOPs and seconds (median of repeats) and the spread of those."""
+
+    op: str
+    flops: float
+    seconds: float
+    spread: float = 0.0
+
+
+@dataclass(frozen=True)
+class FamilyFit:
+    name: str
+    fit: LinearFit
+    ops: int                  # samples the fit used
+    spread: float             # median (p75 - p25) / median over its samples
+
+
+def fit_families(samples: list[OpSample]) -> tuple[list[FamilyFit], float]:
+    """Per-family ``latency + FLOPs / rate`` fits and the overall FLOP rate (total FLOPs / total seconds).
+
+    A family whose samples all do the same FLOPs cannot separate latency from rate: it gets the
+    overall rate and the median remaining time as latency.  The ``other`` family (ops of families
+    not measured) is the fit over every sample.
+    """
+    good = [s for s in samples if s.seconds > 0 and math.isfinite(s.seconds)]
+    if not good:
+        raise ValueError("no op timings to fit")
+    total_f = sum(s.flops for s in good)
+    total_t = sum(s.seconds for s in good)
+    rate = total_f / total_t if total_f > 0 else 1e9
+    by: dict[str, list[OpSample]] = {}
+    for s in good:
+        by.setdefault(op_family(s.op), []).append(s)
+    by["other"] = good
+    fits = []
+    for name, ss in by.items():
+        flops = [s.flops for s in ss]
+        secs = [s.seconds for s in ss]
+        if len(set(flops)) >= 2:
+            fit = fit_latency_bandwidth(flops, secs)
+        else:
+            lat = max(0.0, statistics.median(t - f / rate for f, t in zip(flops, secs)))
+            pred = [lat + f / rate for f in flops]
+            rel = [abs(p - t) / t for p, t in zip(pred, secs)]
+            fit = LinearFit(lat, rate, statistics.median(rel), max(rel))
+        fits.append(FamilyFit(name, fit, len(ss), statistics.median(s.spread for s in ss)))
+    return fits, rate
+
+
+# ------------------------------------------------------------------------- power
+def rapl_energy_j() -> float | None:
+    """Sum of the package energy counters (joules) under /sys/class/powercap, or None if unreadable."""
+    total, found = 0.0, False
+    for path in glob.glob("/sys/class/powercap/intel-rapl:*/energy_uj"):
+        if path.count(":") != 1:          # packages only, not their sub-zones
+            continue
+        try:
+            total += int(Path(path).read_text().strip()) / 1e6
+            found = True
+        except (OSError, ValueError):
+            return None
+    return total if found else None
+
+
+@dataclass(frozen=True)
+class PowerReading:
+    compute_w: float
+    storage_w: float
+    source: str          # "rapl", "user" or "none"
+    note: str
+
+
+def choose_power(rapl_w: float | None, user_w: float | None, user_storage_w: float | None) -> PowerReading:
+    """RAPL's package power when it was read, else what the user gave, else a 1 W placeholder (said so)."""
+    if user_w is not None:
+        if not (math.isfinite(user_w) and user_w > 0):
+            raise ValueError(f"--power-w must be a positive number of watts, got {user_w}")
+        src, w, note = "user", user_w, f"given with --power-w {user_w}"
+    elif rapl_w is not None:
+        src, w, note = "rapl", rapl_w, "Linux powercap/RAPL package energy over the compute measurement"
+    else:
+        src, w, note = "none", 1.0, ("no RAPL counters readable and no --power-w: 1 W placeholder, so energies "
+                                     "are seconds x 1 W; pass --power-w for real joules")
+    sw = user_storage_w if user_storage_w is not None else w
+    return PowerReading(w, sw, src, note)
+
+
+# ------------------------------------------------------------------------ the profile
+@dataclass
+class HostProfile:
+    name: str
+    threads: int
+    families: list[FamilyFit]
+    flops_per_s: float
+    free_overhead_s: float
+    power: PowerReading
+    storage: StorageProfile
+    models: list[str] = field(default_factory=list)
+    command: str = ""
+    created: str = field(default_factory=lambda: time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
+    load_average: tuple[float, ...] = field(default_factory=lambda: tuple(os.getloadavg())
+                                            if hasattr(os, "getloadavg") else ())
+    seconds: float = 0.0
+
+
+def cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def ram_bytes() -> int:
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError):
+        pass
+    return 0
+
+
+def _toml_value(v) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, int):
+        return str(v)
+    if isinstance(v, float):
+        return repr(v) if math.isfinite(v) else "nan"
+    if isinstance(v, (list, tuple)):
+        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
+    s = str(v).replace("\\", "\\\\").replace('"', '\\"').replace("\n", " ")
+    return f'"{s}"'
+
+
+def _table(name: str, items: dict) -> list[str]:
+    return [f"\n[{name}]"] + [f"{k} = {_toml_value(v)}" for k, v in items.items()]
+
+
+def profile_toml(p: HostProfile) -> str:
+    """The profile as device TOML (docs/devices.md): every command reads it with ``--device``."""
+    st = p.storage
+    lines = [f"# Measured by `poet profile` on {p.created}; load average {', '.join(f'{x:.2f}' for x in p.load_average)}",
+             f"name = {_toml_value(p.name)}",
+             f"part = {_toml_value(f'{cpu_name()}, {p.threads} torch thread(s)')}",
+             f"ram_bytes = {ram_bytes()}"]
+    lines += _table("profile", {"format": PROFILE_FORMAT, "created": p.created, "command": p.command,
+                                "models": p.models, "load_average": list(p.load_average),
+                                "seconds": round(p.seconds, 1),
+                                "timing": "CPU seconds (process_time) of each op run by the executor, mean over runs"})
+    lines += _table("compute", {
+        "flops_per_s": p.flops_per_s, "energy_flops_per_s": p.flops_per_s, "power_w": p.power.compute_w,
+        "power_source": p.power.source, "free_overhead_s": p.free_overhead_s, "threads": p.threads,
+        "source": f"poet profile: {len(p.families)} operator families fitted to ops of {', '.join(p.models)}; "
+                  f"power: {p.power.note}"})
+    for f in p.families:
+        lines += _table(f"compute.families.{f.name}", {
+            "latency_s": f.fit.latency_s, "flops_per_s": f.fit.bytes_per_s, "ops": f.ops,
+            "fit_median_rel_error": round(f.fit.median_rel_error, 4), "fit_max_rel_error": round(f.fit.max_rel_error, 4),
+            "spread": round(f.spread, 4)})
+    lines += _table("storage", {
+        "read_latency_s": st.read.latency_s, "read_bytes_per_s": st.read.bytes_per_s,
+        "write_latency_s": st.write.latency_s, "write_bytes_per_s": st.write.bytes_per_s,
+        "power_w": p.power.storage_w, "power_source": p.power.source, "sync": True,
+        "medium": f"files in {st.directory}: fsync'd writes, reads "
+                  + ("after posix_fadvise(DONTNEED)" if st.cache_dropped else "(page cache not dropped)"),
+        "read_fit_median_rel_error": round(st.read.median_rel_error, 4),
+        "read_fit_max_rel_error": round(st.read.max_rel_error, 4),
+        "write_fit_median_rel_error": round(st.write.median_rel_error, 4),
+        "write_fit_max_rel_error": round(st.write.max_rel_error, 4),
+        "source": "poet profile: latency + bytes / bandwidth fitted to the size sweep below"})
+    lines += _table("storage.sweep", {"bytes": list(st.sizes), "write_s": list(st.write_s), "read_s": list(st.read_s)})
+    return "\n".join(lines) + "\n"
+
+
+def write_text_atomic(path: str | Path, text: str) -> None:
+    """Write ``text`` to ``path`` through a temporary file in the same directory, then rename."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        tmp.write_text(text)
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+
+
+__all__ = ["PROFILE_FORMAT", "FamilyFit", "HostProfile", "OpSample", "PowerReading", "choose_power",
+           "fit_families", "profile_toml", "rapl_energy_j", "write_text_atomic"]
