@@ -290,14 +290,14 @@ def test_a_sweep_point_gets_its_share_of_the_cores_for_its_searches(monkeypatch)
     import os
     import signal
 
-    from poet import sweep
     from poet.solve import parallel
+    from poet.sweep.local import worker_init
     monkeypatch.setattr(parallel, "_cap", None)
     cores = len(os.sched_getaffinity(0))
     assert parallel.worker_count(None) == cores and parallel.worker_count(1) == 1
     old = signal.getsignal(signal.SIGTERM)
     try:
-        sweep._worker_init(1)            # a sweep running as many points at once as there are cores
+        worker_init(1)            # a sweep running as many points at once as there are cores
     finally:
         signal.signal(signal.SIGTERM, old)
     assert parallel.worker_count(None) == 1

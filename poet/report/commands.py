@@ -2,55 +2,16 @@
 from __future__ import annotations
 
 import json
-import os
 import sys
 from pathlib import Path
 
 from ..units import BudgetError
 
-SWEEP_EXAMPLE = ("poet sweep --model resnet18_cifar --device a72 --memory 10%..100% --steps 10 "
-                 "--runtime 1.0x,1.2x,2x --out sweeps/resnet18_cifar-a72")
-
 
 def register(subparsers) -> None:
     """Add ``sweep`` and ``report`` to an argparse subparsers object."""
-    from ..schedule.core import PAGING_MODES
-    from ..sweep import DEFAULT_STRATEGIES
-
-    s = subparsers.add_parser(
-        "sweep", help="solve a grid of RAM x runtime budgets for several strategies, with plots",
-        description="Solve every (strategy, RAM budget, runtime budget) point of a grid in parallel, "
-                    "write DIR/sweep.csv, DIR/sweep.json and plots.  Re-running the same command resumes: "
-                    "finished points are skipped.  Example: " + SWEEP_EXAMPLE)
-    s.add_argument("--model", required=True, help="zoo model name (see `poet models`) or a poet-graph/1 JSON file")
-    s.add_argument("--device", help="device profile (see `poet devices`); not needed for a costed graph file")
-    s.add_argument("--memory", default="10%..100%",
-                   help="RAM budgets: a range LO%%..HI%% (with --steps) or a list like 20%%,50%%,3MB "
-                        "(percent = of the way from fixed RAM to the keep-all peak; default %(default)s)")
-    s.add_argument("--steps", type=int, default=10, help="points in a --memory range (default %(default)s)")
-    s.add_argument("--runtime", default="1.0x,1.2x,2x",
-                   help="deadlines, comma-separated: multiples of one plain pass (1.2x), seconds (30s) or "
-                        "none (default %(default)s)")
-    s.add_argument("--strategies", default=",".join(DEFAULT_STRATEGIES),
-                   help="comma-separated strategies (default %(default)s)")
-    s.add_argument("--out", help="output directory (default sweep-MODEL-DEVICE)")
-    s.add_argument("--jobs", type=int, default=None, help="points solved in parallel (default: CPU cores)")
-    s.add_argument("--time-limit", type=float, default=60.0, help="seconds per MILP point (default %(default)s)")
-    s.add_argument("--paging-time", choices=PAGING_MODES, default="serial",
-                   help="how paging time counts against the deadline (default %(default)s)")
-    s.add_argument("--batch-size", type=int, default=1)
-    s.add_argument("--gap", type=float, default=1e-3, help="relative MIP gap counted as optimal")
-    s.add_argument("--method", default="auto",
-                   help="MILP solve variant for poet/remat/paging (see poet.solve.milp.METHODS; default %(default)s)")
-    s.add_argument("--retry", action="store_true", help="on resume, solve again points that ended without a "
-                                                      "proof (no_solution, feasible, error)")
-    s.add_argument("--force", action="store_true",
-                   help="write into --out even if it holds other files or a different sweep")
-    s.add_argument("--no-plots", action="store_true", help="only the CSV and JSON files")
-    s.add_argument("--point", help="schedule to draw, as STRATEGY|MEMORY|RUNTIME (default: the POET point "
-                                   "with the largest saving over the best single technique)")
-    s.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
-    s.set_defaults(func=cmd_sweep)
+    from .sweep_command import register_sweep
+    register_sweep(subparsers)
 
     r = subparsers.add_parser(
         "report", help="tables and plots of a saved schedule (or re-plot a sweep directory)",
@@ -65,22 +26,8 @@ def register(subparsers) -> None:
 
 
 def cmd_sweep(a) -> int:
-    from ..sweep import SweepSpec, parse_list, parse_memory_range, run_sweep
-
-    if a.jobs is not None and a.jobs < 1:
-        raise BudgetError("--jobs must be at least 1")
-    jobs = a.jobs or os.cpu_count() or 1
-    spec = SweepSpec(model=a.model, device=a.device, memories=parse_memory_range(a.memory, a.steps),
-                     runtimes=parse_list(a.runtime), strategies=parse_list(a.strategies),
-                     paging_time=a.paging_time, time_limit_s=a.time_limit, batch_size=a.batch_size, gap=a.gap,
-                     threads=None, method=a.method)
-    out = Path(a.out or f"sweep-{Path(a.model).stem}-{a.device or 'graph'}")
-    doc = run_sweep(spec, out, jobs=jobs, force=a.force, retry=a.retry, progress=not a.quiet)
-    written = render_sweep(out, doc, point=a.point, plots=not a.no_plots)
-    print(f"{len(doc['points'])} points in {out / 'sweep.csv'} and {out / 'sweep.json'}")
-    for w in written:
-        print(f"  wrote {w}")
-    return 0
+    from .sweep_command import run_sweep_command
+    return run_sweep_command(a)
 
 
 def render_sweep(out: Path, doc: dict, point: str | None = None, plots: bool = True) -> list[Path]:
