@@ -448,7 +448,12 @@ def check_batch_size(batch_size) -> int:
 
 
 def build_model(name: str, batch_size: int = 1) -> Graph:
-    """The training graph of zoo model ``name`` (see :data:`MODELS`) at ``batch_size``."""
+    """The training graph of zoo model ``name`` (see :data:`MODELS`) at ``batch_size``, or of a
+    generated graph's spec (``layered:250:1``, see :mod:`poet.graph.generate`)."""
+    from .generate import is_spec
+    if is_spec(name):
+        from .generate import generate
+        return generate(name, batch_size if isinstance(batch_size, int) and batch_size >= 1 else 1)
     if not isinstance(name, str) or name not in _BUILDERS:
         raise GraphError(f"unknown model {name!r}; known models: {', '.join(list_models())}")
     try:

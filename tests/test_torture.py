@@ -1,0 +1,108 @@
+"""Torture cases: generated graph families nobody tuned for, at small sizes.
+
+The promises under test hold on any graph: every strategy returns a schedule the validator
+accepts (or an honest infeasible), within its time limit (checked against a generous bound:
+the machine is shared), Ctrl-C answers with the best schedule, and nothing is exponential in
+the graph.  bench/torture.py runs the same families at 250-1,000 nodes.
+"""
+from __future__ import annotations
+
+import math
+import random
+
+import pytest
+
+from poet.graph.core import CostedGraph, CostedNode, GraphError
+from poet.graph.generate import FAMILIES, generate, parse_spec
+from poet.graph.zoo import build_model
+from poet.solve.api import costed_graph
+from poet.solve.heuristics import RECOMPUTE_DEPTH, recompute_cost
+
+
+# --- the generators -----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_a_generated_family_is_a_seeded_training_graph_of_about_the_asked_size(family):
+    g = generate(f"{family}:60:3")
+    assert g == generate(f"{family}:60:3")                       # the same spec, the same graph
+    assert g != generate(f"{family}:60:4")
+    assert 56 <= len(g.nodes) <= 66
+    kinds = [nd.kind for nd in g.nodes]
+    assert "forward" in kinds and "backward" in kinds
+    nf = g.meta["forward_nodes"]
+    assert kinds == ["forward"] * (nf + 1) + ["backward"] * (len(g.nodes) - nf - 1)
+    # every forward node is read (the loss reads the sinks); a backward node is read by its inputs' ones
+    assert all(g.succs[v] for v in range(nf + 2))
+    assert all(g.succs[len(g.nodes) - 1 - v] for v in range(nf) if g.preds[v])
+    assert all(nd.output_bytes > 0 for nd in g.nodes[:nf])
+
+
+def test_a_generated_spec_is_a_model_name_everywhere():
+    g = costed_graph("rl:40:2", "a72")                          # the alias of layered
+    assert g.name == "layered:40:2" and len(g.nodes) == len(build_model("layered:40:2").nodes)
+    assert g.nodes[0].compute_time_s > 0 and g.nodes[0].pagein_time_s > 0
+
+
+@pytest.mark.parametrize("spec, words", [("layered:abc", "whole numbers"), ("layered:3", "between"),
+                                         ("layered:10:1:2", "FAMILY:NODES"), ("nosuch:10", None)])
+def test_a_bad_generated_spec_says_what_would_work(spec, words):
+    with pytest.raises(GraphError) as e:
+        build_model(spec)
+    assert words is None or words in str(e.value)
+
+
+def test_the_layered_family_has_dense_skip_connections():
+    g = generate("layered:400:1")
+    nf = g.meta["forward_nodes"]
+    fwd_edges = [(u, v) for u, v in g.edges if v < nf]
+    assert len(fwd_edges) > 3 * nf                             # a few inputs per node, not a chain
+    assert any(v - u > 40 for u, v in fwd_edges)                # and edges that skip far
+
+
+# --- the greedy's recomputation price is linear in the graph ------------------------------------
+
+def _ladder(n: int, fan_in: int) -> CostedGraph:
+    """Every node reads the ``fan_in`` nodes before it: ``fan_in ** depth`` paths back from any node."""
+    nodes = [CostedNode(f"n{v}", "forward", 100, 1.0, 1.0 + v / n, 0.1, 0.1, 0.1, 0.1) for v in range(n)]
+    edges = [(u, v) for v in range(n) for u in range(max(0, v - fan_in), v)]
+    return CostedGraph("ladder", tuple(nodes), tuple(edges))
+
+
+def _recursive_cost(g, x, at, present, stored, depth=0):
+    """The plain recursion the greedy used to run (exponential in the in-degree): the reference."""
+    e, tt = g.nodes[x].compute_energy_j, g.nodes[x].compute_time_s
+    for p in g.preds[x]:
+        if p in present and g.last_useful_stage[p] >= at:
+            continue
+        if p in stored:
+            e, tt = e + g.nodes[p].pagein_energy_j, tt + g.nodes[p].pagein_time_s
+        elif depth < RECOMPUTE_DEPTH:
+            pe, pt = _recursive_cost(g, p, at, present, stored, depth + 1)
+            e, tt = e + pe, tt + pt
+        else:
+            return math.inf, math.inf
+    return e, tt
+
+
+def test_the_recompute_price_visits_each_node_a_bounded_number_of_times():
+    g = _ladder(200, 6)                # the recursion would evaluate about 6**8 = 1.7 million nodes
+    stats: dict = {}
+    present = set(range(142))          # every path back from 150 reaches them within 8 inputs
+    e, _ = recompute_cost(g, 150, 150, present, stored=(), stats=stats)
+    assert math.isfinite(e) and (e, _) == _recursive_cost(g, 150, 150, present, ())
+    assert stats["visits"] <= (RECOMPUTE_DEPTH + 1) * len(g.nodes)
+    stats = {}
+    e, _ = recompute_cost(g, 199, 199, present=set(), stored=(), stats=stats)   # deeper than 8: inf
+    assert e == math.inf and stats["visits"] <= (RECOMPUTE_DEPTH + 1) * len(g.nodes)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_memoised_recompute_price_is_the_recursions(seed):
+    rnd = random.Random(seed)
+    g = _ladder(40, 3)
+    for _ in range(20):
+        x = rnd.randrange(len(g.nodes))
+        present = {v for v in range(x) if rnd.random() < 0.4}
+        stored = {v for v in range(x) if v not in present and rnd.random() < 0.2}
+        at = rnd.randrange(x, len(g.nodes))
+        assert recompute_cost(g, x, at, present, stored) == _recursive_cost(g, x, at, present, stored)
