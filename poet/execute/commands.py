@@ -173,6 +173,8 @@ def cmd_train(a) -> int:
         pl = _make_plan(a, model, loss_fn, inputs, targets, opt)
         say(pl)
         if not pl.feasible:
+            _emit_json(a, {"model": a.model, "device": pl.device, "strategy": a.strategy, "status": pl.schedule.status,
+                           "message": str(pl.schedule.solver.get("message", ""))})
             return 3
         losses = []
         results = []
@@ -199,7 +201,8 @@ def cmd_train(a) -> int:
         say(f"predicted vs measured (median of {len(results)} steps; busy = CPU seconds of compute and free + "
             f"wall seconds of paging, which other processes' load does not stretch):")
         say(timing_table(timing))
-        report = {"model": a.model, "device": pl.device, "strategy": a.strategy, "costs": a.costs,
+        report = {"model": a.model, "device": pl.device, "strategy": a.strategy, "status": pl.schedule.status,
+                  "costs": a.costs,
                   "steps": a.steps, "losses": losses, "measured_peak_bytes": peak,
                   "predicted_peak_bytes": pl.totals.peak_ram_bytes, "budget_bytes": pl.schedule.budget.ram_bytes,
                   "torch_threads": pl.threads or torch.get_num_threads(),

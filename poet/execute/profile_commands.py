@@ -35,7 +35,7 @@ def register(subparsers) -> None:
     p.add_argument("--threads", type=int, default=1,
                    help="torch threads to measure with (default 1; training with this profile uses the same)")
     p.add_argument("--runs", type=int, default=20, help="measured executions of each model's step (default 20)")
-    p.add_argument("--name", default="host", help="the profile's device name (default host)")
+    p.add_argument("--name", default=None, help="the profile's device name (default host; board with --import)")
     p.add_argument("--quick", action="store_true", help="tiny sweep and few runs: a complete but rough profile")
     p.add_argument("--import", dest="import_csv", metavar="CSV",
                    help="build the profile from a CSV of measurements taken on another board (docs/devices.md)")
@@ -147,7 +147,7 @@ def _measure(a, say) -> int:
     say(f"storage: files in {directory}")
     storage = profile_storage(directory, QUICK_SIZES if a.quick else FULL_SIZES, 2 if a.quick else 5, progress=say)
     fams, rate = fit_families(samples)
-    hp = HostProfile(name=a.name, threads=a.threads, families=fams, flops_per_s=rate, free_overhead_s=free_s,
+    hp = HostProfile(name=a.name or "host", threads=a.threads, families=fams, flops_per_s=rate, free_overhead_s=free_s,
                      power=power, storage=storage, models=specs, command="poet " + " ".join(sys.argv[1:]),
                      seconds=time.perf_counter() - t0)
     write_text_atomic(a.out, profile_toml(hp))
@@ -176,7 +176,7 @@ def _import(a, say) -> int:
     m = read_measurements(a.import_csv)
     say(f"{a.import_csv}: {len(m.ops)} op rows, {len(m.storage)} storage rows")
     if a.out:
-        write_text_atomic(a.out, imported_profile_toml(m, name=a.name, power_w=a.power_w,
+        write_text_atomic(a.out, imported_profile_toml(m, name=a.name or "board", power_w=a.power_w,
                                                        storage_power_w=a.storage_power_w))
         load_device(a.out)
         print(f"wrote {a.out}: device profile from {a.import_csv}")

@@ -26,7 +26,8 @@ def linear_cost_model(graph: Graph, device: Device | str, fixed_ram_bytes: int =
     if dev.families:          # a measured profile: per-family latency + FLOPs / rate (profile_model.py)
         from .profile_model import costed_node, op_seconds
         nodes = tuple(costed_node(dev, nd.name, nd.kind, int(nd.output_bytes),
-                                  op_seconds(dev, nd.op, nd.flops) + dev.free_overhead_s) for nd in graph.nodes)
+                                  op_seconds(dev, nd.op, nd.flops) + dev.free_overhead_s, tile=nd.tile)
+                      for nd in graph.nodes)
         return CostedGraph(name=graph.name, nodes=nodes, edges=graph.edges, fixed_ram_bytes=fixed_ram_bytes,
                            meta={"device": dev.name, "param_bytes": graph.param_bytes, **graph.meta})
     nodes = []

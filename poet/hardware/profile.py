@@ -148,7 +148,7 @@ def ram_bytes() -> int:
     return 0
 
 
-def _toml_value(v) -> str:
+def toml_value(v) -> str:
     if isinstance(v, bool):
         return "true" if v else "false"
     if isinstance(v, int):
@@ -156,37 +156,37 @@ def _toml_value(v) -> str:
     if isinstance(v, float):
         return repr(v) if math.isfinite(v) else "nan"
     if isinstance(v, (list, tuple)):
-        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
+        return "[" + ", ".join(toml_value(x) for x in v) + "]"
     s = str(v).replace("\\", "\\\\").replace('"', '\\"').replace("\n", " ")
     return f'"{s}"'
 
 
-def _table(name: str, items: dict) -> list[str]:
-    return [f"\n[{name}]"] + [f"{k} = {_toml_value(v)}" for k, v in items.items()]
+def toml_table(name: str, items: dict) -> list[str]:
+    return [f"\n[{name}]"] + [f"{k} = {toml_value(v)}" for k, v in items.items()]
 
 
 def profile_toml(p: HostProfile) -> str:
     """The profile as device TOML (docs/devices.md): every command reads it with ``--device``."""
     st = p.storage
     lines = [f"# Measured by `poet profile` on {p.created}; load average {', '.join(f'{x:.2f}' for x in p.load_average)}",
-             f"name = {_toml_value(p.name)}",
-             f"part = {_toml_value(f'{cpu_name()}, {p.threads} torch thread(s)')}",
+             f"name = {toml_value(p.name)}",
+             f"part = {toml_value(f'{cpu_name()}, {p.threads} torch thread(s)')}",
              f"ram_bytes = {ram_bytes()}"]
-    lines += _table("profile", {"format": PROFILE_FORMAT, "created": p.created, "command": p.command,
+    lines += toml_table("profile", {"format": PROFILE_FORMAT, "created": p.created, "command": p.command,
                                 "models": p.models, "load_average": list(p.load_average),
                                 "seconds": round(p.seconds, 1),
                                 "timing": "CPU seconds (process_time) of each op run by the executor, mean over runs"})
-    lines += _table("compute", {
+    lines += toml_table("compute", {
         "flops_per_s": p.flops_per_s, "energy_flops_per_s": p.flops_per_s, "power_w": p.power.compute_w,
         "power_source": p.power.source, "free_overhead_s": p.free_overhead_s, "threads": p.threads,
         "source": f"poet profile: {len(p.families)} operator families fitted to ops of {', '.join(p.models)}; "
                   f"power: {p.power.note}"})
     for f in p.families:
-        lines += _table(f"compute.families.{f.name}", {
+        lines += toml_table(f"compute.families.{f.name}", {
             "latency_s": f.fit.latency_s, "flops_per_s": f.fit.bytes_per_s, "ops": f.ops,
             "fit_median_rel_error": round(f.fit.median_rel_error, 4), "fit_max_rel_error": round(f.fit.max_rel_error, 4),
             "spread": round(f.spread, 4)})
-    lines += _table("storage", {
+    lines += toml_table("storage", {
         "read_latency_s": st.read.latency_s, "read_bytes_per_s": st.read.bytes_per_s,
         "write_latency_s": st.write.latency_s, "write_bytes_per_s": st.write.bytes_per_s,
         "power_w": p.power.storage_w, "power_source": p.power.source, "sync": True,
@@ -197,7 +197,7 @@ def profile_toml(p: HostProfile) -> str:
         "write_fit_median_rel_error": round(st.write.median_rel_error, 4),
         "write_fit_max_rel_error": round(st.write.max_rel_error, 4),
         "source": "poet profile: latency + bytes / bandwidth fitted to the size sweep below"})
-    lines += _table("storage.sweep", {"bytes": list(st.sizes), "write_s": list(st.write_s), "read_s": list(st.read_s)})
+    lines += toml_table("storage.sweep", {"bytes": list(st.sizes), "write_s": list(st.write_s), "read_s": list(st.read_s)})
     return "\n".join(lines) + "\n"
 
 
@@ -213,5 +213,17 @@ def write_text_atomic(path: str | Path, text: str) -> None:
             tmp.unlink()
 
 
-__all__ = ["PROFILE_FORMAT", "FamilyFit", "HostProfile", "OpSample", "PowerReading", "choose_power",
-           "fit_families", "profile_toml", "rapl_energy_j", "write_text_atomic"]
+__all__ = [
+    "PROFILE_FORMAT",
+    "FamilyFit",
+    "HostProfile",
+    "OpSample",
+    "PowerReading",
+    "choose_power",
+    "fit_families",
+    "profile_toml",
+    "rapl_energy_j",
+    "toml_table",
+    "toml_value",
+    "write_text_atomic",
+]

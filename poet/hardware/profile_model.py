@@ -69,13 +69,13 @@ def paging_seconds(dev: Device, nbytes: int, free_s: float | None = None) -> tup
 
 
 def costed_node(dev: Device, name: str, kind: str, nbytes: int, compute_s: float,
-                free_s: float | None = None) -> CostedNode:
+                free_s: float | None = None, tile=None) -> CostedNode:
     """A node priced on ``dev`` from its compute seconds (energy: seconds x power) and its bytes."""
     t_in, t_out = paging_seconds(dev, nbytes, free_s)
     return CostedNode(name=name, kind=kind, ram_bytes=int(nbytes),
                       compute_time_s=compute_s, compute_energy_j=compute_s * dev.compute_power_w,
                       pagein_time_s=t_in, pagein_energy_j=t_in * dev.storage_power_w,
-                      pageout_time_s=t_out, pageout_energy_j=t_out * dev.storage_power_w)
+                      pageout_time_s=t_out, pageout_energy_j=t_out * dev.storage_power_w, tile=tile)
 
 
 def price_program(program, dev: Device, fixed_ram_bytes: int, costs: str = "profile") -> CostedGraph:
@@ -88,7 +88,7 @@ def price_program(program, dev: Device, fixed_ram_bytes: int, costs: str = "prof
     nodes = []
     for v, nd in enumerate(g.nodes):
         secs = sum(op_seconds(dev, program.units[u].op, program.units[u].flops) for u in program.groups[v])
-        nodes.append(costed_node(dev, nd.name, nd.kind, nd.output_bytes, secs + dev.free_overhead_s))
+        nodes.append(costed_node(dev, nd.name, nd.kind, nd.output_bytes, secs + dev.free_overhead_s, tile=nd.tile))
     meta = {"device": dev.name, "costs": costs, "param_bytes": g.param_bytes, **g.meta}
     return CostedGraph(name=g.name, nodes=tuple(nodes), edges=g.edges, fixed_ram_bytes=fixed_ram_bytes, meta=meta)
 
@@ -98,7 +98,7 @@ def price_measured(graph, dev: Device, node_seconds, free_s: float, fixed_ram_by
     whose paging comes from ``dev``'s storage fit; energy = time x ``dev``'s powers."""
     if len(node_seconds) != len(graph.nodes):
         raise ValueError(f"{len(node_seconds)} measured times for {len(graph.nodes)} nodes")
-    nodes = tuple(costed_node(dev, nd.name, nd.kind, nd.output_bytes, float(t) + free_s, free_s)
+    nodes = tuple(costed_node(dev, nd.name, nd.kind, nd.output_bytes, float(t) + free_s, free_s, tile=nd.tile)
                   for nd, t in zip(graph.nodes, node_seconds))
     meta = {"device": dev.name, "costs": "measured", "param_bytes": graph.param_bytes, **graph.meta}
     return CostedGraph(name=graph.name, nodes=nodes, edges=graph.edges, fixed_ram_bytes=fixed_ram_bytes, meta=meta)
