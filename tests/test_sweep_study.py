@@ -8,7 +8,14 @@ import json
 import pytest
 
 from poet.cli import main
-from poet.sweep import SweepError, SweepSpec, load_study, run_study, run_sweep, study_from_lists
+from poet.sweep import (
+    SweepError,
+    SweepSpec,
+    load_study,
+    run_study,
+    run_sweep,
+    study_from_lists,
+)
 from poet.sweep.local import LocalBackend
 from poet.sweep.study import saving_rows, spec_from, study_markdown, write_study_summary
 
@@ -74,7 +81,7 @@ def test_a_study_writes_one_sweep_directory_per_model_and_device(study):
 
 
 def test_the_study_summary_is_poets_saving_over_the_best_single_technique(study):
-    out, sweeps, docs, _ = study
+    out, _, docs, _ = study
     written = write_study_summary(out, docs)
     assert [p.name for p in written] == ["study.md", "study.csv"]
     with open(out / "study.csv") as f:
@@ -96,7 +103,7 @@ def test_the_study_summary_is_poets_saving_over_the_best_single_technique(study)
 
 
 def test_a_study_resumes_and_a_finished_one_has_nothing_left(study):
-    out, sweeps, docs, _ = study
+    out, sweeps, _, _ = study
     log = io.StringIO()
     run_study(sweeps, out, LocalBackend(jobs=1), stream=log)
     assert log.getvalue().count("resuming: 8 of 8 points") == 4
@@ -144,3 +151,29 @@ def test_a_study_never_writes_into_an_unrelated_directory(tmp_path, capsys):
     assert sorted(p.name for p in out.iterdir()) == ["notes.txt"]
     rc = main(["sweep", "--study", str(tmp_path / "nope.toml"), "--model", "linear"])
     assert rc == 2 and "either --study FILE or --model" in capsys.readouterr().err
+
+
+def dies_once(marks: str, spec_d, strategy, memory, runtime, graph=None):
+    """A point task whose worker process dies on its first attempt (noted in a file per point)."""
+    import os
+
+    from poet.sweep.points import solve_point
+    mark = os.path.join(marks, f"{strategy}-{memory}".replace("%", "pc"))
+    first = not os.path.exists(mark)
+    with open(mark, "a") as f:
+        f.write("attempt\n")
+    if first:
+        os._exit(1)
+    return solve_point(spec_d, strategy, memory, runtime, graph)
+
+
+def test_a_point_whose_local_worker_dies_is_sent_again(tmp_path):
+    from functools import partial
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    spec = SweepSpec(model="linear", device="a72", memories=["100%"], runtimes=["1.5x"], strategies=["capuchin"])
+    doc = run_sweep(spec, tmp_path / "s", backend=LocalBackend(jobs=1, task=partial(dies_once, str(marks))),
+                    progress=False)
+    (row,) = doc["points"]
+    assert row["status"] == "heuristic" and row["energy_j"] and (tmp_path / "s" / row["schedule_file"]).is_file()
+    assert (marks / "capuchin-100pc").read_text().count("attempt") == 2

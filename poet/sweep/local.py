@@ -26,12 +26,14 @@ def worker_init(cores: int = 1):
 
 class LocalBackend:
     """``jobs`` worker processes on this machine; each solve gets ``threads`` cores (default:
-    the machine's cores shared out between the jobs)."""
+    the machine's cores shared out between the jobs).  ``task``: what a worker runs for a point
+    (default :func:`solve_point`; it must be importable by name, as workers are fresh interpreters)."""
 
-    def __init__(self, jobs: int | None = None, threads: int | None = None):
+    def __init__(self, jobs: int | None = None, threads: int | None = None, task=None):
         cpus = os.cpu_count() or 1
         self.jobs = max(1, jobs or cpus)
         self.cores = threads or max(1, cpus // self.jobs)
+        self.task = task or solve_point
         self.pool = None
         self.futures: dict = {}     # future -> (tag, args, sends, pool)
 
@@ -63,7 +65,7 @@ class LocalBackend:
     def submit(self, tag, spec_d: dict, point, graph=None, sends: int = 0) -> None:
         args = (spec_d, *point)
         pool = self._pool()
-        self.futures[pool.submit(solve_point, *args)] = (tag, args, sends, pool)
+        self.futures[pool.submit(self.task, *args)] = (tag, args, sends, pool)
 
     def wait(self, timeout: float | None = None) -> list:
         """Finished points as ``(tag, row, schedule, error)``; empty if none finished in ``timeout``."""

@@ -93,6 +93,12 @@ class RayBackend:
                                  f"`ray start --head` and pass its address, or use --cluster ray for a local "
                                  f"one") from None
             self.started = True
+            if self.local and any(n.get("NodeManagerAddress") not in ("127.0.0.1", "::1", "localhost")
+                                  for n in ray.nodes()):
+                self.close()
+                raise SweepError("the local Ray did not keep to 127.0.0.1 (ray was imported before poet could "
+                                 "set RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0); set it in the environment, or start "
+                                 "Ray yourself and pass its address to --cluster")
         cpus = [n.get("Resources", {}).get("CPU", 0) for n in ray.nodes() if n.get("Alive")]
         if cpus and self.threads > max(cpus):
             raise SweepError(f"--threads {self.threads} is more CPUs than any machine of the Ray cluster has "
