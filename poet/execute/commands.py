@@ -198,8 +198,8 @@ def cmd_train(a) -> int:
             f"measured peak {fmt_bytes(peak)} <= budget {fmt_bytes(pl.schedule.budget.ram_bytes)}: "
             f"{peak <= pl.schedule.budget.ram_bytes}")
         timing = median_rows(results)
-        say(f"predicted vs measured (median of {len(results)} steps; busy = CPU seconds of compute and free + "
-            f"wall seconds of paging, which other processes' load does not stretch):")
+        say(f"predicted vs measured (median of {len(results)} steps; busy = wall seconds minus waits for a CPU "
+            f"behind other processes, see docs/devices.md):")
         say(timing_table(timing))
         report = {"model": a.model, "device": pl.device, "strategy": a.strategy, "status": pl.schedule.status,
                   "costs": a.costs,

@@ -34,6 +34,7 @@ from ..graph.torch_export import placeholder_values
 from ..schedule.core import Schedule
 from ..units import fmt_bytes, fmt_seconds
 from .store import PagingError, PagingStore
+from .timing import RunQueueClock
 
 
 class ExecutionError(RuntimeError):
@@ -48,6 +49,7 @@ class InstructionRecord:
     live_bytes: int            # activation store after the instruction (unique storages)
     predicted_bytes: int       # the validator's activation bytes after the instruction (no fixed)
     cpu_seconds: float = 0.0   # CPU time of this process during the instruction (time.process_time)
+    busy_seconds: float = 0.0  # wall seconds minus run-queue waits (see poet.execute.timing)
 
 
 @dataclass
@@ -73,12 +75,13 @@ class RunResult:
     applied: bool = False
     rng_replays: int = 0               # seeded ops recomputed with their first draw's generator state
     cpu_seconds: dict = field(default_factory=dict)   # CPU seconds per instruction kind (process_time)
+    busy_seconds: dict = field(default_factory=dict)  # wall minus run-queue waits per kind (timing.py)
 
     @property
     def timing(self) -> list:
         """Predicted vs measured seconds per instruction kind and for the iteration (see TimingRow)."""
         from .timing import timing_rows
-        return timing_rows(self.predicted_seconds, self.seconds, self.cpu_seconds)
+        return timing_rows(self.predicted_seconds, self.seconds, self.busy_seconds)
 
     @property
     def measured_peak_bytes(self) -> int:
@@ -167,6 +170,8 @@ class Executor:
         records: list[InstructionRecord] = []
         seconds = {"compute": 0.0, "page_out": 0.0, "page_in": 0.0, "free": 0.0}
         cpu_seconds = dict(seconds)
+        busy = dict(seconds)
+        runq = RunQueueClock()
         intra_peak = [0]
         pstore = None
 
@@ -307,6 +312,7 @@ class Executor:
                     op, v = s.op, s.node
                     t0 = time.perf_counter()
                     c0 = time.process_time()
+                    q0 = runq.waited()
                     if op == "compute":
                         if v in store:
                             raise ExecutionError(f"step {idx}: node {v} computed while in RAM")
@@ -330,10 +336,12 @@ class Executor:
                         raise ExecutionError(f"step {idx}: unknown op {op!r}")
                     dt = time.perf_counter() - t0
                     dc = time.process_time() - c0
+                    db = max(0.0, dt - (runq.waited() - q0))
                     seconds[op] += dt
                     cpu_seconds[op] += dc
+                    busy[op] += db
                     intra_peak[0] = max(intra_peak[0], live[0])
-                    rec = InstructionRecord(op, v, dt, live[0], pred_live, dc)
+                    rec = InstructionRecord(op, v, dt, live[0], pred_live, dc, db)
                     records.append(rec)
                     if callback is not None:
                         callback(idx, rec)
@@ -352,6 +360,7 @@ class Executor:
                                  f"({schedule.steps[len(records)].op} node {schedule.steps[len(records)].node}) "
                                  f"failed: {type(e).__name__}: {e}") from e
         finally:
+            runq.close()
             store.clear()
             refcount.clear()
             if pstore is not None:
@@ -367,6 +376,7 @@ class Executor:
         total = sum(seconds.values())
         seconds["total"] = total
         cpu_seconds["total"] = sum(cpu_seconds.values())
+        busy["total"] = sum(busy.values())
         pred_secs = {}
         if tot is not None:
             pred_secs = {"compute": tot.compute_time_s, "total": tot.runtime_s,
@@ -381,7 +391,8 @@ class Executor:
             budget_bytes=schedule.budget.ram_bytes, bytes_written=bw, bytes_read=br,
             predicted_bytes_paged_out=tot.bytes_paged_out if tot else 0,
             predicted_bytes_paged_in=tot.bytes_paged_in if tot else 0,
-            seconds=seconds, predicted_seconds=pred_secs, rng_replays=rng_replays[0], cpu_seconds=cpu_seconds)
+            seconds=seconds, predicted_seconds=pred_secs, rng_replays=rng_replays[0], cpu_seconds=cpu_seconds,
+            busy_seconds=busy)
         if apply:
             self.apply(res, optimizer=optimizer)
         return res

@@ -22,12 +22,12 @@ from dataclasses import dataclass
 class ProgramTiming:
     """Per-node medians over ``runs`` executions of the keep-everything schedule."""
 
-    node_cpu_s: tuple[float, ...]       # compute instruction, CPU seconds (mean)
+    node_busy_s: tuple[float, ...]       # compute instruction, busy seconds (mean)
     node_wall_s: tuple[float, ...]      # compute instruction, wall seconds (median)
-    node_spread: tuple[float, ...]      # (p75 - p25) / median of the CPU seconds
-    free_cpu_s: float                   # one free instruction, CPU seconds (mean over all)
+    node_spread: tuple[float, ...]      # (p75 - p25) / median of the busy seconds
+    free_busy_s: float                   # one free instruction, busy seconds (mean over all)
     runs: int
-    iteration_cpu_s: float              # median CPU seconds of one whole run
+    iteration_busy_s: float              # median busy seconds of one whole run
     iteration_wall_s: float             # median wall seconds of one whole run
 
 
@@ -53,10 +53,10 @@ def measure_program(program, *, runs: int = 20, warmup: int = 3, max_seconds: fl
     sched = reference_schedule(cg, "keep")
     ex = Executor(program)
     n = len(cg)
-    cpu: list[list[float]] = [[] for _ in range(n)]
+    busy: list[list[float]] = [[] for _ in range(n)]
     wall: list[list[float]] = [[] for _ in range(n)]
     frees: list[float] = []
-    it_cpu, it_wall = [], []
+    it_busy, it_wall = [], []
     t_start = time.perf_counter()
     done = 0
     for i in range(warmup + runs):
@@ -66,20 +66,20 @@ def measure_program(program, *, runs: int = 20, warmup: int = 3, max_seconds: fl
         done += 1
         for rec in res.records:
             if rec.op == "compute":
-                cpu[rec.node].append(rec.cpu_seconds)
+                busy[rec.node].append(rec.busy_seconds)
                 wall[rec.node].append(rec.seconds)
             elif rec.op == "free":
-                frees.append(rec.cpu_seconds)
-        it_cpu.append(res.cpu_seconds["total"])
+                frees.append(rec.busy_seconds)
+        it_busy.append(res.busy_seconds["total"])
         it_wall.append(res.seconds["total"])
         if progress and (done % 5 == 0 or done == runs):
             progress(f"{program.name}: run {done}/{runs}")
         if max_seconds is not None and done >= 3 and time.perf_counter() - t_start > max_seconds:
             break
     return ProgramTiming(
-        node_cpu_s=tuple(statistics.fmean(x) for x in cpu), node_wall_s=tuple(statistics.median(x) for x in wall),
-        node_spread=tuple(_quartile_spread(x) for x in cpu), free_cpu_s=statistics.fmean(frees) if frees else 0.0,
-        runs=done, iteration_cpu_s=statistics.median(it_cpu), iteration_wall_s=statistics.median(it_wall))
+        node_busy_s=tuple(statistics.fmean(x) for x in busy), node_wall_s=tuple(statistics.median(x) for x in wall),
+        node_spread=tuple(_quartile_spread(x) for x in busy), free_busy_s=statistics.fmean(frees) if frees else 0.0,
+        runs=done, iteration_busy_s=statistics.median(it_busy), iteration_wall_s=statistics.median(it_wall))
 
 
 def measured_costs(program, device, *, runs: int = 20, warmup: int = 3, fixed_ram_bytes: int | None = None,
@@ -90,7 +90,7 @@ def measured_costs(program, device, *, runs: int = 20, warmup: int = 3, fixed_ra
     from ..hardware.profile_model import price_measured
     timing = measure_program(program, runs=runs, warmup=warmup, progress=progress)
     fixed = program.fixed_ram_bytes if fixed_ram_bytes is None else int(fixed_ram_bytes)
-    return price_measured(program.graph, load_device(device), timing.node_cpu_s, timing.free_cpu_s, fixed)
+    return price_measured(program.graph, load_device(device), timing.node_busy_s, timing.free_busy_s, fixed)
 
 
 __all__ = ["ProgramTiming", "measure_program", "measured_costs"]

@@ -89,9 +89,9 @@ def measure_ops(specs, batch_size: int, runs: int, warmup: int, say):
         t = measure_program(prog, runs=runs, warmup=warmup, progress=say)
         for v, grp in enumerate(prog.groups):
             u = prog.units[grp[0]]
-            samples.append(OpSample(u.op, u.flops, t.node_cpu_s[v], t.node_spread[v]))
-        frees.append(t.free_cpu_s)
-        say(f"{spec}: {len(prog.groups)} ops, step {t.iteration_cpu_s * 1e3:.2f} ms CPU "
+            samples.append(OpSample(u.op, u.flops, t.node_busy_s[v], t.node_spread[v]))
+        frees.append(t.free_busy_s)
+        say(f"{spec}: {len(prog.groups)} ops, step {t.iteration_busy_s * 1e3:.2f} ms busy "
             f"({t.iteration_wall_s * 1e3:.2f} ms wall), median of {t.runs} runs")
     return samples, statistics.median(frees)
 

@@ -16,6 +16,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .device import Device, OpFamily
 from .profile_model import op_family
 from .profile_storage import LinearFit, StorageProfile, fit_latency_bandwidth
 
@@ -128,6 +129,18 @@ class HostProfile:
     seconds: float = 0.0
 
 
+def profile_device(p: HostProfile) -> Device:
+    """The :class:`Device` the profile's file describes, without writing it (benchmarks, tests)."""
+    st = p.storage
+    return Device(name=p.name, part=f"{cpu_name()}, {p.threads} torch thread(s)", ram_bytes=ram_bytes(),
+                  flops_per_s=p.flops_per_s, energy_flops_per_s=p.flops_per_s, compute_power_w=p.power.compute_w,
+                  read_latency_s=st.read.latency_s, read_bytes_per_s=st.read.bytes_per_s,
+                  write_latency_s=st.write.latency_s, write_bytes_per_s=st.write.bytes_per_s,
+                  storage_power_w=p.power.storage_w,
+                  families=tuple(OpFamily(f.name, f.fit.latency_s, f.fit.bytes_per_s) for f in p.families),
+                  free_overhead_s=p.free_overhead_s, threads=p.threads, paging_sync=True)
+
+
 def cpu_name() -> str:
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -175,7 +188,7 @@ def profile_toml(p: HostProfile) -> str:
     lines += toml_table("profile", {"format": PROFILE_FORMAT, "created": p.created, "command": p.command,
                                 "models": p.models, "load_average": list(p.load_average),
                                 "seconds": round(p.seconds, 1),
-                                "timing": "CPU seconds (process_time) of each op run by the executor, mean over runs"})
+                                "timing": "busy seconds (wall minus run-queue waits) of each op run by the executor, mean over runs"})
     lines += toml_table("compute", {
         "flops_per_s": p.flops_per_s, "energy_flops_per_s": p.flops_per_s, "power_w": p.power.compute_w,
         "power_source": p.power.source, "free_overhead_s": p.free_overhead_s, "threads": p.threads,
@@ -221,6 +234,7 @@ __all__ = [
     "PowerReading",
     "choose_power",
     "fit_families",
+    "profile_device",
     "profile_toml",
     "rapl_energy_j",
     "toml_table",
