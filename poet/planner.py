@@ -26,6 +26,7 @@ class Plan:
     schedule: Schedule
     device: str
     executor_options: dict = field(default_factory=dict)
+    tiling: object = None      # poet.execute.tiled.TilingChoice when tiling was considered
     _executor: object = field(default=None, repr=False)
     threads: int = 0           # torch threads to run with (a measured profile's); 0: leave torch's setting
 
@@ -56,6 +57,8 @@ class Plan:
                  + (f" (gap {s.solver['gap']:.2%})" if s.status == FEASIBLE and s.solver.get("gap") is not None
                     else "")
                  + (f"; {cache_note(s.solver)}" if s.solver.get("cache") else "")]
+        if self.tiling is not None:
+            lines += self.tiling.lines()
         if s.totals:
             t = s.totals
             lines.append(f"predicted: peak {fmt_bytes(t.peak_ram_bytes)} (fixed {fmt_bytes(g.fixed_ram_bytes)}), "
@@ -112,7 +115,7 @@ class Plan:
 def plan(model, example_inputs, loss_fn=None, *, targets=(), device="m4", memory="100%", runtime=None,
          strategy: str = "poet", granularity: str = "aten", paging_time: str = PAGING_SERIAL, optimizer=None,
          time_limit: float | None = 60.0, fixed_ram=None, paging_dir=None, swap_file=None, max_nodes=None,
-         costs: str = "model", measure_runs: int = 20, **solve_options) -> Plan:
+         costs: str = "model", measure_runs: int = 20, tile="auto", **solve_options) -> Plan:
     """Trace ``model`` with its loss, price it on ``device``, schedule it within the budgets.
 
     example_inputs: the model's positional inputs (a tensor or tuple);
@@ -127,6 +130,9 @@ def plan(model, example_inputs, loss_fn=None, *, targets=(), device="m4", memory
     executions, medians) and prices paging with ``device``'s storage (docs/devices.md).
     A measured profile (``poet profile``) also sets how the plan runs: its torch thread count, and
     pages fsync'd and dropped from the page cache, as its storage was measured.
+    tile: ``"auto"`` (default) tiles the ops that must be split when the budget is below the
+    untiled minimum (:func:`poet.execute.tiled.tile_for_budget`); ``"off"`` never tiles; an
+    integer forces that many tiles.  Tiled plans match autograd within the bound in docs/torch.md.
     """
     from .graph.torch_export import export_training_graph
     from .hardware import load_device
@@ -140,12 +146,27 @@ def plan(model, example_inputs, loss_fn=None, *, targets=(), device="m4", memory
         raise ValueError(f"granularity must be 'aten' or 'layer', got {granularity!r}")
     dev = load_device(device)
     fixed = None if fixed_ram is None else parse_bytes(fixed_ram)
-    if costs == "measured":
-        cg = _measured(prog, dev, fixed, measure_runs)
-    elif costs == "model":
-        cg = prog.costed(dev, fixed)
-    else:
+    if costs not in ("model", "measured"):
         raise ValueError(f"costs must be 'model' or 'measured', got {costs!r}")
+
+    def price(p):
+        return _measured(p, dev, fixed, measure_runs) if costs == "measured" else p.costed(dev, fixed)
+    cg = price(prog)
+    tiling = None
+    count = _tile_count(tile)
+    if count != 0:
+        from .execute.tiled import tile_for_budget
+        from .solve.api import make_budget
+        budget = make_budget(cg, memory, runtime, paging_time)
+        if count is not None and granularity != "aten":
+            raise ValueError("tiling needs granularity 'aten'; use --tile off with --granularity layer")
+        if granularity == "aten" and (count is not None or budget.ram_bytes < cg.min_ram_bytes()):
+            tiling = tile_for_budget(prog, dev, budget.ram_bytes, fixed_ram_bytes=fixed, count=count)
+            if tiling.tiled:
+                prog = tiling.program
+                cg = price(prog)
+                # the same bytes and seconds as asked of the untiled step
+                memory, runtime = budget.ram_bytes, budget.runtime_s
     sched = solve(cg, memory=memory, runtime=runtime, strategy=strategy, paging_time=paging_time,
                   time_limit=time_limit, **solve_options)
     opts = {}
@@ -155,7 +176,8 @@ def plan(model, example_inputs, loss_fn=None, *, targets=(), device="m4", memory
         opts["swap_file"] = swap_file
     if dev.paging_sync:
         opts.update(fsync=True, drop_cache=True)
-    return Plan(program=prog, schedule=sched, device=dev.name, executor_options=opts, threads=dev.threads)
+    return Plan(program=prog, schedule=sched, device=dev.name, executor_options=opts, threads=dev.threads,
+                tiling=tiling)
 
 
 def _measured(prog, dev, fixed, runs: int):
@@ -169,6 +191,21 @@ def _measured(prog, dev, fixed, runs: int):
         return measured_costs(prog, dev, runs=runs, fixed_ram_bytes=fixed)
     finally:
         torch.set_num_threads(before)
+
+
+def _tile_count(tile) -> int | None:
+    """0: never tile; None: tile when needed; n: force n tiles."""
+    if tile is None or tile == "auto":
+        return None
+    if tile is False or tile == "off":
+        return 0
+    try:
+        n = int(tile)
+    except (TypeError, ValueError):
+        raise ValueError(f"tile must be 'auto', 'off' or a tile count >= 2, got {tile!r}") from None
+    if n < 2:
+        raise ValueError(f"a tile count must be at least 2, got {tile!r} (use 'off' for no tiling)")
+    return n
 
 
 __all__ = ["Plan", "plan"]

@@ -507,6 +507,31 @@ def _build(gm, ph_desc, out_desc, *, name, model, params, buffers, batch, uname,
     return prog
 
 
+def program_from_joint_graph(gm, program: TorchProgram, *, name: str | None = None,
+                             flops: dict[str, float] | None = None) -> TorchProgram:
+    """A program from a rewritten joint graph ``gm`` of ``program`` (e.g. a tiled one).
+
+    ``gm`` keeps ``program``'s placeholders (same names, same order) and outputs the
+    values of ``program.bindings`` in their order.  Bytes are measured by running it
+    once on the example batch, as at extraction; ``flops`` (fx name -> FLOPs) replaces
+    the estimate of ops the FLOP counter does not know (Python functions).
+    """
+    ph_desc = [(role, nm) for role, nm, _ in program.placeholders]
+    out_desc = [(b.role, b.name) for b in program.bindings]
+    batch = program.example_batch
+    traced = _run_traced(gm, ph_desc, program.params, program.buffers, batch, lambda n: n)
+    prog = _build(gm, ph_desc, out_desc, name=name or program.name, model=program.model, params=program.params,
+                  buffers=program.buffers, batch=batch, uname=lambda n: n, optimizer=None, measured=traced.sizes)
+    prog.fixed_breakdown = dict(program.fixed_breakdown)
+    prog.eager_difference = program.eager_difference
+    if flops:
+        for u in prog.units:
+            if u.fx_name in flops:
+                u.flops = float(flops[u.fx_name])
+    _finish(prog, "aten")
+    return prog
+
+
 def placeholder_values(placeholders, params, buffers, batch) -> list:
     """Real values for the joint graph's placeholders ``(role, name, fx node)``: the parameters
     and buffers (detached), the batch, and the loss tangent d loss / d loss = 1."""
@@ -727,5 +752,5 @@ def coarsen(prog: TorchProgram, by: str = "module", depth: int | None = None,
 
 
 __all__ = ["Binding", "ExtractionError", "TorchProgram", "Unit", "coarsen", "export_training_graph",
-           "placeholder_values",
+           "placeholder_values", "program_from_joint_graph",
            "op_flops", "optimizer_state_bytes", "tensor_bytes"]

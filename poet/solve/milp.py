@@ -401,9 +401,11 @@ def plan_to_start(f: Formulation, g: CostedGraph, plan: Plan) -> tuple[np.ndarra
 
 
 def max_violation(p: MilpProblem, x: np.ndarray) -> float:
-    import scipy.sparse as sp
-    A = sp.csr_matrix((p.value, p.index, p.starts), shape=(p.num_rows, p.num_cols))
-    ax = A @ x
+    # A @ x for the row-wise (CSR) matrix, in numpy: scipy is not a dependency
+    starts = np.asarray(p.starts)
+    rows = np.repeat(np.arange(p.num_rows), np.diff(starts))
+    ax = np.bincount(rows, weights=np.asarray(p.value)[: starts[-1]] * x[np.asarray(p.index)[: starts[-1]]],
+                     minlength=p.num_rows)
     v = max(float(np.max(p.row_lo - ax, initial=0.0)), float(np.max(ax - p.row_hi, initial=0.0)))
     v = max(v, float(np.max(p.col_lo - x, initial=0.0)), float(np.max(x - p.col_hi, initial=0.0)))
     return v

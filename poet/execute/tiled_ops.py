@@ -1,0 +1,278 @@
+"""Tile kernels: each computes one tile of an aten op from slices of its inputs.
+
+The tiled joint graph (:mod:`poet.execute.tiled`) calls these functions where the
+original graph called one aten op on whole tensors.  Every kernel receives the
+input rows it needs as a list of pieces (views of neighbouring tiles, or of a
+whole tensor) plus the rows of zero/-inf padding its halo reaches past the
+tensor's border, and returns tensors with their own compact storage, so a
+tile's bytes are the tile's, never a bigger buffer's.
+
+Reductions over the tiled axis (BatchNorm statistics, weight gradients, global
+pooling, the loss) are split in two: a per-tile partial and a combination of
+all partials, or a chain ``acc_i = acc_{i-1} + contribution_i`` whose
+accumulator is an ordinary tensor the schedule keeps, pages or frees.
+Partial statistics are kept in float64; the summation order still differs from
+the untiled kernels' (see docs/torch.md, "Tiling numerics").
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+aten = torch.ops.aten
+
+
+def _own(t):
+    """``t`` with a storage of its own size (a crop of a bigger buffer is copied)."""
+    if t is None or not isinstance(t, torch.Tensor):
+        return t
+    if not t.is_contiguous():
+        return t.contiguous()
+    if t.untyped_storage().nbytes() > t.numel() * t.element_size():
+        return t.clone()
+    return t
+
+
+def _rows(pieces, dim: int, top: int = 0, bottom: int = 0, value: float = 0.0):
+    """The pieces joined along ``dim`` and padded with ``top``/``bottom`` rows of ``value``."""
+    x = pieces[0] if len(pieces) == 1 else torch.cat(list(pieces), dim)
+    if top or bottom:
+        pad = [0, 0] * (x.dim() - dim - 1) + [top, bottom]
+        x = F.pad(x, pad, value=value)
+    return x
+
+
+def _zero_rows(rows: int, like_shape, dim: int, dtype):
+    shape = list(like_shape)
+    shape[dim] = rows
+    return torch.zeros(shape, dtype=dtype)
+
+
+def _place(region, region_start: int, a: int, b: int, dim: int):
+    """Rows ``[a, b)`` of a region that starts at row ``region_start`` (zeros where it has none)."""
+    out = _zero_rows(b - a, region.shape, dim, region.dtype)
+    lo, hi = max(a, region_start), min(b, region_start + region.shape[dim])
+    if hi > lo:
+        out.narrow(dim, lo - a, hi - lo).copy_(region.narrow(dim, lo - region_start, hi - lo))
+    return out
+
+
+# ------------------------------------------------------------------ assembling
+def tile_assemble(tiles, dim: int):
+    """The whole tensor from its tiles (for a consumer that is not tiled)."""
+    return _own(torch.cat(list(tiles), dim)) if len(tiles) > 1 else tiles[0].clone()
+
+
+def tile_gather(pieces, dim: int):
+    """Rows of a tensor that lie in several tiles, joined (for a row-wise consumer of other bounds)."""
+    return _own(torch.cat(list(pieces), dim)) if len(pieces) > 1 else pieces[0].clone()
+
+
+# ------------------------------------------------------------------ convolution
+def tile_conv(pieces, top, bottom, weight, bias, stride, padding, dilation, groups):
+    """Output rows of a convolution from the input rows under them (halo included)."""
+    x = _rows(pieces, 2, top, bottom)
+    pad = [0] + list(padding[1:])
+    return _own(aten.convolution.default(x, weight, bias, stride, pad, dilation, False, [0] * len(pad), groups))
+
+
+def tile_conv_input_grad(go_pieces, region_start, region_rows, a, b, in_shape, weight, stride, padding,
+                         dilation, groups):
+    """Rows ``[a, b)`` of a convolution's input gradient from the output-gradient rows over them.
+
+    ``go_pieces`` are output rows whose windows start at input row ``region_start``
+    (padding included) and cover ``region_rows`` rows; rows no window reaches get 0.
+    """
+    if not go_pieces:
+        return torch.zeros([in_shape[0], in_shape[1], b - a] + list(in_shape[3:]), dtype=weight.dtype)
+    go = _rows(go_pieces, 2)
+    x = torch.zeros([in_shape[0], in_shape[1], region_rows] + list(in_shape[3:]), dtype=go.dtype)
+    pad = [0] + list(padding[1:])
+    gi = aten.convolution_backward.default(go, x, weight, None, stride, pad, dilation, False, [0] * len(pad), groups,
+                                           [True, False, False])[0]
+    return _place(gi, region_start, a, b, 2)
+
+
+def tile_conv_weight_grad(acc_w, acc_b, go, x_pieces, top, bottom, weight, bias_sizes, stride, padding, dilation,
+                          groups, want_w, want_b):
+    """Weight (and bias) gradient accumulated over one more tile of output rows: ``(acc_w, acc_b)``."""
+    x = _rows(x_pieces, 2, top, bottom)
+    pad = [0] + list(padding[1:])
+    _, gw, gb = aten.convolution_backward.default(go, x, weight, bias_sizes if want_b else None, stride, pad,
+                                                  dilation, False, [0] * len(pad), groups,
+                                                  [False, bool(want_w), bool(want_b)])
+    if want_w and acc_w is not None:
+        gw = acc_w + gw
+    if want_b and acc_b is not None:
+        gb = acc_b + gb
+    return (gw if want_w else None, gb if want_b else None)
+
+
+# ------------------------------------------------------------------ BatchNorm (training)
+def _channel_dims(x):
+    return [d for d in range(x.dim()) if d != 1]
+
+
+def tile_bn_stats(x):
+    """Per channel of one tile: [count, mean, sum of squared deviations] (float64, 3 x C)."""
+    xd = x.double()
+    dims = _channel_dims(x)
+    n = x.numel() // x.shape[1]
+    mean = xd.mean(dims)
+    m2 = ((xd - mean.view([1, -1] + [1] * (x.dim() - 2))) ** 2).sum(dims)
+    return torch.stack([torch.full_like(mean, n), mean, m2])
+
+
+def tile_bn_combine(stats, running_mean, running_var, momentum, eps, dtype):
+    """The batch statistics from every tile's (Chan's parallel formula) and the running-stat updates:
+    ``(save_mean, save_invstd, new_running_mean, new_running_var)`` as the untiled op returns them."""
+    n = stats[0][0]
+    mean = stats[0][1]
+    m2 = stats[0][2]
+    for s in stats[1:]:
+        nb, mb, m2b = s[0], s[1], s[2]
+        tot = n + nb
+        delta = mb - mean
+        mean = mean + delta * nb / tot
+        m2 = m2 + m2b + delta * delta * n * nb / tot
+        n = tot
+    var = m2 / n
+    invstd = (var + eps).rsqrt()
+    count = float(n[0])
+    unbiased = var * count / max(count - 1.0, 1.0)
+    new_rm = new_rv = None
+    if running_mean is not None:
+        new_rm = (running_mean.double() * (1 - momentum) + mean * momentum).to(running_mean.dtype)
+        new_rv = (running_var.double() * (1 - momentum) + unbiased * momentum).to(running_var.dtype)
+    return (mean.to(dtype), invstd.to(dtype), new_rm, new_rv)
+
+
+def _per_channel(v, ndim):
+    return v.view([1, -1] + [1] * (ndim - 2))
+
+
+def tile_bn_apply(x, mean, invstd, weight, bias):
+    """One tile normalised with the batch statistics."""
+    y = (x - _per_channel(mean, x.dim())) * _per_channel(invstd, x.dim())
+    if weight is not None:
+        y = y * _per_channel(weight, x.dim())
+    if bias is not None:
+        y = y + _per_channel(bias, x.dim())
+    return _own(y)
+
+
+def tile_bn_grad_partial(go, x, mean):
+    """Per channel of one tile: [sum(go), sum(go * (x - mean))] (float64, 2 x C)."""
+    dims = _channel_dims(x)
+    god = go.double()
+    xmu = x.double() - _per_channel(mean.double(), x.dim())
+    return torch.stack([god.sum(dims), (god * xmu).sum(dims)])
+
+
+def tile_bn_grad_combine(partials, invstd, dtype):
+    """``(grad_weight, grad_bias, sums)`` from every tile's partial sums."""
+    s = partials[0]
+    for p in partials[1:]:
+        s = s + p
+    return ((s[1] * invstd.double()).to(dtype), s[0].to(dtype), s)
+
+
+def tile_bn_grad_input(go, x, mean, invstd, weight, sums, count):
+    """One tile of BatchNorm's input gradient (training mode) from the whole-tensor sums."""
+    nd = x.dim()
+    inv = invstd.double()
+    xmu = x.double() - _per_channel(mean.double(), nd)
+    proj = _per_channel(sums[1] * inv * inv / count, nd)
+    gi = (go.double() - _per_channel(sums[0] / count, nd) - xmu * proj) * _per_channel(inv, nd)
+    if weight is not None:
+        gi = gi * _per_channel(weight.double(), nd)
+    return gi.to(go.dtype)
+
+
+# ------------------------------------------------------------------ pooling
+def tile_max_pool(pieces, top, bottom, start, width, kernel, stride, padding, dilation):
+    """Output rows of max_pool2d_with_indices; indices are of the whole input (row-major H x W)."""
+    x = _rows(pieces, 2, top, bottom, value=float("-inf"))
+    out, idx = aten.max_pool2d_with_indices.default(x, kernel, stride, [0, padding[1]], dilation, False)
+    return (_own(out), _own(idx + start * width))
+
+
+def tile_max_pool_grad(go_pieces, idx_pieces, a, b, in_shape):
+    """Rows ``[a, b)`` of max pooling's input gradient from the output rows whose windows reach them."""
+    n, c, w = in_shape[0], in_shape[1], in_shape[3]
+    gi = torch.zeros(n, c, (b - a) * w, dtype=go_pieces[0].dtype if go_pieces else torch.float32)
+    if go_pieces:
+        go = _rows(go_pieces, 2).flatten(2)
+        idx = _rows(idx_pieces, 2).flatten(2)
+        inside = (idx >= a * w) & (idx < b * w)
+        local = torch.where(inside, idx - a * w, torch.zeros_like(idx))
+        gi.scatter_add_(2, local, torch.where(inside, go, torch.zeros_like(go)))
+    return gi.view(n, c, b - a, w)
+
+
+def tile_avg_pool(pieces, top, bottom, kernel, stride, padding, count_include_pad, divisor):
+    x = _rows(pieces, 2, top, bottom)
+    return _own(aten.avg_pool2d.default(x, kernel, stride, [0, padding[1]], False, count_include_pad, divisor))
+
+
+def tile_avg_pool_grad(go_pieces, region_start, region_rows, a, b, in_shape, kernel, stride, padding,
+                       count_include_pad, divisor, dtype):
+    if not go_pieces:
+        return torch.zeros([in_shape[0], in_shape[1], b - a] + list(in_shape[3:]), dtype=dtype)
+    go = _rows(go_pieces, 2)
+    x = torch.zeros([in_shape[0], in_shape[1], region_rows] + list(in_shape[3:]), dtype=go.dtype)
+    gi = aten.avg_pool2d_backward.default(go, x, kernel, stride, [0, padding[1]], False, count_include_pad, divisor)
+    return _place(gi, region_start, a, b, 2)
+
+
+# ------------------------------------------------------------------ reductions and contractions
+def tile_sum_partial(x, dims, keepdim, dtype):
+    """One tile's sum over ``dims`` (float64: the partials are combined later)."""
+    return x.double().sum(dims, keepdim=keepdim)
+
+
+def tile_sum_combine(partials, scale, dtype):
+    """Sum (times ``scale``: 1 for sum, 1/count for mean) of every tile's partial."""
+    s = partials[0]
+    for p in partials[1:]:
+        s = s + p
+    return (s * scale).to(dtype)
+
+
+def tile_mm_accumulate(acc, a, b):
+    """``acc + a @ b``: a contraction over the tiled axis, accumulated tile by tile."""
+    out = aten.mm.default(a, b)
+    return out if acc is None else acc + out
+
+
+def tile_embedding_grad_accumulate(acc, grad, indices, num_weights, padding_idx, scale_grad_by_freq):
+    out = aten.embedding_dense_backward.default(grad, indices, num_weights, padding_idx, scale_grad_by_freq)
+    return out if acc is None else acc + out
+
+
+def tile_layer_norm_param_grad(acc_w, acc_b, go, x, mean, rstd, want_w, want_b):
+    """LayerNorm's weight/bias gradient accumulated over one more tile of tokens."""
+    xhat = (x - mean) * rstd
+    lead = list(range(x.dim() - 1)) if x.dim() > 1 else [0]
+    gw = (go * xhat).sum(lead) if want_w else None
+    gb = go.sum(lead) if want_b else None
+    if gw is not None and acc_w is not None:
+        gw = acc_w + gw
+    if gb is not None and acc_b is not None:
+        gb = acc_b + gb
+    return (gw, gb)
+
+
+def tile_nll_partial(logp, target, weight, ignore_index):
+    """One tile's summed negative log-likelihood and weight: float64 [2]."""
+    total, tw = aten.nll_loss_forward.default(logp, target, weight, 2, ignore_index)   # 2: reduction sum
+    return torch.stack([total.double(), tw.double()])
+
+
+def tile_nll_combine(partials, reduction, dtype):
+    """``(loss, total_weight)`` of the whole batch, as nll_loss_forward returns them."""
+    s = partials[0]
+    for p in partials[1:]:
+        s = s + p
+    loss = s[0] / s[1] if reduction == 1 else s[0]
+    return (loss.to(dtype), s[1].to(dtype))
