@@ -78,6 +78,84 @@ def resnet_training_graph(blocks: int, device: str, channels: int = 16):
     return export_training_graph(model, (x,), F.cross_entropy, (y,), name=f"aten_resnet{blocks}").costed(device)
 
 
+class _InvertedResidual(nn.Module):
+    def __init__(self, c: int, expand: int = 2):
+        super().__init__()
+        h = c * expand
+        self.expand = nn.Conv2d(c, h, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(h)
+        self.dw = nn.Conv2d(h, h, 3, padding=1, groups=h, bias=False)
+        self.bn2 = nn.BatchNorm2d(h)
+        self.project = nn.Conv2d(h, c, 1, bias=False)
+        self.bn3 = nn.BatchNorm2d(c)
+
+    def forward(self, x):
+        h = F.relu6(self.bn1(self.expand(x)))
+        h = F.relu6(self.bn2(self.dw(h)))
+        return x + self.bn3(self.project(h))
+
+
+class DepthwiseResNet(nn.Module):
+    """MobileNetV2-style residual network: strided stem, inverted residual blocks with depthwise convs."""
+
+    def __init__(self, channels: int = 8, blocks: int = 2, num_classes: int = 10):
+        super().__init__()
+        self.stem = nn.Conv2d(3, channels, 3, stride=2, padding=1, bias=False)
+        self.bn = nn.BatchNorm2d(channels)
+        self.blocks = nn.Sequential(*[_InvertedResidual(channels) for _ in range(blocks)])
+        self.fc = nn.Linear(channels, num_classes)
+
+    def forward(self, x):
+        h = F.relu6(self.bn(self.stem(x)))
+        h = self.blocks(h)
+        return self.fc(h.mean((2, 3)))
+
+
+class _CausalBlock(nn.Module):
+    def __init__(self, d: int, heads: int):
+        super().__init__()
+        self.heads = heads
+        self.ln1 = nn.LayerNorm(d)
+        self.qkv = nn.Linear(d, 3 * d)
+        self.proj = nn.Linear(d, d)
+        self.ln2 = nn.LayerNorm(d)
+        self.up = nn.Linear(d, 4 * d)
+        self.down = nn.Linear(4 * d, d)
+
+    def forward(self, x):
+        b, n, d = x.shape
+        q, k, v = self.qkv(self.ln1(x)).split(d, dim=2)
+        q, k, v = (t.view(b, n, self.heads, d // self.heads).transpose(1, 2) for t in (q, k, v))
+        att = (q @ k.transpose(-2, -1)) * (d // self.heads) ** -0.5
+        mask = torch.ones(n, n, dtype=torch.bool, device=x.device).tril()
+        att = att.masked_fill(~mask, float("-inf")).softmax(-1)
+        y = (att @ v).transpose(1, 2).reshape(b, n, d)
+        x = x + self.proj(y)
+        return x + self.down(F.gelu(self.up(self.ln2(x))))
+
+
+class TinyGPT(nn.Module):
+    """A small causal transformer language model: token + position embeddings, attention, GELU MLP."""
+
+    def __init__(self, vocab: int = 64, d: int = 32, heads: int = 2, layers: int = 2, max_len: int = 128):
+        super().__init__()
+        self.tok = nn.Embedding(vocab, d)
+        self.pos = nn.Embedding(max_len, d)
+        self.blocks = nn.Sequential(*[_CausalBlock(d, heads) for _ in range(layers)])
+        self.ln = nn.LayerNorm(d)
+        self.head = nn.Linear(d, vocab)
+
+    def forward(self, ids):
+        pos = torch.arange(ids.shape[1], device=ids.device)
+        h = self.blocks(self.tok(ids) + self.pos(pos))
+        return self.head(self.ln(h))
+
+
+def lm_loss(logits, targets):
+    """Next-token cross-entropy over every position."""
+    return F.cross_entropy(logits.flatten(0, 1), targets.flatten())
+
+
 class MLP(nn.Module):
     def __init__(self, d_in: int = 32, hidden: int = 64, layers: int = 3, num_classes: int = 10,
                  dropout: float = 0.0):
@@ -136,6 +214,23 @@ class VectorData:
         return (x,), ((x @ self.teacher).argmax(1),)
 
 
+class NextTokenData:
+    """Token sequences from a fixed random bigram table; targets are the next tokens."""
+
+    def __init__(self, batch_size: int = 2, seq_len: int = 16, vocab: int = 64, seed: int = 0):
+        self.g = torch.Generator().manual_seed(seed)
+        self.bs, self.n, self.vocab = batch_size, seq_len, vocab
+        self.table = torch.randint(0, vocab, (vocab,), generator=self.g)
+
+    def batch(self):
+        first = torch.randint(0, self.vocab, (self.bs, 1), generator=self.g)
+        seq = [first]
+        for _ in range(self.n):
+            seq.append(self.table[seq[-1]])
+        ids = torch.cat(seq, 1)
+        return (ids[:, :-1],), (ids[:, 1:],)
+
+
 class TokenData:
     """Token sequences; the label is which third of the vocabulary the first tokens mostly come from."""
 
@@ -155,6 +250,8 @@ MODELS = {
     "bert": "2-layer BERT-style classifier from a transformers BertConfig on generated tokens",
     "mlp": "3-layer MLP on generated vectors",
     "dwcnn": "small MobileNet-style CNN (depthwise-separable convolutions, BatchNorm) on generated 16x16 images",
+    "dwnet": "MobileNetV2-style residual network with depthwise convolutions on generated 16x16 images",
+    "gpt": "small causal transformer language model (attention, LayerNorm, GELU) on generated token sequences",
 }
 
 
@@ -169,4 +266,8 @@ def build(name: str, batch_size: int = 8, seed: int = 0, dropout: float = 0.1):
         return MLP(dropout=dropout), nn.CrossEntropyLoss(), VectorData(batch_size, seed=seed + 1)
     if name == "bert":
         return small_bert(dropout=dropout), bert_loss, TokenData(batch_size, seed=seed + 1)
+    if name == "dwnet":
+        return DepthwiseResNet(), nn.CrossEntropyLoss(), ImageData(batch_size, seed=seed + 1)
+    if name == "gpt":
+        return TinyGPT(), lm_loss, NextTokenData(1, seq_len=128, seed=seed + 1)
     raise ValueError(f"unknown model {name!r}; choose one of {', '.join(MODELS)}")

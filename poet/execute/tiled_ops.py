@@ -240,8 +240,8 @@ def tile_sum_combine(partials, scale, dtype):
 
 
 def tile_mm_accumulate(acc, a, b):
-    """``acc + a @ b``: a contraction over the tiled axis, accumulated tile by tile."""
-    out = aten.mm.default(a, b)
+    """``acc + a @ b`` (mm or bmm): a contraction over the tiled axis, accumulated tile by tile."""
+    out = aten.mm.default(a, b) if a.dim() == 2 else aten.bmm.default(a, b)
     return out if acc is None else acc + out
 
 

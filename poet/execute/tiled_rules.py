@@ -12,6 +12,7 @@ the part outside the tensor being padding (zeros, or -inf for max pooling).
 from __future__ import annotations
 
 import math
+import operator
 
 import torch
 
@@ -54,11 +55,9 @@ def pointwise(rw, n):
         return None
     shape = tuple(out.shape)
     lay = rw.layout_for(shape)
-    for a in n.all_input_nodes:           # follow an input's tiles when they are along the usual axis
-        v = rw.env.get(a)
-        if isinstance(v, Tiled) and v.shape == shape and v.layout.dim == lay.dim:
-            lay = v.layout
-            break
+    same = [v.layout for v in (rw.env.get(a) for a in n.all_input_nodes) if isinstance(v, Tiled) and v.shape == shape]
+    if same:                              # follow an input's tiles, along the usual axis if one is
+        lay = next((x for x in same if x.dim == lay.dim), same[0])
     d = lay.dim
     tiles = []
     for i in range(lay.count):
@@ -357,6 +356,182 @@ def cat(rw, n):
     return Tiled(lay, tiles, tuple(out.shape), out.dtype, out)
 
 
+# ------------------------------------------------------------------ tokens: row-wise ops, matmuls, LayerNorm, loss
+def _tiled_layout(rw, n, shape, dims_reduced=()):
+    """The layout of an input with ``shape`` that is tiled along an axis the op does not reduce, else the default."""
+    for a in n.all_input_nodes:
+        v = rw.env.get(a)
+        if isinstance(v, Tiled) and v.shape == tuple(shape) and v.layout.dim not in dims_reduced:
+            return v.layout
+    lay = rw.layout_for(tuple(shape))
+    return None if lay.dim in dims_reduced else lay
+
+
+def _split_outputs(rw, n, nodes, lay, out):
+    """Per-tile nodes of a tuple op -> a TupleVal of tiled outputs."""
+    items = {}
+    for j, o in enumerate(out):
+        if isinstance(o, torch.Tensor):
+            items[j] = Tiled(lay, [rw.item(t, j) for t in nodes], tuple(o.shape), o.dtype)
+    return TupleVal(items)
+
+
+def rowwise(rw, n):
+    """Ops that reduce only along other axes (softmax, log-softmax and their backward, LayerNorm)."""
+    x = n.args[0]
+    shape = rw.shape(x)
+    nd = len(shape)
+    if n.target is aten.native_layer_norm.default:
+        reduced = list(range(nd - len(n.args[1]), nd))
+    else:
+        reduced = [_norm_dim(n.args[1] if "backward" not in str(n.target) else n.args[2], nd)]
+    lay = _tiled_layout(rw, n, shape, reduced)
+    if lay is None:
+        return None
+    out = _val(n)
+    nodes = []
+    for i in range(lay.count):
+        a0, b0 = lay.rows(i)
+        t = rw.tile_of(n, i, lay)
+        args = [rw.rows_of(a, lay.dim, a0, b0, n, t) if isinstance(a, torch.fx.Node) and len(rw.shape(a)) == nd
+                and rw.shape(a)[lay.dim] == shape[lay.dim] else rw.full(a) for a in n.args]
+        nodes.append(rw.emit(n.target, args, n, tile=t, flops=rw.share(n, a0, b0, shape[lay.dim])))
+    if isinstance(out, (tuple, list)):
+        return _split_outputs(rw, n, nodes, lay, out)
+    return Tiled(lay, nodes, tuple(out.shape), out.dtype, out)
+
+
+def layer_norm_backward(rw, n):
+    go, x, normalized_shape, mean, rstd, w, b, mask = n.args
+    shape = rw.shape(x)
+    nd = len(shape)
+    if len(normalized_shape) != 1:
+        raise TilingError("LayerNorm over more than the last axis: not tiled yet")
+    lay = _tiled_layout(rw, n, shape, [nd - 1])
+    items = {}
+    gis, acc_w, acc_b = [], None, None
+    for i in range(lay.count):
+        a0, b0 = lay.rows(i)
+        t = rw.tile_of(n, i, lay)
+        g_i, x_i = rw.rows_of(go, lay.dim, a0, b0, n, t), rw.rows_of(x, lay.dim, a0, b0, n, t)
+        m_i, r_i = rw.rows_of(mean, lay.dim, a0, b0, n, t), rw.rows_of(rstd, lay.dim, a0, b0, n, t)
+        share = rw.share(n, a0, b0, shape[lay.dim]) / 2
+        if mask[0]:
+            node = rw.emit(aten.native_layer_norm_backward.default,
+                           (g_i, x_i, normalized_shape, m_i, r_i, rw.full(w), rw.full(b), [True, False, False]), n,
+                           tile=t, flops=share)
+            gis.append(rw.item(node, 0))
+        if mask[1] or mask[2]:
+            acc = rw.emit(K.tile_layer_norm_param_grad, (acc_w, acc_b, g_i, x_i, m_i, r_i, bool(mask[1]),
+                                                         bool(mask[2])), n,
+                          tile=rw.tile_of(n, i, lay, part="partial"), flops=share)
+            acc_w = rw.item(acc, 0) if mask[1] else None
+            acc_b = rw.item(acc, 1) if mask[2] else None
+    if mask[0]:
+        items[0] = Tiled(lay, gis, shape, _val(x).dtype)
+    if mask[1]:
+        items[1] = acc_w
+    if mask[2]:
+        items[2] = acc_b
+    return TupleVal(items)
+
+
+def matmul(rw, n):
+    """mm / bmm / addmm: output rows from row tiles of the left operand; a contraction over the
+    tiled axis (a weight gradient, attention's value gradient) accumulated tile by tile."""
+    if n.target is aten.addmm.default:
+        bias, a, b = n.args[:3]
+    else:
+        bias, (a, b) = None, n.args[:2]
+    row = 0 if n.target is not aten.bmm.default else 1
+    va = rw.env.get(a)
+    out = _val(n)
+    if isinstance(va, Tiled) and va.layout.dim == row + 1 and bias is None:
+        lay = va.layout                     # contraction over the tiled axis
+        acc = None
+        for i in range(lay.count):
+            a0, b0 = lay.rows(i)
+            t = rw.tile_of(n, i, lay, part="partial")
+            acc = rw.emit(K.tile_mm_accumulate, (acc, va.tiles[i], rw.rows_of(b, row, a0, b0, n, t)), n, tile=t,
+                          flops=rw.share(n, a0, b0, va.shape[row + 1]))
+        return acc
+    if isinstance(va, Tiled) and va.layout.dim not in (row, 0):
+        return None
+    lay = va.layout if isinstance(va, Tiled) else rw.layout_for(tuple(out.shape), dim=row)
+    tiles = []
+    for i in range(lay.count):
+        a0, b0 = lay.rows(i)
+        t = rw.tile_of(n, i, lay)
+        a_i = rw.rows_of(a, lay.dim, a0, b0, n, t)
+        b_i = rw.rows_of(b, 0, a0, b0, n, t) if lay.dim == 0 and row == 1 else rw.full(b, "the whole right operand")
+        args = (rw.full(bias), a_i, b_i) if bias is not None else (a_i, b_i)
+        tiles.append(rw.emit(n.target, args + tuple(n.args[len(args):]), n, tile=t, kwargs=dict(n.kwargs),
+                             flops=rw.share(n, a0, b0, out.shape[lay.dim])))
+    return Tiled(lay, tiles, tuple(out.shape), out.dtype, out)
+
+
+def embedding(rw, n):
+    w, ids = n.args[:2]
+    out = _val(n)
+    lay = _tiled_layout(rw, n, tuple(out.shape))
+    if lay.dim >= len(rw.shape(ids)):
+        return None
+    tiles = []
+    for i in range(lay.count):
+        a0, b0 = lay.rows(i)
+        t = rw.tile_of(n, i, lay)
+        tiles.append(rw.emit(n.target, (rw.full(w), rw.rows_of(ids, lay.dim, a0, b0, n, t)) + tuple(n.args[2:]), n,
+                             tile=t, flops=rw.share(n, a0, b0, out.shape[lay.dim])))
+    return Tiled(lay, tiles, tuple(out.shape), out.dtype, out)
+
+
+def embedding_backward(rw, n):
+    g, ids = n.args[:2]
+    v = rw.env.get(g)
+    if not isinstance(v, Tiled) or v.layout.dim >= len(rw.shape(ids)):
+        return None
+    lay, acc = v.layout, None
+    for i in range(lay.count):
+        a0, b0 = lay.rows(i)
+        t = rw.tile_of(n, i, lay, part="partial")
+        acc = rw.emit(K.tile_embedding_grad_accumulate, (acc, v.tiles[i], rw.rows_of(ids, lay.dim, a0, b0, n, t))
+                      + tuple(n.args[2:]), n, tile=t, flops=rw.share(n, a0, b0, v.shape[lay.dim]))
+    return acc
+
+
+def nll_loss(rw, n):
+    logp, target, weight, reduction, ignore = n.args
+    v = rw.env.get(logp)
+    if not isinstance(v, Tiled) or v.layout.dim != 0 or reduction not in (1, 2):
+        return None
+    lay, parts = v.layout, []
+    for i in range(lay.count):
+        a0, b0 = lay.rows(i)
+        t = rw.tile_of(n, i, lay, part="partial")
+        parts.append(rw.emit(K.tile_nll_partial, (v.tiles[i], rw.rows_of(target, 0, a0, b0, n, t), rw.full(weight),
+                                                  ignore), n, tile=t, flops=rw.share(n, a0, b0, v.shape[0])))
+    comb = rw.emit(K.tile_nll_combine, (parts, reduction, _val(n)[0].dtype), n,
+                   tile=rw.tile_of(n, lay.count - 1, lay, part="partial"), flops=2 * lay.count)
+    return TupleVal({0: rw.item(comb, 0), 1: rw.item(comb, 1)})
+
+
+def nll_loss_backward(rw, n):
+    tangent, logp, target, weight, reduction, ignore, total_weight = n.args
+    shape = rw.shape(logp)
+    lay = _tiled_layout(rw, n, shape, [len(shape) - 1])
+    if lay is None or lay.dim != 0:
+        return None
+    out = _val(n)
+    tiles = []
+    for i in range(lay.count):
+        a0, b0 = lay.rows(i)
+        t = rw.tile_of(n, i, lay)
+        tiles.append(rw.emit(n.target, (rw.full(tangent), rw.rows_of(logp, 0, a0, b0, n, t),
+                                        rw.rows_of(target, 0, a0, b0, n, t), rw.full(weight), reduction, ignore,
+                                        rw.full(total_weight)), n, tile=t, flops=rw.share(n, a0, b0, shape[0])))
+    return Tiled(lay, tiles, tuple(out.shape), out.dtype, out)
+
+
 # ------------------------------------------------------------------ views of tiled tensors
 def alias_passthrough(rw, n):
     v = rw.env[n.args[0]]
@@ -375,6 +550,20 @@ def alias_slice(rw, n):
         return None
     tiles = [rw.view(n.target, (t,) + tuple(n.args[1:])) for t in v.tiles]
     return Tiled(v.layout, tiles, tuple(_val(n).shape), v.dtype, _val(n))
+
+
+def alias_split(rw, n):
+    v = rw.env[n.args[0]]
+    if not isinstance(v, Tiled):
+        return None
+    dim = _norm_dim(n.args[2] if len(n.args) > 2 else n.kwargs.get("dim", 0), len(v.shape))
+    if dim == v.layout.dim:
+        return None
+    parts = [rw.view(n.target, (t,) + tuple(n.args[1:])) for t in v.tiles]
+    items = {}
+    for j, o in enumerate(_val(n)):
+        items[j] = Tiled(v.layout, [rw.view(operator.getitem, (p, j)) for p in parts], tuple(o.shape), v.dtype, o)
+    return TupleVal(items)
 
 
 def alias_unsqueeze(rw, n):
@@ -413,11 +602,10 @@ def alias_view(rw, n):
     old, new = list(v.shape), list(_val(n).shape)
     d = v.layout.dim
     lead = math.prod(old[:d])
-    e = 0
-    while e < len(new) and math.prod(new[:e]) < lead:
-        e += 1
-    if math.prod(new[:e]) != lead or e >= len(new):
+    cands = [e for e in range(len(new)) if math.prod(new[:e]) == lead]
+    if not cands:
         return None
+    e = next((c for c in cands if new[c] == old[d]), next((c for c in cands if new[c] > 1), cands[0]))
     bounds = v.layout.bounds
     if new[e] == old[d]:
         nb = bounds
@@ -490,6 +678,19 @@ RULES = {
     aten.sum.dim_IntList: reduction,
     aten.sum.default: reduction,
     aten.cat.default: cat,
+    aten._softmax.default: rowwise,
+    aten._log_softmax.default: rowwise,
+    aten._softmax_backward_data.default: rowwise,
+    aten._log_softmax_backward_data.default: rowwise,
+    aten.native_layer_norm.default: rowwise,
+    aten.native_layer_norm_backward.default: layer_norm_backward,
+    aten.mm.default: matmul,
+    aten.bmm.default: matmul,
+    aten.addmm.default: matmul,
+    aten.embedding.default: embedding,
+    aten.embedding_dense_backward.default: embedding_backward,
+    aten.nll_loss_forward.default: nll_loss,
+    aten.nll_loss_backward.default: nll_loss_backward,
 }
 
 ALIAS_RULES = {
@@ -503,4 +704,6 @@ ALIAS_RULES = {
     aten.view.default: alias_view,
     aten._unsafe_view.default: alias_view,
     aten.expand.default: alias_expand,
+    aten.split.Tensor: alias_split,
+    aten.split_with_sizes.default: alias_split,
 }
