@@ -348,7 +348,8 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("schedule")
     v.set_defaults(func=cmd_validate)
 
-    for mod in ("poet.report.commands", "poet.execute.commands", "poet.execute.profile_commands"):
+    for mod in ("poet.report.sweep_command", "poet.report.commands", "poet.execute.commands",
+                "poet.execute.profile_commands"):
         try:
             module = __import__(mod, fromlist=["register"])
         except ImportError:

@@ -5,10 +5,10 @@ import argparse
 
 import numpy as np
 import pytest
+from conftest import training_chain
 
 import poet
-from conftest import training_chain
-from poet.report import commands, plots, tables
+from poet.report import commands, plots, sweep_command, tables
 from poet.report.plots import CATEGORIES, schedule_matrix
 from poet.schedule.io import save_schedule
 from poet.sweep import SweepSpec, run_sweep
@@ -16,7 +16,9 @@ from poet.sweep import SweepSpec, run_sweep
 
 def _parser():
     p = argparse.ArgumentParser(prog="poet")
-    commands.register(p.add_subparsers())
+    sub = p.add_subparsers()
+    sweep_command.register(sub)
+    commands.register(sub)
     return p
 
 
@@ -32,7 +34,7 @@ def test_register_adds_sweep_and_report():
     p = _parser()
     a = p.parse_args(["sweep", "--model", "linear", "--device", "a72", "--memory", "50%..100%", "--steps", "3",
                       "--runtime", "1.2x,2x", "--jobs", "1", "--time-limit", "5", "--paging-time", "overlap"])
-    assert a.func is commands.cmd_sweep and a.paging_time == "overlap" and a.steps == 3
+    assert a.func is sweep_command.cmd_sweep and a.paging_time == "overlap" and a.steps == 3
     a = p.parse_args(["report", "x.json", "--out", "d"])
     assert a.func is commands.cmd_report
 

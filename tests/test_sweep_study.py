@@ -69,6 +69,7 @@ def test_a_study_writes_one_sweep_directory_per_model_and_device(study):
     assert manifest["format"] == "poet-study/1" and [s["dir"] for s in manifest["sweeps"]] == [s.name for s in sweeps]
     for s, doc in zip(sweeps, docs):
         d = json.loads((out / s.name / "sweep.json").read_text())
+        assert d["points"] == json.loads(json.dumps(doc["points"]))
         assert d["identity"] == {"model": s.spec.model, "device": s.spec.device, "paging_time": "serial",
                                  "batch_size": 1}
         with open(out / s.name / "sweep.csv") as f:

@@ -2,6 +2,7 @@
 
 Submodules are imported on demand (plots need matplotlib):
 ``poet.report.text`` (one schedule as text), ``poet.report.tables``
-(markdown/CSV tables), ``poet.report.plots`` (PNG + SVG figures) and
-``poet.report.commands`` (the ``poet sweep`` and ``poet report`` subcommands).
+(markdown/CSV tables), ``poet.report.plots`` (PNG + SVG figures),
+``poet.report.study`` (the picture of a study), ``poet.report.commands`` (the ``poet report``
+subcommand) and ``poet.report.sweep_command`` (``poet sweep``).
 """

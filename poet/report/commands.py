@@ -1,4 +1,4 @@
-"""The ``poet sweep`` and ``poet report`` subcommands (registered into the main CLI)."""
+"""The ``poet report`` subcommand, and the tables and plots of a sweep (``poet sweep`` itself: :mod:`.sweep_command`)."""
 from __future__ import annotations
 
 import json
@@ -9,10 +9,7 @@ from ..units import BudgetError
 
 
 def register(subparsers) -> None:
-    """Add ``sweep`` and ``report`` to an argparse subparsers object."""
-    from .sweep_command import register_sweep
-    register_sweep(subparsers)
-
+    """Add ``report`` to an argparse subparsers object (``sweep``: :mod:`.sweep_command`)."""
     r = subparsers.add_parser(
         "report", help="tables and plots of a saved schedule (or re-plot a sweep directory)",
         description="Render a poet-schedule/1 file: summary and per-node tables, the schedule picture "
@@ -23,11 +20,6 @@ def register(subparsers) -> None:
     r.add_argument("--force", action="store_true", help="write into --out even if it holds other files")
     r.add_argument("--point", help="for a sweep: the schedule to draw, STRATEGY|MEMORY|RUNTIME")
     r.set_defaults(func=cmd_report)
-
-
-def cmd_sweep(a) -> int:
-    from .sweep_command import run_sweep_command
-    return run_sweep_command(a)
 
 
 def render_sweep(out: Path, doc: dict, point: str | None = None, plots: bool = True) -> list[Path]:

@@ -12,11 +12,10 @@ STUDY_EXAMPLE = ("poet sweep --model linear,vgg16_cifar --device m4,a72 --memory
                  "--runtime 1.2x --cluster ray --out study")
 
 
-def register_sweep(subparsers) -> None:
+def register(subparsers) -> None:
     """Add ``sweep`` to an argparse subparsers object."""
     from ..schedule.core import PAGING_MODES
     from ..sweep import DEFAULT_STRATEGIES
-    from .commands import cmd_sweep
 
     s = subparsers.add_parser(
         "sweep", help="solve a grid of RAM x runtime budgets for several strategies (and models x devices)",
@@ -70,7 +69,7 @@ def register_sweep(subparsers) -> None:
     s.set_defaults(func=cmd_sweep)
 
 
-def run_sweep_command(a) -> int:
+def cmd_sweep(a) -> int:
     from ..sweep import make_backend, parse_list, run_study, run_sweep
     from ..sweep.study import load_study, spec_from, study_from_lists
     from .commands import render_sweep

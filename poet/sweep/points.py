@@ -49,6 +49,7 @@ def budget_of(g, spec_d: dict, memory: str, runtime: str):
 def solve_point(spec_d: dict, strategy: str, memory: str, runtime: str, graph=None) -> tuple[dict, dict | None]:
     """Solve one point; returns (row, schedule dict or None).  ``graph``: the costed graph, if the
     caller ships it (a Ray cluster's machines may not have the model's file); else it is built here."""
+    from ..schedule.io import schedule_to_dict
     from ..solve.api import SolveOptions, solve_costed
     g = graph if graph is not None else graph_of(spec_d)
     b = budget_of(g, spec_d, memory, runtime)
@@ -64,7 +65,7 @@ def solve_point(spec_d: dict, strategy: str, memory: str, runtime: str, graph=No
     row = make_row(spec_d, g, strategy, memory, runtime, b, s)
     sf = solver_fields(s)
     row["solve_seconds"] = sf.solve_seconds if sf.solve_seconds is not None else time.perf_counter() - t0
-    return row, (s.to_dict() if s.steps else None)
+    return row, (schedule_to_dict(s) if s.steps else None)
 
 
 def make_row(spec_d: dict, g, strategy: str, memory: str, runtime: str, b, s) -> dict:

@@ -246,7 +246,7 @@ def sweep_summaries(docs: list[dict]) -> list[dict]:
                     "solve_seconds": sum(float(r.get("solve_seconds") or 0) for r in pts if not r.get("reused_from")),
                     "plain_energy_j": doc["context"]["plain_energy_j"],
                     "best_saving": best["saving"] if best else None,
-                    "best_at": f"{best['memory']} / {best['runtime']}" if best else "",
+                    "best_at": f"{best['memory']} / {best['runtime']}" if best and abs(best["saving"]) > 1e-9 else "",
                     "only_poet_fits": len(only)})
     return out
 
@@ -260,7 +260,8 @@ def study_markdown(docs: list[dict]) -> str:
               "(RAM / deadline) | only POET | solver time |"),
              "|---|---|---|---|---|---|---|---|---|---|---|"]
     for s in sweep_summaries(docs):
-        sav = "" if s["best_saving"] is None else f"{s['best_saving']:.1%}"
+        x = s["best_saving"]
+        sav = "" if x is None else "none" if abs(x) <= 1e-9 else f"{x:.1%}"
         pts = f"{s['points']}" + ("" if s["points"] == s["planned"] else f" of {s['planned']}")
         lines.append(f"| {s['model']} | {s['device']} | {fmt_energy(s['plain_energy_j'])} | {pts} | {s['proven']} | "
                      f"{s['unproven']} | {s['no_schedule']} | {sav} | {s['best_at']} | {s['only_poet_fits']} | "
