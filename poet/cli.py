@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import os
 import sys
 import threading
@@ -144,8 +143,37 @@ class Progress:
 
 def warn_uncached(s) -> None:
     """Say on stderr why a solve's answer could not be kept in the cache, if it could not."""
+    if s.solver.get("cache_note"):
+        print(f"note: {s.solver['cache_note']}", file=sys.stderr)
     if s.solver.get("cache_error"):
         print(f"note: the answer was not cached: {s.solver['cache_error']}", file=sys.stderr)
+
+
+def number_option(kind: str, what: str, example: str, *, minimum: float | None = None,
+                  below: float | None = None, above: float | None = None):
+    """An argparse ``type=`` for a finite number option (``kind`` ``int`` or ``float``) with
+    ``minimum`` inclusive, ``above``/``below`` exclusive bounds.  argparse names the option in
+    its error; the message says what was wrong and what would work."""
+    import math
+
+    def parse(text: str):
+        try:
+            x = int(text) if kind == "int" else float(text)
+        except ValueError:
+            x = None
+        if x is None or not math.isfinite(x) or (minimum is not None and x < minimum) \
+                or (below is not None and not x < below) or (above is not None and not x > above):
+            raise argparse.ArgumentTypeError(f"{text!r} is not {what}; give e.g. {example}")
+        return x
+    parse.__name__ = kind
+    return parse
+
+
+SECONDS = number_option("float", "a positive number of seconds", "60", above=0.0)
+GAP = number_option("float", "a relative gap in [0, 1)", "0.01 for 1%", minimum=0.0, below=1.0)
+THREADS = number_option("int", "a whole number of threads, 1 or more", "2 (or leave it out to use every core)",
+                        minimum=1)
+BATCH = number_option("int", "a whole number of samples, 1 or more", "8", minimum=1)
 
 
 def check_out_path(path: str | None, force: bool):
@@ -167,7 +195,7 @@ def _fixed_ram(value: str | None, g) -> int | None:
     mult = {"params": 1, "sgd": 2, "adam": 4}.get(value.lower())
     if mult is None:
         from .units import parse_bytes
-        return parse_bytes(value) if value not in ("0",) else 0
+        return parse_bytes(value, "--fixed-ram", allow_zero=True)
     pb = g.meta.get("param_bytes")
     if not pb:
         raise BudgetError(f"--fixed-ram {value} needs the model's parameter bytes, which this graph does not "
@@ -187,6 +215,10 @@ def cmd_solve(a) -> int:
     if a.model is not None and a.device is None:
         raise BudgetError(f"--model {a.model} needs --device (one of: see `poet devices`)")
     check_out_path(a.out, a.force)
+    if a.graph is not None and a.device is not None:
+        raise BudgetError(f"--device {a.device} cannot apply to --graph {a.graph}: a poet-graph/1 file already "
+                          f"carries its costs; drop --device, or re-price the model with --model NAME --device "
+                          f"{a.device}")
     g = costed_graph(a.graph or a.model, a.device, batch_size=a.batch_size)
     fixed = _fixed_ram(a.fixed_ram, g)
     paging_time = "hidden" if a.paging_overlap else a.paging_time
@@ -227,7 +259,8 @@ def cmd_solve(a) -> int:
         if costs is not None:
             import dataclasses
             d["solver"]["tiling"]["costs"] = dataclasses.asdict(costs)
-        print(json.dumps(d, indent=1))
+        from .fileio import json_text
+        print(json_text(d, "the summary"))
     else:
         print(summary_text(s))
         extra = tiling_text(problem, s, costs)
@@ -296,7 +329,7 @@ def build_parser() -> argparse.ArgumentParser:
     src.add_argument("--model", help="a built-in network (see `poet models`)")
     src.add_argument("--device", help="a device name (see `poet devices`) or a .toml profile")
     src.add_argument("--graph", help="a costed graph file (poet-graph/1 JSON) instead of --model/--device")
-    src.add_argument("--batch-size", type=int, default=1)
+    src.add_argument("--batch-size", type=BATCH, default=1)
     bud = s.add_argument_group("budgets")
     bud.add_argument("--memory", required=True,
                      help="RAM budget: bytes (3000000), with units (3MB, 256KiB) or a percentage of the "
@@ -318,10 +351,11 @@ def build_parser() -> argparse.ArgumentParser:
     sol = s.add_argument_group("solver")
     sol.add_argument("--strategy", default="poet",
                      help="poet (default), remat, paging, keep-all, chen, capuchin")
-    sol.add_argument("--time-limit", type=float, default=None, help="seconds; the best schedule found is returned")
-    sol.add_argument("--threads", type=int, default=None,
+    sol.add_argument("--time-limit", type=SECONDS, default=None,
+                     help="seconds; the best schedule found is returned")
+    sol.add_argument("--threads", type=THREADS, default=None,
                      help="cores to use: HiGHS threads, and guide searches side by side (default: all)")
-    sol.add_argument("--gap", type=float, default=1e-3, help="relative gap that counts as optimal (default 1e-3)")
+    sol.add_argument("--gap", type=GAP, default=1e-3, help="relative gap that counts as optimal (default 1e-3)")
     sol.add_argument("--method", default="auto", help="MILP formulation (auto, faithful, ...; docs/solver.md)")
     sol.add_argument("--no-cache", action="store_true",
                      help="solve afresh: neither reuse nor keep an answer in the cache (docs/solver.md, Cache)")
@@ -339,7 +373,7 @@ def build_parser() -> argparse.ArgumentParser:
     e = sub.add_parser("export-graph", help="write a zoo network's costed graph as poet-graph/1 JSON")
     e.add_argument("--model", required=True)
     e.add_argument("--device", required=True)
-    e.add_argument("--batch-size", type=int, default=1)
+    e.add_argument("--batch-size", type=BATCH, default=1)
     e.add_argument("--out", required=True)
     e.add_argument("--force", action="store_true")
     e.set_defaults(func=cmd_export)
@@ -360,7 +394,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv=None) -> int:
     p = build_parser()
-    a = p.parse_args(argv)
+    try:
+        a = p.parse_args(argv)
+    except SystemExit as e:      # --help, or argparse's error (already printed, naming the option)
+        return e.code if isinstance(e.code, int) else 2
     if not getattr(a, "func", None):
         p.print_help()
         return 1

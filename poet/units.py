@@ -1,6 +1,10 @@
-"""Parsing of human budgets: ``3MB``, ``256KiB``, ``3000000``, ``7.6x``, ``2.5s``, ``500ms``."""
+"""Parsing of human budgets (``3MB``, ``256KiB``, ``3000000``, ``40%``, ``7.6x``, ``2.5s``, ``500ms``),
+and the one check of every number POET reads from a user (finite, in range, whole where it counts
+bytes), used by every loader: graph files, schedule files, device profiles, options."""
 from __future__ import annotations
 
+import math
+import numbers
 import re
 
 _BYTE_UNITS = {
@@ -16,50 +20,132 @@ class BudgetError(ValueError):
     """A budget string or number that cannot be understood."""
 
 
-def parse_bytes(value) -> int:
-    """Bytes from an int or a string with an SI (kB = 1000) or binary (KiB = 1024) unit."""
+# Byte counts above 2**53 (9 PB) lose their last bits in a float, and the solvers and the validator
+# compare bytes through floats in places: no real device comes near, so larger counts are refused.
+MAX_BYTES = 2**53
+_NUMBER = r"([0-9]*\.?[0-9]+(?:e[+-]?[0-9]+)?)"
+
+
+def finite_number(value, what: str, *, error: type[Exception] = BudgetError, minimum: float | None = 0.0,
+                  positive: bool = False, maximum: float | None = None) -> float:
+    """``value`` as a finite float, or ``error`` naming ``what``.
+
+    Booleans, strings, lists and objects are refused (``true`` is not 1), so are NaN, infinities and
+    integers too large for a float; ``minimum`` (inclusive), ``positive`` (> 0) and ``maximum`` bound it.
+    """
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):     # numpy's numbers too
+        raise error(f"{what} must be a number, got {value!r}"[:300])
+    try:
+        x = float(value)
+    except OverflowError:
+        x = math.inf
+    if not math.isfinite(x):
+        raise error(f"{what} must be a finite number, got {_short(value)}")
+    if positive and not x > 0:
+        raise error(f"{what} must be a number above 0, got {_short(value)}")
+    if minimum is not None and x < minimum:
+        raise error(f"{what} must be a number >= {minimum:g}, got {_short(value)}")
+    if maximum is not None and x > maximum:
+        raise error(f"{what} must be at most {maximum:g}, got {_short(value)}")
+    return x
+
+
+def byte_count(value, what: str, *, error: type[Exception] = BudgetError, positive: bool = False) -> int:
+    """``value`` as a whole number of bytes in 0..MAX_BYTES (1.. with ``positive``), or ``error``
+    naming ``what``.  A float is accepted only when it is whole (``1024.0``)."""
+    x = finite_number(value, what, error=error, minimum=0.0, positive=positive)
+    if not isinstance(value, numbers.Integral) and not x.is_integer():
+        raise error(f"{what} must be a whole number of bytes, got {_short(value)}")
+    if x > MAX_BYTES:
+        raise error(f"{what} must be at most {MAX_BYTES} B (2^53, 9 PB), got {_short(value)}")
+    return int(value)
+
+
+def _short(value) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else f"{text[:20]}...({len(text)} characters)"
+
+
+def parse_bytes(value, what: str = "memory budget", *, allow_zero: bool = False) -> int:
+    """Bytes from an int or a string with an SI (kB = 1000) or binary (KiB = 1024) unit.
+
+    A number of plain bytes must be whole (``0.5`` is refused, not rounded to 0); a size with a
+    unit is rounded down to whole bytes (``1.1KiB`` = 1126 B).  Zero is refused unless
+    ``allow_zero``; NaN, infinities and sizes above 2^53 B always are.
+    """
+    hint = "write bytes like 3000000, 3MB, 256KB or 1.5GiB"
     if isinstance(value, bool):
-        raise BudgetError(f"memory budget {value!r} is not a size")
+        raise BudgetError(f"{what} {value!r} is not a size; {hint}")
     if isinstance(value, (int, float)):
-        num, unit = float(value), ""
+        num, unit = value, ""
     else:
-        m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:e[+-]?[0-9]+)?)\s*([a-zA-Z]*)\s*", str(value))
+        m = re.fullmatch(r"\s*" + _NUMBER + r"\s*([a-zA-Z]*)\s*", str(value))
         if not m or m.group(2).lower() not in _BYTE_UNITS:
-            raise BudgetError(
-                f"cannot read memory budget {value!r}; write bytes like 3000000, 3MB, 256KB or 1.5GiB")
+            raise BudgetError(f"cannot read {what} {_short(value)}; {hint}")
         num, unit = float(m.group(1)), m.group(2).lower()
-    b = num * _BYTE_UNITS[unit]
-    if not b > 0 or b != b or b == float("inf"):
-        raise BudgetError(f"memory budget must be positive, got {value!r}")
+    try:
+        b = float(num) * _BYTE_UNITS[unit]
+    except OverflowError:
+        b = math.inf
+    if not math.isfinite(b) or b < 0:
+        raise BudgetError(f"{what} {_short(value)} is not a finite size; {hint}")
+    if unit in ("", "b") and not float(num).is_integer():
+        raise BudgetError(f"{what} {_short(value)} is not a whole number of bytes; {hint}")
+    if b == 0 and not allow_zero or b > 0 and int(b) == 0:
+        raise BudgetError(f"{what} must be at least 1 byte, got {_short(value)}; {hint}")
+    if b > MAX_BYTES:
+        raise BudgetError(f"{what} {_short(value)} is above 2^53 B (9 PB), more than any device holds; {hint}")
     return int(b)
+
+
+def parse_percent(text: str, what: str = "memory budget") -> float:
+    """The fraction in ``"40%"`` (0.4); ``BudgetError`` naming ``what`` for anything else."""
+    m = re.fullmatch(r"\s*" + _NUMBER + r"\s*%\s*", str(text))
+    hint = "write a percentage like 40% (of the way from fixed RAM to the keep-everything peak), or bytes like 3MB"
+    if not m:
+        raise BudgetError(f"cannot read {what} {_short(text)}; {hint}")
+    frac = float(m.group(1)) / 100.0
+    if not math.isfinite(frac) or not frac > 0:
+        raise BudgetError(f"{what} {_short(text)} must be a positive, finite percentage; {hint}")
+    return frac
 
 
 def parse_runtime(value, plain_runtime_s: float) -> float | None:
     """Seconds from ``7.6x`` (multiple of one plain forward+backward), ``2.5s``, ``500ms``.
 
-    ``None``, ``"none"`` and ``"inf"`` mean no deadline.
+    ``None``, ``"none"``, ``"inf"`` and ``"unlimited"`` mean no deadline; an empty string is refused
+    (it is more likely a script's unset variable than a wish for no deadline).
     """
+    hint = ("write a multiple of one plain training step like 1.2x, seconds like 2.5s or 800ms, "
+            "or none for no deadline")
     if value is None:
         return None
     if isinstance(value, (int, float)) and not isinstance(value, bool):
-        s = float(value)
+        s = value
+        unit = "s"
     else:
         text = str(value).strip().lower()
-        if text in ("none", "inf", "unlimited", ""):
+        if text in ("none", "inf", "unlimited"):
             return None
-        m = re.fullmatch(r"([0-9]*\.?[0-9]+(?:e[+-]?[0-9]+)?)\s*(x|s|ms|us|min|h)?", text)
+        if not text:
+            raise BudgetError(f"runtime budget is empty; {hint}")
+        m = re.fullmatch(_NUMBER + r"\s*(x|s|ms|us|min|h)?", text)
         if not m:
-            raise BudgetError(
-                f"cannot read runtime budget {value!r}; write a multiple of one plain training "
-                f"step like 1.2x, or seconds like 2.5s or 800ms")
+            raise BudgetError(f"cannot read runtime budget {_short(value)}; {hint}")
         num, unit = float(m.group(1)), m.group(2) or "s"
         s = num * plain_runtime_s if unit == "x" else num * _TIME_UNITS[unit]
         if unit == "x" and num < 1.0:
             raise BudgetError(
                 f"runtime budget {value} is below one plain forward+backward pass (1.0x), "
                 f"which every schedule must at least compute")
+    try:
+        s = float(s)
+    except OverflowError:
+        s = math.inf
+    if not math.isfinite(s):
+        raise BudgetError(f"runtime budget {_short(value)} is not a finite time; {hint}")
     if not s > 0:
-        raise BudgetError(f"runtime budget must be positive, got {value!r}")
+        raise BudgetError(f"runtime budget must be positive, got {_short(value)}; {hint}")
     return s
 
 

@@ -62,7 +62,7 @@ def test_infeasible_deadline_reports_computed_minimum_ram(capsys):
 @pytest.mark.parametrize("argv, msg", [
     (["solve", "--model", "resnet99", "--device", "a72", "--memory", "1MB"], "unknown model 'resnet99'; known models"),
     (["solve", "--model", "linear", "--device", "z80", "--memory", "1MB"], "unknown device 'z80'; built-in devices"),
-    (["solve", "--model", "linear", "--device", "m4", "--memory", "0"], "must be positive"),
+    (["solve", "--model", "linear", "--device", "m4", "--memory", "0"], "must be at least 1 byte"),
     (["solve", "--model", "linear", "--device", "m4", "--memory", "lots"], "cannot read memory budget"),
     (["solve", "--model", "linear", "--device", "m4", "--memory", "1MB", "--runtime", "0.5x"], "below one plain"),
     (["solve", "--model", "linear", "--memory", "1MB"], "needs --device"),
@@ -210,8 +210,8 @@ def test_the_progress_goes_to_a_log_as_whole_lines(capsys, monkeypatch):
 
 @pytest.mark.parametrize("flag,value,says", [("--time-limit", "-3", "not a positive number of seconds"),
                                              ("--time-limit", "0", "not a positive number of seconds"),
-                                             ("--threads", "0", "threads must be 1 or more"),
-                                             ("--gap", "2", "must be a relative gap in [0, 1)"),
+                                             ("--threads", "0", "is not a whole number of threads, 1 or more"),
+                                             ("--gap", "2", "is not a relative gap in [0, 1)"),
                                              ("--method", "nosuch", "unknown method 'nosuch'; choose one of")])
 def test_solver_options_out_of_range_are_refused_with_what_would_work(capsys, flag, value, says):
     rc, text, err = run(capsys, "solve", "--model", "linear", "--device", "m4", "--memory", "1MB", flag, value)

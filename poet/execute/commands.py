@@ -13,13 +13,15 @@ PLAN_EXAMPLE = "poet plan --model bert --device m4 --memory 60% --strategy pagin
 
 
 def _common(p) -> None:
+    from ..cli import BATCH, SECONDS, number_option
     src = p.add_argument_group("model")
     src.add_argument("--model", default="cnn",
                      help="cnn, bert, mlp (built-in, generated data) or module:function returning "
                           "(model, loss_fn, data) where data.batch() -> (inputs, targets); the module is "
                           "looked up in the current directory, then on PYTHONPATH")
-    src.add_argument("--batch-size", type=int, default=8)
-    src.add_argument("--dropout", type=float, default=0.1)
+    src.add_argument("--batch-size", type=BATCH, default=8)
+    src.add_argument("--dropout", type=number_option("float", "a dropout probability in [0, 1)", "0.1",
+                                                     minimum=0.0, below=1.0), default=0.1)
     src.add_argument("--seed", type=int, default=0)
     src.add_argument("--granularity", choices=["aten", "layer"], default="aten",
                      help="aten: every aten op a node (default); layer: ops grouped by module")
@@ -39,12 +41,13 @@ def _common(p) -> None:
                    help="auto (default): split ops into tiles when the budget is below the untiled minimum; "
                         "off: never; N: force N tiles (tiled gradients match within docs/torch.md's bound)")
     b.add_argument("--strategy", default="poet", help="poet (default), remat, paging, keep-all, chen")
-    b.add_argument("--time-limit", type=float, default=60.0, help="solver seconds (default 60)")
+    b.add_argument("--time-limit", type=SECONDS, default=60.0, help="solver seconds (default 60)")
     b.add_argument("--no-cache", action="store_true",
                    help="solve afresh: neither reuse nor keep an answer in the cache (docs/solver.md, Cache)")
     r = p.add_argument_group("execution")
     r.add_argument("--optimizer", choices=["sgd", "adam"], default="sgd")
-    r.add_argument("--lr", type=float, default=0.05)
+    r.add_argument("--lr", type=number_option("float", "a finite learning rate >= 0", "0.05", minimum=0.0),
+                   default=0.05)
     r.add_argument("--paging-dir", default=None, help="directory for paged tensors (default: a temp dir)")
     r.add_argument("--swap-file", default=None, help="one swap file instead of a directory of pages")
 
@@ -63,7 +66,9 @@ def register(subparsers) -> None:
     t = subparsers.add_parser("train", help="fine-tune a model for N steps with the executed schedule",
                               epilog=f"Example: {TRAIN_EXAMPLE}")
     _common(t)
-    t.add_argument("--steps", type=int, default=20)
+    from ..cli import number_option
+    t.add_argument("--steps", type=number_option("int", "a whole number of training steps, 1 or more", "20",
+                                                 minimum=1), default=20)
     t.add_argument("--check", action="store_true",
                    help="also train with plain PyTorch from the same seed and compare the loss curves bit for bit")
     t.add_argument("--quiet", action="store_true")
@@ -88,9 +93,13 @@ def _load(a):
         build = getattr(module, fn, None)
         if not callable(build):
             raise ValueError(f"--model {a.model}: {mod} has no function {fn!r}")
-        made = build()
+        try:
+            made = build()
+        except Exception as e:       # noqa: BLE001 - the user's code: say whose and what, not a traceback
+            raise ValueError(f"--model {a.model}: {mod}.{fn}() raised {type(e).__name__}: {e}") from e
         if not (isinstance(made, tuple) and len(made) == 3):
-            raise ValueError(f"{a.model} must return (model, loss_fn, data)")
+            raise ValueError(f"--model {a.model}: {mod}.{fn}() must return (model, loss_fn, data), "
+                             f"got {type(made).__name__}")
         return made
     return models.build(a.model, batch_size=a.batch_size, seed=a.seed, dropout=a.dropout)
 
@@ -124,7 +133,8 @@ def _errors():
     from .executor import ExecutionError
     from .store import PagingError
     from ..units import BudgetError
-    return (ExtractionError, ExecutionError, PagingError, BudgetError, ValueError, FileExistsError)
+    # OSError: a file that could not be written or read (--out on a full disk, a paging directory)
+    return (ExtractionError, ExecutionError, PagingError, BudgetError, ValueError, OSError)
 
 
 def cmd_plan(a) -> int:

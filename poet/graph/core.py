@@ -19,9 +19,11 @@ executor can map a tiled schedule back to the model.
 """
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Iterable, Sequence
+
+from ..units import MAX_BYTES, byte_count, finite_number
 
 FORWARD = "forward"
 BACKWARD = "backward"
@@ -117,6 +119,10 @@ class Node:
     param_bytes: int = 0
     op: str = ""
     tile: Tile | None = None
+
+
+COST_FIELDS = ("compute_time_s", "compute_energy_j", "pagein_time_s", "pagein_energy_j",
+               "pageout_time_s", "pageout_energy_j")
 
 
 @dataclass(frozen=True)
@@ -223,8 +229,9 @@ class Graph(_Topology):
         for i, nd in enumerate(self.nodes):
             if nd.kind not in KINDS:
                 raise GraphError(f"node {i} ({nd.name}) has kind {nd.kind!r}; expected 'forward' or 'backward'")
-            if nd.output_bytes < 0 or nd.flops < 0 or nd.param_bytes < 0:
-                raise GraphError(f"node {i} ({nd.name}) has a negative size or FLOP count")
+            byte_count(nd.output_bytes, f"node {i} ({nd.name}): output_bytes", error=GraphError)
+            byte_count(nd.param_bytes, f"node {i} ({nd.name}): param_bytes", error=GraphError)
+            finite_number(nd.flops, f"node {i} ({nd.name}): flops", error=GraphError)
             if nd.tile is not None and not isinstance(nd.tile, Tile):
                 raise GraphError(f"node {i} ({nd.name}): tile must be a poet.graph.core.Tile or None")
 
@@ -255,23 +262,24 @@ class CostedGraph(_Topology):
     def __post_init__(self):
         object.__setattr__(self, "nodes", tuple(self.nodes))
         object.__setattr__(self, "edges", _check_edges(len(self.nodes), self.edges))
-        if int(self.fixed_ram_bytes) != self.fixed_ram_bytes or self.fixed_ram_bytes < 0:
-            raise GraphError(f"fixed_ram_bytes must be a non-negative integer, got {self.fixed_ram_bytes!r}")
-        object.__setattr__(self, "fixed_ram_bytes", int(self.fixed_ram_bytes))
+        object.__setattr__(self, "fixed_ram_bytes", byte_count(self.fixed_ram_bytes, "fixed_ram_bytes",
+                                                                  error=GraphError))
+        if not isinstance(self.meta, dict):
+            raise GraphError(f"meta must be an object (a dict of notes), got {type(self.meta).__name__}")
         if not self.nodes:
             raise GraphError("the graph has no nodes")
         for i, nd in enumerate(self.nodes):
+            label = f"node {i} ({nd.name})"
             if nd.kind not in KINDS:
-                raise GraphError(f"node {i} ({nd.name}) has kind {nd.kind!r}; expected 'forward' or 'backward'")
-            if int(nd.ram_bytes) != nd.ram_bytes or nd.ram_bytes < 0:
-                raise GraphError(f"node {i} ({nd.name}): ram_bytes must be a non-negative integer, got {nd.ram_bytes!r}")
+                raise GraphError(f"{label} has kind {nd.kind!r}; expected 'forward' or 'backward'")
+            byte_count(nd.ram_bytes, f"{label}: ram_bytes", error=GraphError)
             if nd.tile is not None and not isinstance(nd.tile, Tile):
-                raise GraphError(f"node {i} ({nd.name}): tile must be a poet.graph.core.Tile or None")
-            for f in ("compute_time_s", "compute_energy_j", "pagein_time_s", "pagein_energy_j",
-                      "pageout_time_s", "pageout_energy_j"):
-                x = getattr(nd, f)
-                if not (isinstance(x, (int, float)) and x >= 0 and x < float("inf")):
-                    raise GraphError(f"node {i} ({nd.name}): {f} must be a finite number >= 0, got {x!r}")
+                raise GraphError(f"{label}: tile must be a poet.graph.core.Tile or None")
+            for f in COST_FIELDS:
+                finite_number(getattr(nd, f), f"{label}: {f}", error=GraphError)
+        if self.fixed_ram_bytes + sum(nd.ram_bytes for nd in self.nodes) > MAX_BYTES:
+            raise GraphError("fixed_ram_bytes plus every node's ram_bytes is above 2^53 B (9 PB); byte counts "
+                             "that large are not exact in the solvers' arithmetic")
 
     # convenient columns for solvers
     def column(self, attr: str) -> list:

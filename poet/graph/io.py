@@ -1,14 +1,13 @@
 """The ``poet-graph/1`` file: a costed graph as JSON (documented in docs/formats.md)."""
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
+from ..fileio import atomic_write_text, json_text, read_json
+from .core import COST_FIELDS as _COST_FIELDS
 from .core import CostedGraph, CostedNode, GraphError, Tile
 
 GRAPH_FORMAT = "poet-graph/1"
-_COST_FIELDS = ("compute_time_s", "compute_energy_j", "pagein_time_s", "pagein_energy_j",
-                "pageout_time_s", "pageout_energy_j")
 
 
 def graph_to_dict(g: CostedGraph) -> dict:
@@ -72,7 +71,7 @@ def graph_from_dict(d: dict, source: str = "graph") -> CostedGraph:
     for pos, raw in enumerate(d["nodes"]):
         if not isinstance(raw, dict):
             raise bad(f"nodes[{pos}] is not an object")
-        if raw.get("id", pos) != pos:
+        if raw.get("id", pos) != pos or isinstance(raw.get("id"), bool):
             raise bad(f"nodes[{pos}] has id {raw.get('id')!r}; ids must be 0..n-1 in list order")
         missing = [k for k in ("kind", "ram_bytes", *_COST_FIELDS) if k not in raw]
         if missing:
@@ -90,28 +89,26 @@ def graph_from_dict(d: dict, source: str = "graph") -> CostedGraph:
         except TypeError as e:
             raise bad(f"nodes[{pos}]: {e}") from None
     edges = d["edges"]
-    if not all(isinstance(e, list) and len(e) == 2 and all(isinstance(x, int) for x in e) for e in edges):
-        raise bad("every edge must be a pair of integer node ids [u, v]")
+    for k, e in enumerate(edges):
+        if not (isinstance(e, list) and len(e) == 2
+                and all(isinstance(x, int) and not isinstance(x, bool) for x in e)):
+            raise bad(f"edges[{k}] is {str(e)[:60]}; every edge must be a pair of integer node ids [u, v]")
+    meta = d.get("meta")
+    if meta is not None and not isinstance(meta, dict):
+        raise bad(f"\"meta\" must be an object of notes like {{\"device\": \"m4\"}}, got {type(meta).__name__}")
     try:
         return CostedGraph(name=str(d.get("name", source)), nodes=tuple(nodes),
                            edges=tuple((u, v) for u, v in edges),
-                           fixed_ram_bytes=d.get("fixed_ram_bytes", 0), meta=d.get("meta") or {})
+                           fixed_ram_bytes=d.get("fixed_ram_bytes", 0), meta=meta or {})
     except GraphError as e:
         raise bad(str(e)) from None
 
 
 def load_graph(path: str | Path) -> CostedGraph:
-    path = Path(path)
-    try:
-        text = path.read_text()
-    except OSError as e:
-        raise GraphError(f"cannot read graph file {path}: {e.strerror}") from None
-    try:
-        d = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise GraphError(f"{path} is not valid JSON (line {e.lineno}, column {e.colno}: {e.msg})") from None
-    return graph_from_dict(d, source=str(path))
+    """The ``poet-graph/1`` file at ``path``; :class:`GraphError` naming the file and field otherwise."""
+    return graph_from_dict(read_json(path, "graph file", GraphError), source=str(path))
 
 
 def save_graph(g: CostedGraph, path: str | Path) -> None:
-    Path(path).write_text(json.dumps(graph_to_dict(g), indent=1))
+    """Write ``g`` as ``poet-graph/1`` JSON, atomically (a failed write leaves the old file)."""
+    atomic_write_text(path, json_text(graph_to_dict(g), f"graph {g.name!r}"))

@@ -6,10 +6,11 @@ model fitted to measurements) without touching solvers: anything that maps a
 """
 from __future__ import annotations
 
+import math
 from typing import Protocol
 
-from ..graph.core import CostedGraph, CostedNode, Graph
-from .device import Device, load_device
+from ..graph.core import COST_FIELDS, CostedGraph, CostedNode, Graph, GraphError
+from .device import Device, DeviceError, load_device
 
 
 class CostModel(Protocol):
@@ -43,5 +44,12 @@ def linear_cost_model(graph: Graph, device: Device | str, fixed_ram_bytes: int =
             pageout_time_s=t_out, pageout_energy_j=t_out * dev.storage_power_w, tile=nd.tile,
         ))
     meta = {"device": dev.name, "param_bytes": graph.param_bytes, **graph.meta}
-    return CostedGraph(name=graph.name, nodes=tuple(nodes), edges=graph.edges,
-                       fixed_ram_bytes=fixed_ram_bytes, meta=meta)
+    try:
+        return CostedGraph(name=graph.name, nodes=tuple(nodes), edges=graph.edges,
+                           fixed_ram_bytes=fixed_ram_bytes, meta=meta)
+    except GraphError as e:
+        if not all(math.isfinite(getattr(nd, f)) for nd in nodes for f in COST_FIELDS):
+            # a rate so small (or power so large) that a cost overflows: the profile is at fault
+            raise DeviceError(f"device {dev.name} ({dev.path or 'given'}): its rates make a cost that is not "
+                              f"finite ({e}); check the profile's speeds and powers") from None
+        raise

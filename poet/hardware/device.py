@@ -6,6 +6,9 @@ import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..fileio import read_text
+from ..units import byte_count, finite_number
+
 DEVICE_DIR = Path(__file__).parent / "devices"
 
 
@@ -60,23 +63,30 @@ def list_devices() -> list[str]:
 
 
 def _parse(d: dict, path: Path) -> Device:
+    vals: dict[str, dict[str, float]] = {}
     for section, keys in _REQUIRED.items():
         sec = d.get(section)
         if not isinstance(sec, dict):
             raise DeviceError(f"{path}: missing [{section}] table (needs {', '.join(keys)})")
+        vals[section] = {}
         for k in keys:
-            v = sec.get(k)
-            if not isinstance(v, (int, float)) or v < 0 or (k.endswith("per_s") and v <= 0):
-                raise DeviceError(f"{path}: [{section}] {k} must be a positive number, got {v!r}")
-    c, s = d["compute"], d["storage"]
+            if k not in sec:
+                raise DeviceError(f"{path}: [{section}] lacks {k} (a number; see docs/devices.md)")
+            # speeds divide: they must be above 0; latencies and powers may be 0
+            vals[section][k] = finite_number(sec[k], f"{path}: [{section}] {k}", error=DeviceError,
+                                             positive=k.endswith("per_s"))
+    for key in ("name", "part"):
+        if key in d and not isinstance(d[key], str):
+            raise DeviceError(f"{path}: {key} must be a string, got {d[key]!r}"[:300])
+    ram = byte_count(d.get("ram_bytes", 0), f"{path}: ram_bytes", error=DeviceError)
+    c, s = vals["compute"], vals["storage"]
     return Device(
-        name=str(d.get("name", path.stem)), part=str(d.get("part", "")),
-        ram_bytes=int(d.get("ram_bytes", 0)),
-        flops_per_s=float(c["flops_per_s"]), energy_flops_per_s=float(c["energy_flops_per_s"]),
-        compute_power_w=float(c["power_w"]),
-        read_latency_s=float(s["read_latency_s"]), read_bytes_per_s=float(s["read_bytes_per_s"]),
-        write_latency_s=float(s["write_latency_s"]), write_bytes_per_s=float(s["write_bytes_per_s"]),
-        storage_power_w=float(s["power_w"]), path=str(path), **_measured(d, path),
+        name=str(d.get("name", path.stem)), part=str(d.get("part", "")), ram_bytes=ram,
+        flops_per_s=c["flops_per_s"], energy_flops_per_s=c["energy_flops_per_s"],
+        compute_power_w=c["power_w"],
+        read_latency_s=s["read_latency_s"], read_bytes_per_s=s["read_bytes_per_s"],
+        write_latency_s=s["write_latency_s"], write_bytes_per_s=s["write_bytes_per_s"],
+        storage_power_w=s["power_w"], path=str(path), **_measured(d, path),
     )
 
 
@@ -133,9 +143,7 @@ def load_device(name_or_path: str | Path | Device) -> Device:
                 f"unknown device {text!r}; built-in devices: {', '.join(list_devices())} "
                 f"(or give the path of a .toml profile, see docs/devices.md)")
     try:
-        d = tomllib.loads(path.read_text())
-    except OSError as e:
-        raise DeviceError(f"cannot read device file {path}: {e.strerror}") from None
+        d = tomllib.loads(read_text(path, "device profile", DeviceError))
     except tomllib.TOMLDecodeError as e:
         raise DeviceError(f"{path} is not valid TOML: {e}") from None
     return _parse(d, path)

@@ -22,24 +22,34 @@ def register(subparsers) -> None:
     r.set_defaults(func=cmd_report)
 
 
-def render_sweep(out: Path, doc: dict, point: str | None = None, plots: bool = True) -> list[Path]:
+def render_sweep(out: Path, doc: dict, point: str | None = None, plots: bool = True,
+                 source: Path | None = None) -> list[Path]:
+    """Write the sweep's summary and plots into ``out`` (schedules are read from ``source``, by default
+    ``out``).  ``--point`` is checked (and its schedule loaded) before anything is written: a bad point
+    changes no file."""
     from . import tables
+    from ..fileio import atomic_write_text
+    sched, key = None, None
+    if plots:
+        key = point or choose_point(doc)
+        if key:
+            row = next((r for r in doc["points"] if r.get("key") == key), None)
+            if row is None:
+                keys = [r.get("key") for r in doc["points"] if r.get("schedule_file")][:5]
+                raise BudgetError(f"--point {key!r} is not a point of this sweep; points with a schedule are "
+                                  f"written STRATEGY|MEMORY|RUNTIME, e.g. {', '.join(map(str, keys)) or 'none'}")
+            if not row.get("schedule_file"):
+                raise BudgetError(f"--point {key!r} has no schedule ({row.get('status')}); choose a point "
+                                  f"with a schedule")
+            from ..schedule.io import load_schedule
+            sched = load_schedule((source or out) / row["schedule_file"])
     written = []
     md = tables.sweep_markdown(doc)
-    (out / "summary.md").write_text(md)
-    written.append(out / "summary.md")
+    written.append(atomic_write_text(out / "summary.md", md))
     if plots:
         from . import plots as P
         written += P.sweep_plots(doc, out)
-        key = point or choose_point(doc)
-        if key:
-            row = next((r for r in doc["points"] if r["key"] == key), None)
-            if row is None:
-                raise BudgetError(f"--point {key!r} is not a point of this sweep")
-            if not row.get("schedule_file"):
-                raise BudgetError(f"point {key!r} has no schedule ({row.get('status')})")
-            from ..schedule.io import load_schedule
-            sched = load_schedule(out / row["schedule_file"])
+        if sched is not None:
             written += P.schedule_plots(sched, out, stem="point", title=key)
     return written
 
@@ -75,16 +85,16 @@ def cmd_report(a) -> int:
     if p.is_dir() or p.name == "sweep.json" or (p.suffix == ".json" and _is_sweep(p)):
         doc = load_sweep(p)
         out = Path(a.out) if a.out else (p if p.is_dir() else p.parent)
+        src = p if p.is_dir() else p.parent
         if a.out:
             _check_out(out, a.force, marker="summary.md")
             out.mkdir(parents=True, exist_ok=True)
-            if out != (p if p.is_dir() else p.parent):
-                # schedules are referenced relative to the sweep directory
-                import shutil
-                src = p if p.is_dir() else p.parent
-                if (src / "schedules").is_dir() and not (out / "schedules").exists():
-                    shutil.copytree(src / "schedules", out / "schedules")
-        written = render_sweep(out, doc, point=a.point)
+        written = render_sweep(out, doc, point=a.point, source=src)
+        if a.out and out != src:
+            # schedules are referenced relative to the sweep directory
+            import shutil
+            if (src / "schedules").is_dir() and not (out / "schedules").exists():
+                shutil.copytree(src / "schedules", out / "schedules")
         from .tables import sweep_markdown
         print(sweep_markdown(doc))
         for w in written:
@@ -97,9 +107,8 @@ def cmd_report(a) -> int:
     from . import tables
     from . import plots as P
     md = tables.schedule_markdown(sched, source=str(p))
-    (out / "report.md").write_text(md)
-    (out / "nodes.csv").write_text(tables.nodes_csv(sched))
-    written = [out / "report.md", out / "nodes.csv"]
+    from ..fileio import atomic_write_text
+    written = [atomic_write_text(out / "report.md", md), atomic_write_text(out / "nodes.csv", tables.nodes_csv(sched))]
     if sched.steps:
         written += P.schedule_plots(sched, out, stem="schedule", title=f"{sched.strategy} ({sched.status})")
     print(md)
@@ -111,8 +120,8 @@ def cmd_report(a) -> int:
 def _is_sweep(p: Path) -> bool:
     try:
         return json.loads(p.read_text()).get("format", "").startswith("poet-sweep")
-    except (OSError, ValueError, AttributeError):
-        return False
+    except (OSError, ValueError, AttributeError, RecursionError):
+        return False    # not a sweep: loading it as a schedule says what is wrong with it
 
 
 def _check_out(out: Path, force: bool, marker: str):

@@ -26,11 +26,14 @@ ORDER = ("poet", "remat", "paging", "capuchin", "chen", "keep-all")
 
 
 def _save(fig, out: Path, stem: str) -> list[Path]:
+    from ..fileio import atomic_write
     out.mkdir(parents=True, exist_ok=True)
     paths = [out / f"{stem}.png", out / f"{stem}.svg"]
-    fig.savefig(paths[0], dpi=130, bbox_inches="tight")
-    fig.savefig(paths[1], bbox_inches="tight")
-    plt.close(fig)
+    try:
+        atomic_write(paths[0], lambda f: fig.savefig(f, format="png", dpi=130, bbox_inches="tight"), binary=True)
+        atomic_write(paths[1], lambda f: fig.savefig(f, format="svg", bbox_inches="tight"), binary=True)
+    finally:
+        plt.close(fig)
     return paths
 
 

@@ -8,11 +8,31 @@ from ..units import fmt_bytes, fmt_energy, fmt_seconds
 def cache_note(solver: dict) -> str:
     """Where a schedule answered from the solve cache came from ("" for a fresh solve)."""
     cached = solver.get("cache")
-    if not cached:
+    if not cached or not isinstance(cached, dict):
         return ""
     took = cached.get("solve_seconds")
+    took = took if isinstance(took, (int, float)) and not isinstance(took, bool) else None
     return ("from the cache (solved" + (f" in {took:.1f} s" if took is not None else "")
-            + (f" on {cached['solved_at']}" if cached.get("solved_at") else "") + "; --no-cache, or cache=False from Python, solves again)")
+            + (f" on {str(cached['solved_at'])[:40]}" if cached.get("solved_at") else "") + "; --no-cache, or cache=False from Python, solves again)")
+
+
+def _bound_note(sv: dict) -> str:
+    """Where a schedule read from a file got its bound (see poet.schedule.io.checked_claims)."""
+    if sv.get("bound_checked") is False:
+        return " (claimed by the file, not re-checked)"
+    return ""
+
+
+def _claims_note(sv: dict) -> str:
+    """What a file claimed that its replay did not support."""
+    notes = []
+    if sv.get("claimed_status"):
+        notes.append(f"the file said {sv['claimed_status']}")
+    if isinstance(sv.get("claimed_gap"), float) and sv.get("claimed_status") == OPTIMAL:
+        notes.append(f"with gap {sv['claimed_gap']:.2e}")
+    if sv.get("claimed_bound_energy_j") is not None:
+        notes.append(f"its lower bound {sv['claimed_bound_energy_j']:.6g} J is above the replayed energy")
+    return f"; NOT as claimed: {' '.join(notes)}, which the replay does not support" if notes else ""
 
 
 def status_line(s: Schedule) -> str:
@@ -26,7 +46,7 @@ def status_line(s: Schedule) -> str:
         how.append(cache_note(sv))
     elif sv.get("solve_seconds") is not None:
         how.append(f"{sv['solve_seconds']:.1f} s")
-    if sv.get("variables"):
+    if isinstance(sv.get("variables"), int) and isinstance(sv.get("constraints"), int):
         how.append(f"{sv['variables']:,} variables, {sv['constraints']:,} constraints")
     tail = f" [{'; '.join(how)}]" if how else ""
     if s.status == OPTIMAL:
@@ -34,15 +54,15 @@ def status_line(s: Schedule) -> str:
         bound = sv.get("bound_energy_j")
         extra = ""
         if gap is not None:
-            extra = f", proven relative gap {gap:.2e}"
+            extra = f", {'proven ' if sv.get('bound_checked') is not False else ''}relative gap {gap:.2e}"
         if bound is not None:
-            extra += f", lower bound {fmt_energy(bound)}"
-        return f"optimal{extra}{tail}"
+            extra += f", lower bound {fmt_energy(bound)}{_bound_note(sv)}"
+        return f"optimal{extra}{tail}{_claims_note(sv)}"
     if s.status == FEASIBLE:
         gap = sv.get("gap")
         g = f"{gap:.2%}" if isinstance(gap, (int, float)) else "unknown"
         detail = f"; {sv['status_detail']}" if sv.get("status_detail") else ""
-        return f"feasible, NOT proven optimal (gap {g}{detail}){tail}"
+        return f"feasible, NOT proven optimal (gap {g}{_bound_note(sv)}{detail}){tail}{_claims_note(sv)}"
     if s.status == HEURISTIC:
         return f"heuristic schedule (no optimality claim){tail}"
     if s.status == INFEASIBLE:

@@ -10,8 +10,7 @@ import math
 from dataclasses import dataclass, field
 
 from ..graph.core import CostedGraph
-from .core import (OPS, PAGING_HIDDEN, PAGING_MODES, PAGING_OVERLAP, Budget, Step,
-                   Totals)
+from .core import OPS, PAGING_HIDDEN, PAGING_MODES, PAGING_OVERLAP, Budget, Step, Totals
 
 # Runtime is a modelled float quantity: allow one part per million of rounding.
 RUNTIME_RTOL = 1e-6
@@ -52,9 +51,11 @@ def simulate(g: CostedGraph, steps, budget: Budget | None = None) -> Replay:
     stage_compute: dict[int, list[float]] = {}
     stage_page: dict[int, list[float]] = {}
     page_ins = page_outs = b_in = b_out = 0
+    if budget is not None:
+        check_budget(budget)
     ram_limit = budget.ram_bytes if budget is not None else None
-    if budget is not None and budget.paging_time not in PAGING_MODES:
-        raise ScheduleError(f"unknown paging_time {budget.paging_time!r}; use one of {', '.join(PAGING_MODES)}")
+    overlap = budget is not None and budget.paging_time == PAGING_OVERLAP
+    last_stage = 0
 
     for idx, s in enumerate(steps):
         if not isinstance(s, Step):
@@ -66,8 +67,25 @@ def simulate(g: CostedGraph, steps, budget: Budget | None = None) -> Replay:
 
         if op not in OPS:
             raise ScheduleError(f"step {idx}: unknown op {op!r}; expected one of {', '.join(OPS)}", idx)
-        if not isinstance(v, int) or not 0 <= v < n:
+        if not isinstance(v, int) or isinstance(v, bool) or not 0 <= v < n:
             raise ScheduleError(f"step {idx}: node {v!r} is not a node id 0..{n - 1}", idx)
+        if s.stage is not None and (not isinstance(s.stage, int) or isinstance(s.stage, bool)
+                                    or not 0 <= s.stage < n):
+            raise ScheduleError(f"step {idx}: stage {str(s.stage)[:40]} is not a stage 0..{n - 1} (an integer)", idx)
+        if overlap:
+            # Paging overlaps the compute of its own stage only, so the runtime claimed depends on each
+            # step's stage: they must be the stages the steps run in, in order, each stage t starting
+            # node t's first computation (as every POET strategy emits them).
+            if s.stage is None:
+                fail("the overlap paging model needs every step to carry its \"stage\" "
+                     "(the stage it runs in); re-solve with --paging-time overlap")
+            if s.stage < last_stage:
+                fail(f"stage {s.stage} comes after a step of stage {last_stage}: stages must not decrease "
+                     f"along the steps, because paging overlaps only the compute of the stage it runs in")
+            if op == "compute" and computed[v] == 0 and s.stage != v:
+                fail(f"first computation of node {v} is in stage {s.stage}; stage t is where node t is first "
+                     f"computed, so it must be in stage {v}")
+            last_stage = s.stage
         nd = g.nodes[v]
         if op == "compute":
             missing = [p for p in g.preds[v] if p not in in_ram]
@@ -123,8 +141,6 @@ def simulate(g: CostedGraph, steps, budget: Budget | None = None) -> Replay:
         runtime = tc
     elif mode == PAGING_OVERLAP:
         stages = set(stage_compute) | set(stage_page)
-        if None in stages and len(stages) > 1:
-            raise ScheduleError("the overlap paging model needs every step to carry its stage")
         runtime = math.fsum(max(math.fsum(stage_compute.get(k, [])), math.fsum(stage_page.get(k, [])))
                             for k in stages)
     else:
@@ -143,6 +159,21 @@ def simulate(g: CostedGraph, steps, budget: Budget | None = None) -> Replay:
         page_ins=page_ins, page_outs=page_outs, bytes_paged_in=b_in, bytes_paged_out=b_out,
     )
     return Replay(totals=totals, ram_after_step=trace)
+
+
+def check_budget(budget: Budget) -> None:
+    """:class:`ScheduleError` unless the RAM budget is a whole number of bytes, the deadline a finite
+    positive time (or None) and the paging model one of PAGING_MODES: NaN would let any runtime pass."""
+    ram, rt = budget.ram_bytes, budget.runtime_s
+    if isinstance(ram, bool) or not isinstance(ram, int) or ram < 0:
+        raise ScheduleError(f"budget ram_bytes must be a whole number of bytes >= 0, got {str(ram)[:40]}")
+    if rt is not None and (isinstance(rt, bool) or not isinstance(rt, (int, float))
+                           or not (math.isfinite(rt) and rt > 0)):
+        raise ScheduleError(f"budget runtime_s must be a finite number of seconds above 0, or null for no "
+                            f"deadline; got {str(rt)[:40]}")
+    if budget.paging_time not in PAGING_MODES:
+        raise ScheduleError(f"unknown paging_time {str(budget.paging_time)[:40]}; use one of "
+                            f"{', '.join(PAGING_MODES)}")
 
 
 def validate(g: CostedGraph, steps, budget: Budget) -> Totals:

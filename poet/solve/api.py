@@ -14,7 +14,7 @@ from typing import Callable
 from ..graph.core import CostedGraph, Graph
 from ..schedule.core import (INFEASIBLE, PAGING_MODES, PAGING_SERIAL, Budget, Schedule)
 from ..schedule.validate import ScheduleError, validate
-from ..units import BudgetError, fmt_bytes, parse_bytes, parse_runtime
+from ..units import MAX_BYTES, BudgetError, fmt_bytes, parse_bytes, parse_percent, parse_runtime
 
 
 class SolveError(RuntimeError):
@@ -84,7 +84,7 @@ def costed_graph(graph, device=None, *, batch_size: int = 1, fixed_ram_bytes=Non
     else:
         raise TypeError(f"cannot make a costed graph from {type(graph).__name__}")
     if fixed_ram_bytes is not None:
-        g = g.with_fixed_ram(parse_bytes(fixed_ram_bytes) if fixed_ram_bytes else 0)
+        g = g.with_fixed_ram(parse_bytes(fixed_ram_bytes, "fixed RAM", allow_zero=True))
     return g
 
 
@@ -93,10 +93,10 @@ def make_budget(g: CostedGraph, memory, runtime=None, paging_time: str = PAGING_
         raise BudgetError(f"paging_time must be one of {', '.join(PAGING_MODES)}, got {paging_time!r}")
     if isinstance(memory, str) and memory.strip().endswith("%"):
         from .baselines import keep_all_peak
-        frac = float(memory.strip()[:-1]) / 100.0
-        if not frac > 0:
-            raise BudgetError(f"memory budget {memory!r} must be a positive percentage")
+        frac = parse_percent(memory)
         ram = int(g.fixed_ram_bytes + frac * (keep_all_peak(g) - g.fixed_ram_bytes))
+        if ram > MAX_BYTES:
+            raise BudgetError(f"memory budget {memory} is above 2^53 B (9 PB), more than any device holds")
     else:
         ram = parse_bytes(memory)
     return Budget(ram_bytes=ram, runtime_s=parse_runtime(runtime, g.plain_runtime_s), paging_time=paging_time)
@@ -159,12 +159,15 @@ def solve_costed(g: CostedGraph, budget: Budget, strategy: str, opts: SolveOptio
         })
     from . import cache as disk
     entry = disk.entry_path(g, budget, strategy, opts) if opts.cache else None
+    notes: list[str] = []
     if entry is not None and not opts.verbose:     # a verbose solve is asked for its log: it runs
-        hit = disk.lookup(entry, g, budget, strategy, opts)
+        hit = disk.lookup(entry, g, budget, strategy, opts, notes)
         if hit is not None:
             hit.solver["solve_seconds"] = time.perf_counter() - t0
             return hit
     sched = STRATEGIES[strategy](g, budget, opts)
+    if notes:
+        sched.solver["cache_note"] = notes[0]
     sched.solver.setdefault("solve_seconds", time.perf_counter() - t0)
     if opts.stop is not None and opts.stop():
         sched.solver["stopped_early"] = True

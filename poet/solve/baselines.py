@@ -45,7 +45,12 @@ def judged(g: CostedGraph, budget: Budget, steps: list[Step], strategy: str, sta
               "strategy_runtime_s": totals.runtime_s, "strategy_energy_j": totals.energy_j}
     if problems:
         solver["message"] = f"{strategy} schedule " + "; ".join(problems)
-        solver["min_ram_bytes"] = totals.peak_ram_bytes
+        if budget.runtime_s is None or totals.runtime_s <= budget.runtime_s * (1 + 1e-6):
+            solver["min_ram_bytes"] = totals.peak_ram_bytes
+        else:    # its runtime does not depend on the RAM budget: no RAM budget makes it meet this deadline
+            solver["min_ram_note"] = (f"no RAM budget makes the {strategy} schedule meet this deadline: it needs "
+                                      f"{fmt_seconds(totals.runtime_s)} (and {fmt_bytes(totals.peak_ram_bytes)} of "
+                                      f"RAM); give --runtime {totals.runtime_s * (1 + 1e-6):.6g}s or more")
         return Schedule(graph=g, budget=budget, steps=(), status=INFEASIBLE, strategy=strategy, solver=solver)
     return Schedule(graph=g, budget=budget, steps=tuple(steps), status=status_if_fits, strategy=strategy,
                     solver=solver)
@@ -205,7 +210,20 @@ def solve_chen(g: CostedGraph, budget: Budget, opts) -> Schedule:
     info = {"checkpoints": cps, "plan": name, "plans_tried": len(tried),
             "message": f"{name}: {len(cps)} checkpoints",
             "min_plan_peak_ram_bytes": min(x[3].peak_ram_bytes for x in tried)}
-    return judged(g, budget, steps, "chen", HEURISTIC, info)
+    s = judged(g, budget, steps, "chen", HEURISTIC, info)
+    if not s.steps and budget.runtime_s is not None:
+        # the smallest RAM at which some plan also meets the deadline, if any plan does
+        meets = [x[3].peak_ram_bytes for x in tried if x[3].runtime_s <= budget.runtime_s * (1 + 1e-6)]
+        if meets:
+            s.solver["min_ram_bytes"] = min(meets)
+            s.solver.pop("min_ram_note", None)
+        else:
+            fastest = min(x[3].runtime_s for x in tried)
+            s.solver.pop("min_ram_bytes", None)
+            s.solver["min_ram_note"] = (f"no RAM budget helps: none of chen's {len(tried)} plans meets this "
+                                        f"deadline (the fastest needs {fmt_seconds(fastest)}); give --runtime "
+                                        f"{fastest * (1 + 1e-6):.6g}s or more")
+    return s
 
 
 from . import capuchin  # noqa: E402,F401  (registers the "capuchin" strategy)

@@ -12,9 +12,14 @@ What is reused, and when:
   so it is reused only for a time limit no longer than the one it was found with (no limit
   counts as the longest).
 
-A cached schedule is never trusted: its steps are replayed by the validator against the graph
-and budget being asked about, and an entry that does not replay (or does not parse) is ignored
-and replaced by a fresh solve.  A verbose solve (asked for the solver's log) always runs, and
+Nothing read from an entry is trusted (anyone can edit the files).  Its steps are replayed by the
+validator against the graph and budget being asked about, and its status, gap and bound are not
+read but re-derived: from the replayed energy, the plain energy (every node is computed once) and,
+for the MILP strategies, the eviction cover's bound recomputed on reuse (at most 10 s; on the zoo
+it is the bound the solve reported).  An answer is reused as ``optimal`` only when that re-proves
+it, as ``infeasible`` only when the cover re-proves that no eviction set fits, as ``feasible``
+with the re-derived gap; anything else (a claim that cannot be re-checked, ``no_solution``, an
+entry that does not parse or replay) is a miss, solved again, and replaced.  A verbose solve (asked for the solver's log) always runs, and
 its answer replaces the entry.  The cache lives in ``$POET_CACHE_DIR``, else
 ``$XDG_CACHE_HOME/poet/schedules``, else ``~/.cache/poet/schedules``; deleting it is always safe.
 Its entries take at most ``$POET_CACHE_MAX_MB`` megabytes (256 by default): past that, the least
@@ -32,10 +37,22 @@ import tempfile
 import time
 from pathlib import Path
 
+from ..fileio import json_text, parse_json, read_text
 from ..graph.io import graph_to_dict
-from ..schedule.core import INFEASIBLE, OPTIMAL, STATUSES, Budget, Schedule, Step
+from ..schedule.core import (
+    FEASIBLE,
+    HEURISTIC,
+    INFEASIBLE,
+    NO_SOLUTION,
+    OPTIMAL,
+    STATUSES,
+    Budget,
+    Schedule,
+    Step,
+)
 from ..schedule.io import steps_to_dicts
 from ..schedule.validate import ScheduleError, validate
+from ..units import BudgetError
 
 CACHE_FORMAT = "poet-cache/1"
 CACHE_ENV = "POET_CACHE_DIR"
@@ -77,35 +94,125 @@ def _limit(x) -> float:
 
 
 def entry_path(g, budget: Budget, strategy: str, opts) -> Path:
-    """Where this solve's answer is kept (the key serializes the whole graph: compute it once)."""
+    """Where this solve's answer is kept (the key serializes the whole graph: compute it once).
+
+    Checks ``$POET_CACHE_MAX_MB`` first, so a bad value is refused before any solving."""
+    max_bytes()
     return cache_dir() / f"{problem_key(g, budget, strategy, opts)}.json"
 
 
-def lookup(path: Path, g, budget: Budget, strategy: str, opts) -> Schedule | None:
-    """The answer kept at ``path`` (see `entry_path`), replayed by the validator, or None."""
-    try:
-        d = json.loads(path.read_text())
-    except (OSError, ValueError):
+class _Unusable(Exception):
+    """An entry that cannot be used: the message says why (it is solved again)."""
+
+
+# strategy -> (remat, paging): the MILP strategies, whose bound the eviction cover re-checks
+_COVERED = {"poet": (True, True), "remat": (True, False), "paging": (False, True)}
+# the eviction cover's time when an answer is re-checked
+RECHECK_SECONDS = 10.0
+
+
+def _steps(raw) -> tuple[Step, ...]:
+    if not isinstance(raw, list):
+        raise _Unusable("its steps are not a list")
+    steps = []
+    for st in raw:
+        if not (isinstance(st, dict) and isinstance(st.get("op"), str) and isinstance(st.get("node"), int)
+                and not isinstance(st.get("node"), bool)):
+            raise _Unusable("a step is not {\"op\", \"node\"}")
+        steps.append(Step(st["op"], st["node"], st.get("stage")))
+    return tuple(steps)
+
+
+def _recheck(g, budget: Budget, strategy: str, opts, claimed: str, steps, totals) -> tuple[str, dict]:
+    """The status and bound facts the cached answer has once re-derived from what can be checked now:
+    the replayed steps, the plain energy (every node is computed once), and the eviction cover's
+    bound recomputed for the MILP strategies.  Nothing the entry says about bounds or proofs is used."""
+    cover = None
+    if strategy in _COVERED and claimed in (OPTIMAL, FEASIBLE, INFEASIBLE):
+        from .heuristics import lower_bound_energy
+        remat, paging = _COVERED[strategy]
+        # at least a second: a cover cut off before its root LP bounds nothing
+        limit = RECHECK_SECONDS if opts.time_limit_s is None else min(RECHECK_SECONDS, max(1.0, opts.time_limit_s))
+        cover = lower_bound_energy(g, budget, remat=remat, paging=paging, time_limit=limit)
+    if not steps:
+        if claimed == INFEASIBLE and cover is not None and cover == math.inf:
+            return INFEASIBLE, {"recheck": "infeasible: re-proven on reuse (no eviction set meets the budgets); "
+                                           "any smallest feasible budgets are the earlier solve's"}
+        raise _Unusable(f"its answer ({claimed}, no schedule) cannot be re-checked without solving")
+    if claimed in (INFEASIBLE, NO_SOLUTION):
+        raise _Unusable(f"it says {claimed} next to a schedule that replays")
+    if claimed == HEURISTIC:
+        return HEURISTIC, {"recheck": "heuristic: the schedule was replayed on reuse (no optimality claim)"}
+    energy = totals.energy_j
+    bound = g.plain_energy_j
+    if cover is not None and math.isfinite(cover):
+        bound = max(bound, cover)
+    if bound > energy * (1 + 1e-9):
+        raise _Unusable("its schedule costs less than a proven lower bound: the entry is not what it seems")
+    gap = max(0.0, (energy - bound) / max(energy, 1e-300))
+    facts = {"gap": gap, "bound_energy_j": bound, "objective_energy_j": energy}
+    if gap <= opts.gap * (1 + 1e-9) + 1e-12:
+        return OPTIMAL, {**facts, "recheck": "optimal: re-proven on reuse against the plain energy and the "
+                                             "eviction cover's bound"}
+    if claimed == OPTIMAL:
+        raise _Unusable(f"its claim of optimality could not be re-checked (the bound re-checked now leaves a "
+                        f"gap of {gap:.2%})")
+    return FEASIBLE, {**facts, "recheck": "feasible: gap re-derived on reuse from the plain energy and the "
+                                          "eviction cover's bound"}
+
+
+def lookup(path: Path, g, budget: Budget, strategy: str, opts, notes: list | None = None) -> Schedule | None:
+    """The answer kept at ``path`` (see `entry_path`), replayed by the validator and re-checked, or None.
+
+    Nothing in the entry is trusted: the steps are replayed against the problem asked, and the status,
+    gap and bound are re-derived from the replay and from bounds recomputed now (`_recheck`).  An entry
+    that cannot be read, replayed or re-checked is a miss; why goes into ``notes``.
+    """
+    if not path.is_file():
         return None
     try:
-        status = d["status"]
-        if d.get("format") != CACHE_FORMAT or status not in STATUSES:
-            return None
-        if status not in PROVEN and _limit(opts.time_limit_s) > _limit(d.get("time_limit_s")):
+        d = parse_json(read_text(path, "cache entry", _Unusable), str(path), _Unusable)
+        if not isinstance(d, dict) or d.get("format") != CACHE_FORMAT:
+            raise _Unusable(f"it is not a {CACHE_FORMAT} entry")
+        claimed = d.get("status")
+        if not isinstance(claimed, str) or claimed not in STATUSES:
+            raise _Unusable("its status is not one POET writes")
+        if claimed not in PROVEN and _limit(opts.time_limit_s) > _limit(_seconds(d.get("time_limit_s"))):
             return None     # the caller allows a longer search than the one cached
-        steps = tuple(Step(s["op"], s["node"], s.get("stage")) for s in d["steps"])
-        totals = validate(g, steps, budget) if steps else None     # checks ops and node ids too
-        solver = dict(d["solver"])
-    except (KeyError, TypeError, ValueError, ScheduleError):
-        return None      # damaged, or not a valid schedule of this problem: solve afresh
+        steps = _steps(d.get("steps"))
+        try:
+            totals = validate(g, steps, budget) if steps else None     # checks ops and node ids too
+        except ScheduleError as e:
+            raise _Unusable(f"its schedule does not replay ({e})") from None
+        status, facts = _recheck(g, budget, strategy, opts, claimed, steps, totals)
+        solver = d.get("solver") if isinstance(d.get("solver"), dict) else {}
+        json_text(solver, "the cached solver facts", indent=None)       # finite numbers only
+    except _Unusable as e:
+        if notes is not None:
+            notes.append(f"ignored the cache entry {path}: {e}; solved again")
+        return None
+    except Exception as e:
+        if notes is not None:
+            notes.append(f"ignored the unreadable cache entry {path} ({type(e).__name__}); solved again")
+        return None
+    for key in ("gap", "bound_energy_j", "objective_energy_j", "structural_bound_energy_j"):
+        solver.pop(key, None)
+    solver.update(facts)
     try:
         os.utime(path)   # recently used: pruned last
     except OSError:
         pass
-    solver["cache"] = {"file": str(path), "solved_at": d.get("solved_at"),
-                       "solve_seconds": solver.get("solve_seconds"), "time_limit_s": d.get("time_limit_s")}
+    solver["cache"] = {"file": str(path), "solved_at": str(d.get("solved_at"))[:40],
+                       "solve_seconds": _seconds(solver.get("solve_seconds")),
+                       "time_limit_s": _seconds(d.get("time_limit_s")), "recheck": facts["recheck"]}
+    solver.pop("recheck", None)
     return Schedule(graph=g, budget=budget, steps=steps, status=status, strategy=strategy, totals=totals,
                     solver=solver)
+
+
+def _seconds(x) -> float | None:
+    return float(x) if isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and x >= 0 \
+        else None
 
 
 def store(path: Path, s: Schedule, opts) -> str | None:
@@ -116,7 +223,7 @@ def store(path: Path, s: Schedule, opts) -> str | None:
         "solved_at": time.strftime("%Y-%m-%d %H:%M:%S"), "steps": steps_to_dicts(s.steps), "solver": s.solver,
     }
     try:
-        text = json.dumps(entry)
+        text = json.dumps(entry, allow_nan=False)
     except (TypeError, ValueError) as e:
         return f"the solver's facts are not JSON ({e})"
     try:
@@ -135,11 +242,21 @@ def store(path: Path, s: Schedule, opts) -> str | None:
 
 
 def max_bytes() -> float:
+    """The entries' size cap in bytes, from ``$POET_CACHE_MAX_MB`` (unset or empty: 256 MB).
+
+    A value that is not a finite number >= 0 is refused (BudgetError naming the variable), never
+    acted on: read as 0 it would delete every other entry."""
+    text = os.environ.get(MAX_MB_ENV, "").strip()
+    if not text:
+        return MAX_MB_DEFAULT * 1e6
     try:
-        mb = float(os.environ.get(MAX_MB_ENV) or MAX_MB_DEFAULT)
+        mb = float(text)
     except ValueError:
-        mb = MAX_MB_DEFAULT
-    return max(mb, 0.0) * 1e6
+        mb = math.nan
+    if not (math.isfinite(mb) and mb >= 0):
+        raise BudgetError(f"{MAX_MB_ENV}={text[:40]!r} is not a size in megabytes; set it to a number >= 0 "
+                          f"like {MAX_MB_DEFAULT:g}, or unset it for the default ({MAX_MB_DEFAULT:g} MB)")
+    return mb * 1e6
 
 
 def prune(directory: Path, keep: Path | None = None) -> str | None:
