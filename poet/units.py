@@ -83,10 +83,10 @@ def parse_bytes(value, what: str = "memory budget", *, allow_zero: bool = False)
         if not m or m.group(2).lower() not in _BYTE_UNITS:
             raise BudgetError(f"cannot read {what} {_short(value)}; {hint}")
         num, unit = float(m.group(1)), m.group(2).lower()
-    try:
+    if isinstance(num, int):
+        b = num * _BYTE_UNITS[unit] if abs(num) <= MAX_BYTES else float(MAX_BYTES) * 2   # exact at 2^53
+    else:
         b = float(num) * _BYTE_UNITS[unit]
-    except OverflowError:
-        b = math.inf
     if not math.isfinite(b) or b < 0:
         raise BudgetError(f"{what} {_short(value)} is not a finite size; {hint}")
     if unit in ("", "b") and not float(num).is_integer():
