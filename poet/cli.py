@@ -22,7 +22,7 @@ class OutputPathError(ValueError):
 # OSError: a file that could not be read or written (disk full, no such directory)
 USER_ERRORS = (BudgetError, GraphError, DeviceError, ScheduleError, OutputPathError, OSError)
 
-TILED_TIME_LIMIT_S = 300.0      # solve's default time limit when the graph was tiled (none otherwise)
+TILED_TIME_LIMIT_S = 240.0      # solve's default time limit when the graph was tiled (none otherwise)
 EXAMPLE = "poet solve --model resnet18_cifar --device a72 --memory 3MB --runtime 7.6x"
 
 

@@ -174,3 +174,35 @@ def test_forced_count_and_bad_values():
     assert parse_tile_option("OFF") == "off" and parse_tile_option(None) == "auto"
     with pytest.raises(GraphError, match="layers that"):
         build_tiled("resnet18_cifar", {"nope": 2})
+
+
+def test_attention_tiles_cover_every_head_query_and_key_block_once():
+    ml = model_layers("transformer")
+    counts = {lay.name: 4 for lay in ml.layers if tileable(lay)}
+    g = build_tiled(ml, counts).graph
+    heads = next(lay.heads for lay in ml.layers if lay.heads)
+    seq = ml.input_shape[0]
+    for of in ("block0.attn.context", "bwd.block0.attn.context.dq", "bwd.block0.attn.context.dk",
+               "bwd.block0.attn.context.dv"):
+        blocks = [nd.tile for nd in g.nodes if nd.tile is not None and nd.tile.of == of]
+        assert len(blocks) == heads * 4 * 4 and {t.axis for t in blocks} == {"heads,queries,keys"}
+        area = sum((t.stop[1] - t.start[1]) * (t.stop[2] - t.start[2]) for t in blocks)
+        assert area == heads * seq * seq           # every (head, query, key) entry exactly once
+        assert sum(t.part == "output" for t in blocks) == heads * 4   # one finished tile per chain
+    # no node holds the heads x S x S scores: an attention step's working set is a small fraction of them
+    ws = working_sets(g)
+    att = [w for w, nd in zip(ws, g.nodes) if nd.op == "attention"]
+    assert att and max(att) < 4 * heads * seq * seq / 32
+    # a chain step reads only its head's columns of Q, K and V
+    step = next(i for i, nd in enumerate(g.nodes) if nd.tile and nd.tile.of == "block0.attn.context")
+    h = g.nodes[step].tile.start[0]
+    for p in g.preds[step]:
+        t = g.nodes[p].tile
+        if t is not None and t.axis == "tokens,heads":
+            assert t.start[1] == h and t.stop[1] == h + 1
+
+
+def test_transformer_fits_256k_when_tiled():
+    p = plan_tiling("transformer", 262144)
+    assert p.fits and p.untiled_min_bytes > 30_000_000
+    assert "block0.attn.context" in p.counts

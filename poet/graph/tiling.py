@@ -26,7 +26,8 @@ With every count at 1 the builder reproduces :func:`poet.graph.zoo.build_model`
 node for node.  Tiled graphs are put in *streaming* order (a consumer tile runs
 as soon as its inputs exist), so a chain of tiled layers is computed tile by
 tile as patch-based inference does, and a tile's inputs are usually still in
-RAM when it runs.  Attention layers are not tiled yet (see docs/tiling.md).
+RAM when it runs.  Attention is tiled by head and query tile with key/value
+tiles streamed (:mod:`poet.graph.tiling_attention`).
 """
 from __future__ import annotations
 
@@ -35,96 +36,31 @@ import math
 from dataclasses import dataclass
 
 from .core import BACKWARD, FORWARD, Graph, GraphError, Node, Tile
+from .tiling_attention import attention_backward, attention_forward
+from .tiling_ranges import (
+    STATS_FLOPS_PER_ELEM,
+    WEIGHTED,
+    WINDOWED,
+    Builder,
+    Piece,
+    axis_of,
+    halo_of,
+    input_rows,
+    output_rows_touching,
+    overlap,
+    rows_of,
+    split,
+    tileable,
+)
 from .zoo import (
     DATA,
     DTYPE_BYTES,
     SAVES,
-    Layer,
     ModelLayers,
     check_batch_size,
     loss_flops,
     model_layers,
 )
-
-# ops whose output can be split along rows (3-D C,H,W) or tokens (2-D S,D) with 1:1 or windowed row maps
-ROW_OPS = {"conv2d", "maxpool", "avgpool", "batchnorm", "relu", "add", "dropout", "gelu", "layernorm", "linear"}
-WINDOWED = {"conv2d", "maxpool", "avgpool"}
-WEIGHTED = {"conv2d", "linear"}     # grad-input and weight gradient split into separate tiles
-STATS_FLOPS_PER_ELEM = 2            # BatchNorm statistics pass (sum, sum of squares) per element
-
-
-def rows_of(shape: tuple[int, ...]) -> int:
-    """Length of the axis tiles split: rows of (C, H, W), tokens of (S, D); 1 for a flat vector."""
-    if len(shape) == 3:
-        return shape[1]
-    if len(shape) == 2:
-        return shape[0]
-    return 1
-
-
-def axis_of(shape: tuple[int, ...]) -> str:
-    return "rows" if len(shape) == 3 else "tokens"
-
-
-def tileable(lay: Layer) -> bool:
-    return lay.op in ROW_OPS and len(lay.shape) in (2, 3) and rows_of(lay.shape) > 1 and not (
-        lay.op == "linear" and len(lay.shape) != 2)
-
-
-def halo_of(lay: Layer) -> int:
-    """Extra input rows a tile of ``lay`` reads beyond its own range, on each side."""
-    if lay.op not in WINDOWED:
-        return 0
-    return max(lay.pad, lay.kernel - lay.stride - lay.pad, 0)
-
-
-def split(rows: int, count: int) -> list[tuple[int, int]]:
-    """``count`` contiguous ranges covering ``0..rows`` exactly, sizes differing by at most one."""
-    count = max(1, min(count, rows))
-    return [(t * rows // count, (t + 1) * rows // count) for t in range(count)]
-
-
-def input_rows(lay: Layer, lo: int, hi: int, in_rows: int) -> tuple[int, int]:
-    """Input rows that output rows ``[lo, hi)`` of ``lay`` read (window clipped to the input)."""
-    if lay.op not in WINDOWED:
-        return lo, hi
-    a = lo * lay.stride - lay.pad
-    b = (hi - 1) * lay.stride - lay.pad + lay.kernel
-    return max(0, a), min(in_rows, b)
-
-
-def output_rows_touching(lay: Layer, lo: int, hi: int, out_rows: int) -> tuple[int, int]:
-    """Output rows of ``lay`` whose window touches input rows ``[lo, hi)`` (what grad-input needs)."""
-    if lay.op not in WINDOWED:
-        return lo, hi
-    k, s, p = lay.kernel, lay.stride, lay.pad
-    first = -((k - 1 - lo - p) // s)          # ceil((lo + p - k + 1) / s)
-    last = (hi - 1 + p) // s
-    return max(0, first), min(out_rows, last + 1)
-
-
-@dataclass
-class _Piece:
-    lo: int
-    hi: int
-    node: int
-
-
-class _Builder:
-    def __init__(self):
-        self.nodes: list[Node] = []
-        self.preds: list[list[int]] = []
-        self.owner: list[int | None] = []     # layer whose tile count sets the node's size
-
-    def add(self, node: Node, reads, owner: int | None) -> int:
-        self.nodes.append(node)
-        self.preds.append(sorted(set(reads)))
-        self.owner.append(owner)
-        return len(self.nodes) - 1
-
-
-def _overlap(pieces: list[_Piece], lo: int, hi: int) -> list[int]:
-    return [p.node for p in pieces if p.lo < hi and p.hi > lo]
 
 
 @dataclass(frozen=True)
@@ -159,6 +95,24 @@ def build_tiled(model: str | ModelLayers, counts: dict[str, int], batch_size: in
             n = max(n, n_of[lay.inputs[0]])    # statistics over a split input need the tiled pass
         n_of.append(n)
 
+    # attention split into tiles: context layer -> scores layer; Q/K/V projections and contexts split by head too
+    attention: dict[int, int] = {}
+    col_split: dict[int, int] = {}
+    for i, lay in enumerate(layers):
+        if not (lay.op == "matmul" and lay.heads and len(lay.shape) == 3 and i + 2 < L
+                and max(n_of[i], n_of[i + 1]) > 1):
+            continue
+        sm, cx = (layers[i + 1], layers[i + 2]) if i + 2 < L else (None, None)
+        qkv = (lay.inputs[0], lay.inputs[1], cx.inputs[1]) if cx is not None else ()
+        if (sm is None or sm.op != "softmax" or sm.inputs != (i,) or cx.op != "matmul" or cx.inputs[0] != i + 1
+                or any(x == DATA or layers[x].op != "linear" or len(layers[x].shape) != 2 for x in qkv)):
+            n_of[i] = n_of[i + 1] = 1
+            continue
+        attention[i + 2] = i
+        for x in (*qkv, i + 2):
+            col_split[x] = lay.heads
+    skipped = {s for s in attention.values()} | {s + 1 for s in attention.values()}
+
     def in_shape(x: int) -> tuple[int, ...]:
         return ml.input_shape if x == DATA else layers[x].shape
 
@@ -167,8 +121,17 @@ def build_tiled(model: str | ModelLayers, counts: dict[str, int], batch_size: in
         r = rows_of(shape)
         return total if lo is None else total * (hi - lo) // r
 
-    bd = _Builder()
-    out: list[list[_Piece]] = []
+    def piece_bytes(x: int, p: Piece) -> int:
+        nb = nbytes(in_shape(x), p.lo, p.hi)
+        return nb if p.clo is None else nb * (p.chi - p.clo) // col_split[x]
+
+    def span_tile(of: str, t: int, n: int, shape, p: Piece, **kw) -> Tile:
+        if p.clo is None:
+            return Tile(of, t, n, axis_of(shape), start=(p.lo,), stop=(p.hi,), **kw)
+        return Tile(of, t, n, "tokens,heads", start=(p.lo, p.clo), stop=(p.hi, p.chi), **kw)
+
+    bd = Builder()
+    out: list[list[Piece]] = []
     fwd_stats: dict[int, int] = {}
     chained: set[int] = set()          # layers computed as a running reduction over their input's tiles
     consumers: list[list[int]] = [[] for _ in layers]
@@ -185,6 +148,30 @@ def build_tiled(model: str | ModelLayers, counts: dict[str, int], batch_size: in
         ax = axis_of(lay.shape)
         flops = b * lay.flops
         params = DTYPE_BYTES * lay.params
+        if i in skipped:
+            out.append([])
+            continue
+        if i in attention:
+            sc = layers[attention[i]]
+            out.append(attention_forward(bd, sc, layers[attention[i] + 1], lay, out[sc.inputs[0]], out[sc.inputs[1]],
+                                         out[lay.inputs[1]], (n_of[attention[i]], n_of[attention[i] + 1]), b, DTYPE_BYTES,
+                                         (attention[i], attention[i] + 1)))
+            continue
+        if i in col_split:
+            heads = col_split[i]
+            pieces = []
+            ranges = split(R, n)
+            for lo, hi in ranges:
+                for h in range(heads):
+                    t = len(pieces)
+                    p = Piece(lo, hi, -1, h, h + 1)
+                    v = bd.add(Node(f"{lay.name}[{lo}:{hi},h{h}]", FORWARD, nbytes(lay.shape, lo, hi) // heads,
+                                    flops * (hi - lo) / R / heads, params if t == 0 else 0, lay.op,
+                                    span_tile(lay.name, t, len(ranges) * heads, lay.shape, p)),
+                               [u for x in xs for u in overlap(out[x], lo, hi)], i)
+                    pieces.append(Piece(lo, hi, v, h, h + 1))
+            out.append(pieces)
+            continue
         if lay.op == "avgpool" and R == 1 and xs and len(out[xs[0]]) > 1:
             # global pooling over a tiled input: a running sum, one step per input tile
             src = out[xs[0]]
@@ -195,14 +182,14 @@ def build_tiled(model: str | ModelLayers, counts: dict[str, int], batch_size: in
                 prev = bd.add(Node(f"{lay.name}[{t}/{len(src)}]", FORWARD, nbytes(lay.shape),
                                    flops * (p.hi - p.lo) / rows_of(in_shape(xs[0])), 0, lay.op, tile),
                               [p.node] + ([prev] if prev is not None else []), None)
-            out.append([_Piece(0, 1, prev)])
+            out.append([Piece(0, 1, prev)])
             chained.add(i)
             continue
         if n == 1:
             reads = [p.node for x in xs for p in out[x]]
             v = bd.add(Node(lay.name, FORWARD, nbytes(lay.shape), flops, params, lay.op), reads,
                        i if tileable(lay) else None)
-            out.append([_Piece(0, R, v)])
+            out.append([Piece(0, R, v)])
             continue
         ranges = split(R, n)
         stats_final = None
@@ -211,7 +198,7 @@ def build_tiled(model: str | ModelLayers, counts: dict[str, int], batch_size: in
             prev = None
             for t, (lo, hi) in enumerate(ranges):
                 tile = Tile(lay.name, t, n, ax, part="stats", start=(lo,), stop=(hi,))
-                reads = [u for x in xs for u in _overlap(out[x], lo, hi)] + ([prev] if prev is not None else [])
+                reads = [u for x in xs for u in overlap(out[x], lo, hi)] + ([prev] if prev is not None else [])
                 prev = bd.add(Node(f"{lay.name}.stats[{t}/{n}]", FORWARD, DTYPE_BYTES * 2 * c,
                                    STATS_FLOPS_PER_ELEM * nbytes(lay.shape, lo, hi) / DTYPE_BYTES, 0, lay.op,
                                    tile), reads, None)
@@ -221,13 +208,13 @@ def build_tiled(model: str | ModelLayers, counts: dict[str, int], batch_size: in
             reads = []
             for x in xs:
                 a, z = input_rows(lay, lo, hi, rows_of(in_shape(x)))
-                reads += _overlap(out[x], a, z)
+                reads += overlap(out[x], a, z)
             if stats_final is not None:
                 reads.append(stats_final)
             tile = Tile(lay.name, t, n, ax, halo=halo_of(lay), start=(lo,), stop=(hi,))
             v = bd.add(Node(f"{lay.name}[{t}/{n}]", FORWARD, nbytes(lay.shape, lo, hi), flops * (hi - lo) / R,
                             params if t == 0 else 0, lay.op, tile), reads, i)
-            pieces.append(_Piece(lo, hi, v))
+            pieces.append(Piece(lo, hi, v))
         out.append(pieces)
 
     # ---------------- loss ----------------
@@ -245,11 +232,11 @@ def build_tiled(model: str | ModelLayers, counts: dict[str, int], batch_size: in
                                b * lf * (p.hi - p.lo) / rows_of(lshape), 0, "cross_entropy", tile),
                           [p.node] + ([prev] if prev is not None else []), None)
         loss = prev
-    grad_out: list[list[list[_Piece]]] = [[] for _ in layers]
+    grad_out: list[list[list[Piece]]] = [[] for _ in layers]
     if len(lpieces) == 1:
         v = bd.add(Node("bwd.loss", BACKWARD, nbytes(lshape), b * lb, 0, "cross_entropy"),
                    [loss, lpieces[0].node], logits)
-        grad_out[logits].append([_Piece(0, rows_of(lshape), v)])
+        grad_out[logits].append([Piece(0, rows_of(lshape), v)])
     else:
         gp = []
         for t, p in enumerate(lpieces):
@@ -257,7 +244,7 @@ def build_tiled(model: str | ModelLayers, counts: dict[str, int], batch_size: in
             v = bd.add(Node(f"bwd.loss[{t}/{len(lpieces)}]", BACKWARD, nbytes(lshape, p.lo, p.hi),
                             b * lb * (p.hi - p.lo) / rows_of(lshape), 0, "cross_entropy", tile),
                        [loss, p.node], logits)
-            gp.append(_Piece(p.lo, p.hi, v))
+            gp.append(Piece(p.lo, p.hi, v, p.clo, p.chi))
         grad_out[logits].append(gp)
 
     # ---------------- backward ----------------
@@ -269,8 +256,21 @@ def build_tiled(model: str | ModelLayers, counts: dict[str, int], batch_size: in
         name = f"bwd.{lay.name}"
         bwd_flops = b * lay.bwd_flops
 
-        def dy(lo, hi, _i=i):
-            return [u for src in grad_out[_i] for u in _overlap(src, lo, hi)]
+        def dy(lo, hi, clo=None, chi=None, _i=i):
+            return [u for src in grad_out[_i] for u in overlap(src, lo, hi, clo, chi)]
+
+        if i in skipped:
+            continue
+        if i in attention:
+            sc = layers[attention[i]]
+            q, k, v = sc.inputs[0], sc.inputs[1], lay.inputs[1]
+            dq, dk, dv = attention_backward(bd, sc, layers[attention[i] + 1], lay, out[q], out[k], out[v], out[i],
+                                            grad_out[i], (n_of[attention[i]], n_of[attention[i] + 1]), b,
+                                            DTYPE_BYTES, (attention[i], attention[i] + 1))
+            grad_out[q].append(dq)
+            grad_out[k].append(dk)
+            grad_out[v].append(dv)
+            continue
 
         tiled = len(out[i]) > 1 or any(len(out[x]) > 1 for x in xs) or i in chained
         if not tiled:
@@ -282,7 +282,7 @@ def build_tiled(model: str | ModelLayers, counts: dict[str, int], batch_size: in
             v = bd.add(Node(name, BACKWARD, DTYPE_BYTES * b * lay.grad_numel, bwd_flops, 0, lay.op), reads,
                        i if (tileable(lay) and xs) else None)
             for x in xs:
-                grad_out[x].append([_Piece(0, rows_of(in_shape(x)), v)])
+                grad_out[x].append([Piece(0, rows_of(in_shape(x)), v)])
             continue
         own = out[i]
         own_tiled = len(own) > 1 and bd.nodes[own[0].node].tile is not None and \
@@ -295,7 +295,7 @@ def build_tiled(model: str | ModelLayers, counts: dict[str, int], batch_size: in
             c = lay.shape[0]
             prev = None
             for t, p in enumerate(own):
-                reads = dy(p.lo, p.hi) + [u for x in xs for u in _overlap(out[x], p.lo, p.hi)] + [fwd_stats[i]]
+                reads = dy(p.lo, p.hi) + [u for x in xs for u in overlap(out[x], p.lo, p.hi)] + [fwd_stats[i]]
                 tile = Tile(name, t, len(own), axis_of(lay.shape), part="stats", start=(p.lo,), stop=(p.hi,))
                 prev = bd.add(Node(f"{name}.stats[{t}/{len(own)}]", BACKWARD, DTYPE_BYTES * 2 * c,
                                    w_flops * (p.hi - p.lo) / R, 0, lay.op, tile), reads + ([prev] if prev else []),
@@ -319,30 +319,28 @@ def build_tiled(model: str | ModelLayers, counts: dict[str, int], batch_size: in
                 reads = dy(dlo, dhi)
                 if saves == "input" and lay.op not in WEIGHTED:
                     a, z = (p.lo, p.hi) if lay.op not in WINDOWED else input_rows(lay, dlo, dhi, xr)
-                    reads += _overlap(out[x], a, z)
+                    reads += overlap(out[x], a, z)
                 elif saves == "output":
-                    reads += _overlap(own, dlo, dhi)
+                    reads += overlap(own, dlo, dhi)
                 if lay.op == "batchnorm" and own_tiled:
                     reads += [fwd_stats[i], bstats]
-                tile = Tile(name, t, len(xp), axis_of(in_shape(x)), halo=halo_of(lay), start=(p.lo,),
-                            stop=(p.hi,))
-                nb = nbytes(in_shape(x), p.lo, p.hi) if len(xp) > 1 else nbytes(in_shape(x))
+                tile = span_tile(name, t, len(xp), in_shape(x), p, halo=halo_of(lay))
+                nb = piece_bytes(x, p) if len(xp) > 1 else nbytes(in_shape(x))
                 nm = name if len(targets) == 1 else f"{name}@{layers[x].name}"
                 v = bd.add(Node(f"{nm}[{t}/{len(xp)}]" if len(xp) > 1 else nm, BACKWARD, nb,
                                 share * (p.hi - p.lo) / xr, 0, lay.op, tile if len(xp) > 1 else None),
                            reads, i if lay.op == "add" else x)
-                gp.append(_Piece(p.lo, p.hi, v))
+                gp.append(Piece(p.lo, p.hi, v, p.clo, p.chi))
             for y in (xs if lay.op == "add" else [x]):
                 grad_out[y].append(gp)
         if lay.op in WEIGHTED:
             # weight gradient: one accumulation step per output tile (input rows with halo + grad-output rows)
             for t, p in enumerate(own):
-                reads = dy(p.lo, p.hi)
+                reads = dy(p.lo, p.hi, p.clo, p.chi)
                 for x in xs:
                     a, z = input_rows(lay, p.lo, p.hi, rows_of(in_shape(x)))
-                    reads += _overlap(out[x], a, z)
-                tile = Tile(name, t, len(own), axis_of(lay.shape), halo=halo_of(lay), part="weight_grad",
-                            start=(p.lo,), stop=(p.hi,))
+                    reads += overlap(out[x], a, z)
+                tile = span_tile(name, t, len(own), lay.shape, p, halo=halo_of(lay), part="weight_grad")
                 nm = f"{name}.wgrad[{t}/{len(own)}]" if len(own) > 1 else f"{name}.wgrad"
                 bd.add(Node(nm, BACKWARD, 0, w_flops * (p.hi - p.lo) / R, 0, lay.op,
                             tile if len(own) > 1 else None), reads, None)

@@ -4,14 +4,15 @@ The lower bound on RAM of any schedule is the largest working set: a node's
 output plus all its inputs, plus fixed RAM.  :func:`plan_tiling` starts from
 the untiled graph and, while some node's working set exceeds the budget, gives
 more tiles to the layer that owns the largest tensor in that working set
-(its own output, an input, or the gradient it produces), growing counts by
-about half each round.  It stops when everything fits or nothing that is too
+(its own output, an input, or the gradient it produces), doubling its count
+each round so that neighbouring layers' tiles stay aligned.  It stops when everything fits or nothing that is too
 big can be split further; the largest working set then left is the *tiled
 minimum*, the smallest budget tiling can reach, and ``limit`` names the node
 that sets it.
 """
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 
 from .core import Graph, GraphError
@@ -21,6 +22,8 @@ from .zoo import build_model, model_layers
 TILE_OFF = "off"
 TILE_AUTO = "auto"
 MAX_ROUNDS = 200
+MAX_NODES = 60_000      # auto tiling stops refining past this many nodes: no solver answers in minutes beyond it
+MAX_PLAN_SECONDS = 60.0     # ... or after this long
 
 
 TILE_HELP = ("operator tiling when no layer fits the RAM budget whole: auto (default: split only the layers that "
@@ -123,6 +126,8 @@ def plan_tiling(model: str, budget_bytes: int, *, batch_size: int = 1, fixed_ram
         return done(tb.graph, tb.counts, working_sets(tb.graph))
     counts: dict[str, int] = {}
     best = None
+    capped = False
+    t0 = time.perf_counter()
     cap = budget_bytes - fixed_ram_bytes
     for _ in range(MAX_ROUNDS):
         tb = build_tiled(ml, counts, batch_size)
@@ -132,6 +137,9 @@ def plan_tiling(model: str, budget_bytes: int, *, batch_size: int = 1, fixed_ram
         if best is None or top < best[0]:
             best = (top, tb, ws)
         if top <= cap:
+            break
+        if len(g) > MAX_NODES or time.perf_counter() - t0 > MAX_PLAN_SECONDS:
+            capped = True
             break
         size = [nd.output_bytes for nd in g.nodes]
         grow = set()
@@ -146,7 +154,14 @@ def plan_tiling(model: str, budget_bytes: int, *, batch_size: int = 1, fixed_ram
         if not grow:
             break
         for li in grow:
+            # doubling keeps the tiles of neighbouring layers aligned (rows and tokens are mostly powers
+            # of two), so a tile reads one tile of its input plus the halo, not two straddled ones
             c = counts.get(layers[li].name, 1)
-            counts[layers[li].name] = min(rows_of(layers[li].shape), c + max(1, c // 2))
+            counts[layers[li].name] = min(rows_of(layers[li].shape), 2 * c)
     _, tb, ws = best
-    return done(tb.graph, tb.counts, ws)
+    plan = done(tb.graph, tb.counts, ws)
+    if capped and not plan.fits:
+        plan = TilingPlan(**{**plan.__dict__, "limit": f"the graph's size: auto tiling stops past {MAX_NODES:,} "
+                                                        f"nodes or {MAX_PLAN_SECONDS:.0f} s of planning (largest "
+                                                        f"working set so far: {plan.limit}; --tile N splits finer)"})
+    return plan

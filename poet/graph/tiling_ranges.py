@@ -1,0 +1,107 @@
+"""Row arithmetic of tiling: which rows a tile reads, its halo, and the pieces a rewrite builds from.
+
+A tile of a windowed layer (convolution, pooling) with output rows ``[lo, hi)``
+reads input rows ``[lo*stride - pad, (hi-1)*stride - pad + kernel)``, clipped to
+the input; its halo is what that window reaches beyond its own rows
+``[lo*stride, hi*stride)`` on either side.  Its gradient goes the other way:
+the input rows ``[lo, hi)`` get gradient from every output row whose window
+touches them.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .core import Node
+from .zoo import Layer
+
+# ops whose output can be split along rows (3-D C,H,W) or tokens (2-D S,D) with 1:1 or windowed row maps
+ROW_OPS = {"conv2d", "maxpool", "avgpool", "batchnorm", "relu", "add", "dropout", "gelu", "layernorm", "linear"}
+WINDOWED = {"conv2d", "maxpool", "avgpool"}
+WEIGHTED = {"conv2d", "linear"}     # grad-input and weight gradient split into separate tiles
+STATS_FLOPS_PER_ELEM = 2            # BatchNorm statistics pass (sum, sum of squares) per element
+
+
+def rows_of(shape: tuple[int, ...]) -> int:
+    """Length of the axis tiles split: rows of (C, H, W), tokens of (S, D); 1 for a flat vector."""
+    if len(shape) == 3:
+        return shape[1]
+    if len(shape) == 2:
+        return shape[0]
+    return 1
+
+
+def axis_of(shape: tuple[int, ...]) -> str:
+    return "rows" if len(shape) == 3 else "tokens"
+
+
+def tileable(lay: Layer) -> bool:
+    if lay.op == "matmul" and lay.heads and len(lay.shape) == 3:
+        return lay.shape[1] > 1         # attention scores: the count is query tiles per head
+    if lay.op == "softmax" and len(lay.shape) == 3:
+        return lay.shape[1] > 1         # attention probabilities: the count is key tiles per head
+    return lay.op in ROW_OPS and len(lay.shape) in (2, 3) and rows_of(lay.shape) > 1 and not (
+        lay.op == "linear" and len(lay.shape) != 2)
+
+
+def halo_of(lay: Layer) -> int:
+    """Extra input rows a tile of ``lay`` reads beyond its own range, on each side."""
+    if lay.op not in WINDOWED:
+        return 0
+    return max(lay.pad, lay.kernel - lay.stride - lay.pad, 0)
+
+
+def split(rows: int, count: int) -> list[tuple[int, int]]:
+    """``count`` contiguous ranges covering ``0..rows`` exactly, sizes differing by at most one."""
+    count = max(1, min(count, rows))
+    return [(t * rows // count, (t + 1) * rows // count) for t in range(count)]
+
+
+def input_rows(lay: Layer, lo: int, hi: int, in_rows: int) -> tuple[int, int]:
+    """Input rows that output rows ``[lo, hi)`` of ``lay`` read (window clipped to the input)."""
+    if lay.op not in WINDOWED:
+        return lo, hi
+    a = lo * lay.stride - lay.pad
+    b = (hi - 1) * lay.stride - lay.pad + lay.kernel
+    return max(0, a), min(in_rows, b)
+
+
+def output_rows_touching(lay: Layer, lo: int, hi: int, out_rows: int) -> tuple[int, int]:
+    """Output rows of ``lay`` whose window touches input rows ``[lo, hi)`` (what grad-input needs)."""
+    if lay.op not in WINDOWED:
+        return lo, hi
+    k, s, p = lay.kernel, lay.stride, lay.pad
+    first = -((k - 1 - lo - p) // s)          # ceil((lo + p - k + 1) / s)
+    last = (hi - 1 + p) // s
+    return max(0, first), min(out_rows, last + 1)
+
+
+@dataclass
+class Piece:
+    """A node holding rows ``[lo, hi)`` (and, when split by heads too, heads ``[clo, chi)``) of a tensor."""
+
+    lo: int
+    hi: int
+    node: int
+    clo: int | None = None
+    chi: int | None = None
+
+
+class Builder:
+    def __init__(self):
+        self.nodes: list[Node] = []
+        self.preds: list[list[int]] = []
+        self.owner: list[int | None] = []     # layer whose tile count sets the node's size
+
+    def add(self, node: Node, reads, owner: int | None) -> int:
+        self.nodes.append(node)
+        self.preds.append(sorted(set(reads)))
+        self.owner.append(owner)
+        return len(self.nodes) - 1
+
+
+def overlap(pieces: list[Piece], lo: int, hi: int, clo: int | None = None, chi: int | None = None) -> list[int]:
+    """Nodes of ``pieces`` that hold any of rows ``[lo, hi)`` (and of heads ``[clo, chi)`` when given)."""
+    return [p.node for p in pieces if p.lo < hi and p.hi > lo and (
+        clo is None or p.clo is None or (p.clo < chi and p.chi > clo))]
+
+
