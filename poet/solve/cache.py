@@ -172,6 +172,11 @@ def lookup(path: Path, g, budget: Budget, strategy: str, opts, notes: list | Non
         return None
     try:
         d = parse_json(read_text(path, "cache entry", _Unusable), str(path), _Unusable)
+    except _Unusable as e:       # the message names the file
+        if notes is not None:
+            notes.append(f"ignored the unreadable cache entry: {e}; solved again")
+        return None
+    try:
         if not isinstance(d, dict) or d.get("format") != CACHE_FORMAT:
             raise _Unusable(f"it is not a {CACHE_FORMAT} entry")
         claimed = d.get("status")
