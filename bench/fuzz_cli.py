@@ -219,6 +219,10 @@ def fuzz_budgets(f: Fuzz, fx: dict):
             r = run_cli(argv)
             classify(f, area, f"{opt} {v!r}", r, names=(opt.lstrip("-").replace("-", "_"), opt, opt.lstrip("-")),
                      refuse=True)
+    for v in ["-1", "0", "abc", "nan", "1e400", "", "auto,3"]:
+        r = run_cli(["solve", "--model", "linear", "--device", "m4", "--memory", "80%", "--quiet", "--no-cache",
+                     "--tile", v])
+        classify(f, area, f"--tile {v!r}", r, names=("--tile", "tile"), refuse=True)
     # the device is ignored with a graph file
     r = run_cli(base + ["--memory", "80%", "--device", "a72"])
     classify(f, area, "--graph with --device", r,
@@ -590,6 +594,25 @@ def fuzz_data_loss(f: Fuzz, fx: dict):
             f.record(area, "report DIR --point bogus", "data loss", f"wrote {changed} then failed")
         else:
             classify(f, area, "report DIR --point bogus", r, names=("--point", "point"), refuse=True)
+        # a damaged sweep.json: refused naming the file, nothing written
+        good = (sw / "sweep.json").read_text()
+        doc = json.loads(good)
+        bad_docs = {"points a string": {**doc, "points": "x"}, "a point a string": {**doc, "points": ["x"]},
+                    "a point without key": {**doc, "points": [{}]}, "deep": "[" * 100_000,
+                    "points null": {**doc, "points": None}, "non-UTF-8": b"\xff" + good.encode()}
+        for name, content in bad_docs.items():
+            data = content if isinstance(content, bytes) else (
+                content if isinstance(content, str) else json.dumps(content)).encode()
+            (sw / "sweep.json").write_bytes(data)
+            before = {p.name: p.stat().st_mtime_ns for p in sw.iterdir()}
+            r = run_cli(["report", sw])
+            after = {p.name: p.stat().st_mtime_ns for p in sw.iterdir()}
+            changed = [k for k in after if k != "sweep.json" and before.get(k) != after[k]]
+            if changed and r.rc != 0:
+                f.record(area, f"report on a sweep.json with {name}", "data loss", f"wrote {changed} then failed")
+            else:
+                classify(f, area, f"report on a sweep.json with {name}", r, names=("sweep.json", "sweep"))
+        (sw / "sweep.json").write_text(good)
 
     if os.geteuid() != 0 or not shutil.which("mount"):
         f.record(area, "full disk (skipped: needs root to mount a tmpfs)")

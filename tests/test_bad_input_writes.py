@@ -165,3 +165,22 @@ def test_report_with_a_bogus_point_fails_before_writing_anything(capsys, tmp_pat
     assert "--point 'bogus|1|2' is not a point of this sweep" in err and "STRATEGY|MEMORY|RUNTIME" in err
     assert {p.name: p.stat().st_mtime_ns for p in sw.iterdir()} == before
     json.loads((sw / "sweep.json").read_text())
+
+
+@pytest.mark.parametrize("damage,says", [({"points": "x"}, '"points" must be a list'),
+                                         ({"points": ["x"]}, "points[0] is not an object"),
+                                         ({"points": [{}]}, "points[0].key is missing")])
+def test_report_on_a_damaged_sweep_json_names_the_field_and_writes_nothing(capsys, tmp_path, damage, says):
+    g = tmp_path / "g.json"
+    save_graph(training_chain(4, seed=2), g)
+    sw = tmp_path / "sweep"
+    assert main(["sweep", "--model", str(g), "--memory", "90%", "--runtime", "2x", "--strategies", "keep-all",
+                 "--out", str(sw), "--jobs", "1", "--quiet", "--no-plots"]) == 0
+    (sw / "summary.md").unlink()
+    doc = json.loads((sw / "sweep.json").read_text())
+    (sw / "sweep.json").write_text(json.dumps({**doc, **damage}))
+    capsys.readouterr()
+    assert main(["report", str(sw)]) == 2
+    err = capsys.readouterr().err
+    assert says in err and "re-run the sweep" in err and "Traceback" not in err
+    assert not (sw / "summary.md").exists()

@@ -84,6 +84,7 @@ def cmd_report(a) -> int:
     p = Path(a.path)
     if p.is_dir() or p.name == "sweep.json" or (p.suffix == ".json" and _is_sweep(p)):
         doc = load_sweep(p)
+        _check_sweep_doc(doc, p)
         out = Path(a.out) if a.out else (p if p.is_dir() else p.parent)
         src = p if p.is_dir() else p.parent
         if a.out:
@@ -115,6 +116,30 @@ def cmd_report(a) -> int:
     for w in written:
         print(f"  wrote {w}")
     return 0
+
+
+# what the tables and plots read from a sweep document, and of what type
+_SWEEP_FIELDS = {"context": dict, "identity": dict, "points": list}
+_POINT_FIELDS = {"key": str, "strategy": str, "memory": str, "runtime": str, "status": str,
+                 "ram_budget_bytes": (int, float, str)}
+
+
+def _check_sweep_doc(doc: dict, path: Path) -> None:
+    """A sweep document fit to render; BudgetError naming the file and field otherwise (a damaged or
+    hand-edited sweep.json), before anything is written."""
+    def bad(what: str) -> BudgetError:
+        return BudgetError(f"{path}: {what}; the sweep.json is damaged: re-run the sweep command to rebuild it")
+    for k, t in _SWEEP_FIELDS.items():
+        if not isinstance(doc.get(k), t):
+            raise bad(f"\"{k}\" must be a{'n object' if t is dict else ' list'}")
+    if not isinstance(doc["context"].get("plain_energy_j"), (int, float)):
+        raise bad("context.plain_energy_j must be a number")
+    for i, r in enumerate(doc["points"]):
+        if not isinstance(r, dict):
+            raise bad(f"points[{i}] is not an object")
+        for k, t in _POINT_FIELDS.items():
+            if not isinstance(r.get(k), t) or isinstance(r.get(k), bool):
+                raise bad(f"points[{i}].{k} is missing or not a {getattr(t, '__name__', 'number')}")
 
 
 def _is_sweep(p: Path) -> bool:
