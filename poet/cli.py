@@ -12,7 +12,7 @@ from pathlib import Path
 from .graph.core import GraphError
 from .hardware.device import DeviceError
 from .schedule.validate import ScheduleError
-from .units import BudgetError, fmt_energy
+from .units import BATCH, GAP, SECONDS, THREADS, BudgetError, fmt_energy
 
 
 class OutputPathError(ValueError):
@@ -147,33 +147,6 @@ def warn_uncached(s) -> None:
         print(f"note: {s.solver['cache_note']}", file=sys.stderr)
     if s.solver.get("cache_error"):
         print(f"note: the answer was not cached: {s.solver['cache_error']}", file=sys.stderr)
-
-
-def number_option(kind: str, what: str, example: str, *, minimum: float | None = None,
-                  below: float | None = None, above: float | None = None):
-    """An argparse ``type=`` for a finite number option (``kind`` ``int`` or ``float``) with
-    ``minimum`` inclusive, ``above``/``below`` exclusive bounds.  argparse names the option in
-    its error; the message says what was wrong and what would work."""
-    import math
-
-    def parse(text: str):
-        try:
-            x = int(text) if kind == "int" else float(text)
-        except ValueError:
-            x = None
-        if x is None or not math.isfinite(x) or (minimum is not None and x < minimum) \
-                or (below is not None and not x < below) or (above is not None and not x > above):
-            raise argparse.ArgumentTypeError(f"{text!r} is not {what}; give e.g. {example}")
-        return x
-    parse.__name__ = kind
-    return parse
-
-
-SECONDS = number_option("float", "a positive number of seconds", "60", above=0.0)
-GAP = number_option("float", "a relative gap in [0, 1)", "0.01 for 1%", minimum=0.0, below=1.0)
-THREADS = number_option("int", "a whole number of threads, 1 or more", "2 (or leave it out to use every core)",
-                        minimum=1)
-BATCH = number_option("int", "a whole number of samples, 1 or more", "8", minimum=1)
 
 
 def check_out_path(path: str | None, force: bool):

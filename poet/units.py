@@ -149,6 +149,35 @@ def parse_runtime(value, plain_runtime_s: float) -> float | None:
     return s
 
 
+# -- command-line options: the same checks, as argparse types -------------------------------------
+
+def number_option(kind: str, what: str, example: str, *, minimum: float | None = None,
+                  below: float | None = None, above: float | None = None):
+    """An argparse ``type=`` for a finite number option (``kind`` ``int`` or ``float``) with
+    ``minimum`` inclusive, ``above``/``below`` exclusive bounds.  argparse names the option in
+    its error; the message says what was wrong and what would work."""
+    import argparse
+
+    def parse(text: str):
+        try:
+            x = int(text) if kind == "int" else float(text)
+        except ValueError:
+            x = None
+        if x is None or not math.isfinite(x) or (minimum is not None and x < minimum) \
+                or (below is not None and not x < below) or (above is not None and not x > above):
+            raise argparse.ArgumentTypeError(f"{text!r} is not {what}; give e.g. {example}")
+        return x
+    parse.__name__ = kind
+    return parse
+
+
+SECONDS = number_option("float", "a positive number of seconds", "60", above=0.0)
+GAP = number_option("float", "a relative gap in [0, 1)", "0.01 for 1%", minimum=0.0, below=1.0)
+THREADS = number_option("int", "a whole number of threads, 1 or more", "2 (or leave it out to use every core)",
+                        minimum=1)
+BATCH = number_option("int", "a whole number of samples, 1 or more", "8", minimum=1)
+
+
 def fmt_bytes(b: float) -> str:
     for unit, k in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
         if abs(b) >= k:

@@ -13,7 +13,7 @@ PLAN_EXAMPLE = "poet plan --model bert --device m4 --memory 60% --strategy pagin
 
 
 def _common(p) -> None:
-    from ..cli import BATCH, SECONDS, number_option
+    from ..units import BATCH, SECONDS, number_option
     src = p.add_argument_group("model")
     src.add_argument("--model", default="cnn",
                      help="cnn, bert, mlp (built-in, generated data) or module:function returning "
@@ -66,7 +66,7 @@ def register(subparsers) -> None:
     t = subparsers.add_parser("train", help="fine-tune a model for N steps with the executed schedule",
                               epilog=f"Example: {TRAIN_EXAMPLE}")
     _common(t)
-    from ..cli import number_option
+    from ..units import number_option
     t.add_argument("--steps", type=number_option("int", "a whole number of training steps, 1 or more", "20",
                                                  minimum=1), default=20)
     t.add_argument("--check", action="store_true",
