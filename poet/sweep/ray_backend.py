@@ -15,6 +15,7 @@ dependency (``pip install -e '.[cluster]'``) and is imported here only.
 from __future__ import annotations
 
 import os
+import socket
 import time
 
 from .grid import SweepError
@@ -40,6 +41,23 @@ def import_ray(local: bool):
     return ray
 
 
+def parse_address(address: str) -> tuple[str, int] | None:
+    """``(host, port)`` of a cluster address (``HOST:PORT`` or ``ray://HOST:PORT``); None for ``auto``."""
+    if address == "auto":
+        return None
+    host, _, port = address.removeprefix("ray://").rpartition(":")
+    host = host.strip("[]")
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise SweepError(f"--cluster {address!r} is not an address; give local (the default), ray (a Ray started "
+                         f"here), auto (a Ray already running here), HOST:PORT (a cluster's head, e.g. "
+                         f"HEAD:6379) or ray://HOST:PORT (its client server, e.g. ray://HEAD:10001)")
+    return host, int(port)
+
+
+def is_loopback(host: str) -> bool:
+    return host in ("localhost", "::1") or host.startswith("127.")
+
+
 def run_task(task, spec_d: dict, strategy: str, memory: str, runtime: str, graph, threads: int):
     """What a Ray worker runs for one point: ``task`` (normally :func:`solve_point`) on ``threads`` cores."""
     from ..solve.parallel import limit_workers
@@ -58,6 +76,7 @@ class RayBackend:
                  task=None, max_retries: int = MAX_RETRIES, resends: int = RESENDS):
         self.address = address
         self.local = address == LOCAL
+        self.where = None if self.local else parse_address(address)
         self.threads = max(1, threads or 1)
         self.num_cpus = max(self.threads, (jobs * self.threads) if jobs else (os.cpu_count() or 1))
         self.task = task or solve_point
@@ -75,7 +94,17 @@ class RayBackend:
         return f"the Ray cluster at {self.address} ({self.threads} CPU{'s' if self.threads > 1 else ''} per point)"
 
     def check(self) -> None:
-        self.ray = import_ray(self.local)
+        """Ray is installed and, for a cluster's address, something answers there (Ray itself would
+        keep trying for minutes)."""
+        if self.where is not None:
+            host, port = self.where
+            try:
+                socket.create_connection((host, port), timeout=5).close()
+            except OSError as e:
+                raise SweepError(f"nothing answers at {host}:{port} ({e.strerror or e}); start the cluster's head "
+                                 f"there (ray start --head --port={port}) or check --cluster") from None
+        # a cluster on this machine's loopback keeps to it too
+        self.ray = import_ray(self.local or (self.where is not None and is_loopback(self.where[0])))
 
     def start(self) -> str | None:
         if self.ray is None:
@@ -89,9 +118,10 @@ class RayBackend:
                 else:
                     ray.init(address=self.address, **kw)
             except (ConnectionError, ValueError, RuntimeError) as e:
-                raise SweepError(f"cannot start or reach Ray at {self.address!r}: {e}. Start a cluster with "
-                                 f"`ray start --head` and pass its address, or use --cluster ray for a local "
-                                 f"one") from None
+                hint = ("" if self.local else " A cluster started by `ray start` (Ray 2.5x and later) wants its "
+                        "token: set RAY_AUTH_MODE=token here, with the head's ~/.ray/auth_token copied to this "
+                        "machine (or RAY_AUTH_TOKEN set to it). A ray:// address needs pip install 'ray[client]'.")
+                raise SweepError(f"cannot start or reach Ray at {self.address!r}: {e}.{hint}") from None
             self.started = True
             if self.local and any(n.get("NodeManagerAddress") not in ("127.0.0.1", "::1", "localhost")
                                   for n in ray.nodes()):
