@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import math
-import os
 from pathlib import Path
 
 import matplotlib
@@ -13,21 +12,15 @@ import matplotlib.pyplot as plt
 MARKERS = "osD^v<>pPX*h"
 
 
-def _save_atomically(fig, out: Path, stem: str) -> list[Path]:
+def _save(fig, out: Path, stem: str) -> list[Path]:
+    from ..fileio import atomic_write
     out.mkdir(parents=True, exist_ok=True)
-    paths = []
-    for ext in ("png", "svg"):
-        path = out / f"{stem}.{ext}"
-        tmp = out / f".{stem}.{ext}.{os.getpid()}.tmp"
-        try:
-            fig.savefig(tmp, format=ext, dpi=130, bbox_inches="tight")
-            os.replace(tmp, path)
-        except OSError as e:
-            tmp.unlink(missing_ok=True)
-            plt.close(fig)
-            raise OSError(e.errno, f"cannot write {path}: {e.strerror or e}") from None
-        paths.append(path)
-    plt.close(fig)
+    paths = [out / f"{stem}.png", out / f"{stem}.svg"]
+    try:
+        atomic_write(paths[0], lambda f: fig.savefig(f, format="png", dpi=130, bbox_inches="tight"), binary=True)
+        atomic_write(paths[1], lambda f: fig.savefig(f, format="svg", bbox_inches="tight"), binary=True)
+    finally:
+        plt.close(fig)
     return paths
 
 
@@ -68,4 +61,4 @@ def saving_plot(rows: list[dict], out, stem: str = "saving") -> list[Path]:
                         transform=axes[0][0].transAxes, ha="center", va="center", fontsize=9)
     fig.suptitle("Joint remat + paging against the better of remat-only and paging-only", fontsize=11)
     fig.tight_layout()
-    return _save_atomically(fig, out, stem)
+    return _save(fig, out, stem)

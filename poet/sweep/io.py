@@ -1,36 +1,18 @@
-"""A sweep directory on disk: atomic writes, ``sweep.json``/``sweep.csv``, the safety checks, the lock.
+"""A sweep directory on disk: ``sweep.json``/``sweep.csv``, the safety checks, the lock.
 
-Files are written whole or not at all (a temporary file renamed over the old one), so an interrupted
+Files are written whole or not at all (:func:`poet.fileio.atomic_write_text`), so an interrupted
 sweep loses at most the points in flight and never leaves a truncated ``sweep.json``.
 """
 from __future__ import annotations
 
 import csv
 import io
-import json
 import os
 import re
 from pathlib import Path
 
+from ..fileio import read_json
 from .grid import COLUMNS, SWEEP_FORMAT, SweepError, SweepSpec
-
-
-def atomic_write(path: Path, text: str) -> None:
-    """Replace ``path`` by ``text`` in one step; on failure the old file stays and the error names it."""
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        with open(tmp, "w") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except OSError as e:
-        try:
-            tmp.unlink()
-        except OSError:
-            pass
-        raise OSError(e.errno, f"cannot write {path}: {e.strerror or e}") from None
 
 
 def load_sweep(path) -> dict:
@@ -38,12 +20,7 @@ def load_sweep(path) -> dict:
     p = Path(path)
     if p.is_dir():
         p = p / "sweep.json"
-    try:
-        d = json.loads(p.read_text())
-    except OSError as e:
-        raise SweepError(f"cannot read {p}: {e.strerror or e}") from None
-    except (ValueError, RecursionError) as e:
-        raise SweepError(f"{p} is not valid JSON ({str(e)[:100]})") from None
+    d = read_json(p, "sweep file", SweepError)
     if not isinstance(d, dict) or d.get("format") != SWEEP_FORMAT:
         raise SweepError(f"{p} is not a {SWEEP_FORMAT} file")
     return d

@@ -15,10 +15,11 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
+from ..fileio import atomic_write_text
 from ..schedule.core import FEASIBLE, INFEASIBLE, NO_SOLUTION, OPTIMAL
 from ..units import fmt_energy
 from .grid import SWEEP_FORMAT, SweepSpec, check_grid, order_key, point_key
-from .io import DirLock, atomic_write, prepare_out_dir, rows_to_csv, schedule_file
+from .io import DirLock, prepare_out_dir, rows_to_csv, schedule_file
 from .points import budget_of, make_row, set_totals
 from .reuse import pick, reusable
 
@@ -88,8 +89,8 @@ class SweepRun:
         pending_retry = [r for k, r in self.earlier.items() if k not in self.done]
         rows = sorted(list(self.done.values()) + pending_retry, key=order_key)
         self.doc["points"] = rows
-        atomic_write(self.out / "sweep.json", json.dumps(self.doc, indent=1, default=float))
-        atomic_write(self.out / "sweep.csv", rows_to_csv(rows))
+        atomic_write_text(self.out / "sweep.json", json.dumps(self.doc, indent=1, default=float))
+        atomic_write_text(self.out / "sweep.csv", rows_to_csv(rows))
 
     @property
     def finished(self) -> int:
@@ -163,7 +164,7 @@ class SweepRun:
             return
         if sched is not None:
             fn = schedule_file(row["key"])
-            atomic_write(self.out / fn, json.dumps(sched))
+            atomic_write_text(self.out / fn, json.dumps(sched))
             row["schedule_file"] = str(fn)
         self.done[row["key"]] = row
         self.save()

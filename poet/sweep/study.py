@@ -16,6 +16,7 @@ import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..fileio import atomic_write_text, read_json
 from ..units import fmt_energy
 from .grid import (
     DEFAULT_STRATEGIES,
@@ -25,7 +26,6 @@ from .grid import (
     parse_list,
     parse_memory_range,
 )
-from .io import atomic_write
 from .reuse import best_single
 from .runner import SweepRun, drive
 
@@ -171,7 +171,7 @@ def run_study(sweeps: list[StudySweep], out, backend, *, force: bool = False, re
     if old:   # a study resumed with more (or other) sweeps keeps naming the ones it had
         names = {s["dir"] for s in manifest["sweeps"]}
         manifest["sweeps"] += [s for s in old.get("sweeps", []) if s.get("dir") not in names]
-    atomic_write(out / "study.json", json.dumps(manifest, indent=1))
+    atomic_write_text(out / "study.json", json.dumps(manifest, indent=1))
     drive(runs, backend, progress=progress, stream=stream)
     return [r.doc for r in runs]
 
@@ -187,8 +187,8 @@ def _prepare_study_dir(out: Path, force: bool) -> None:
 
 def _load_manifest(out: Path) -> dict | None:
     try:
-        d = json.loads((out / "study.json").read_text())
-    except (OSError, ValueError, RecursionError):
+        d = read_json(out / "study.json", "study file", SweepError)
+    except SweepError:
         return None
     return d if isinstance(d, dict) and d.get("format") == STUDY_FORMAT else None
 
@@ -282,6 +282,6 @@ def study_csv(docs: list[dict]) -> str:
 def write_study_summary(out, docs: list[dict]) -> list[Path]:
     """``study.md`` and ``study.csv`` (each written whole or not at all)."""
     out = Path(out)
-    atomic_write(out / "study.md", study_markdown(docs))
-    atomic_write(out / "study.csv", study_csv(docs))
+    atomic_write_text(out / "study.md", study_markdown(docs))
+    atomic_write_text(out / "study.csv", study_csv(docs))
     return [out / "study.md", out / "study.csv"]
