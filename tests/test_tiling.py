@@ -206,3 +206,20 @@ def test_transformer_fits_256k_when_tiled():
     p = plan_tiling("transformer", 262144)
     assert p.fits and p.untiled_min_bytes > 30_000_000
     assert "block0.attn.context" in p.counts
+
+
+@pytest.mark.parametrize("model", ["resnet18_cifar", "transformer"])
+def test_tiling_adds_only_the_flops_it_says(model):
+    """Split work sums to the untiled work; the only extra FLOPs are statistics passes and attention's
+    backward recomputing each block's probabilities."""
+    ml = model_layers(model)
+    plain = build_model(model)
+    g = build_tiled(ml, {lay.name: 4 for lay in ml.layers if tileable(lay)}).graph
+    stats = sum(nd.flops for nd in g.nodes if nd.tile and nd.tile.part == "stats" and nd.kind == "forward")
+    att_plain = sum(nd.flops for nd in plain.nodes if nd.op in ("matmul", "softmax"))
+    att_tiled = sum(nd.flops for nd in g.nodes if nd.op == "attention")
+    rest_plain = plain.total_flops - att_plain
+    rest_tiled = g.total_flops - att_tiled - stats
+    assert math.isclose(rest_tiled, rest_plain, rel_tol=1e-9)
+    if att_plain:
+        assert att_plain < att_tiled < 2 * att_plain     # recomputed probabilities, costed, bounded

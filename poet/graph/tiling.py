@@ -43,6 +43,7 @@ from .tiling_ranges import (
     WINDOWED,
     Builder,
     Piece,
+    Pieces,
     axis_of,
     halo_of,
     input_rows,
@@ -121,6 +122,10 @@ def build_tiled(model: str | ModelLayers, counts: dict[str, int], batch_size: in
         r = rows_of(shape)
         return total if lo is None else total * (hi - lo) // r
 
+    def colfrac(x: int, p: Piece) -> float:
+        """The share of a tensor's heads (columns) a piece holds: 1 unless split by head."""
+        return 1.0 if p.clo is None else (p.chi - p.clo) / col_split[x]
+
     def piece_bytes(x: int, p: Piece) -> int:
         nb = nbytes(in_shape(x), p.lo, p.hi)
         return nb if p.clo is None else nb * (p.chi - p.clo) // col_split[x]
@@ -149,7 +154,7 @@ def build_tiled(model: str | ModelLayers, counts: dict[str, int], batch_size: in
         flops = b * lay.flops
         params = DTYPE_BYTES * lay.params
         if i in skipped:
-            out.append([])
+            out.append(Pieces())
             continue
         if i in attention:
             sc = layers[attention[i]]
@@ -159,7 +164,7 @@ def build_tiled(model: str | ModelLayers, counts: dict[str, int], batch_size: in
             continue
         if i in col_split:
             heads = col_split[i]
-            pieces = []
+            pieces = Pieces()
             ranges = split(R, n)
             for lo, hi in ranges:
                 for h in range(heads):
@@ -182,14 +187,14 @@ def build_tiled(model: str | ModelLayers, counts: dict[str, int], batch_size: in
                 prev = bd.add(Node(f"{lay.name}[{t}/{len(src)}]", FORWARD, nbytes(lay.shape),
                                    flops * (p.hi - p.lo) / rows_of(in_shape(xs[0])), 0, lay.op, tile),
                               [p.node] + ([prev] if prev is not None else []), None)
-            out.append([Piece(0, 1, prev)])
+            out.append(Pieces([Piece(0, 1, prev)]))
             chained.add(i)
             continue
         if n == 1:
             reads = [p.node for x in xs for p in out[x]]
             v = bd.add(Node(lay.name, FORWARD, nbytes(lay.shape), flops, params, lay.op), reads,
                        i if tileable(lay) else None)
-            out.append([Piece(0, R, v)])
+            out.append(Pieces([Piece(0, R, v)]))
             continue
         ranges = split(R, n)
         stats_final = None
@@ -203,7 +208,7 @@ def build_tiled(model: str | ModelLayers, counts: dict[str, int], batch_size: in
                                    STATS_FLOPS_PER_ELEM * nbytes(lay.shape, lo, hi) / DTYPE_BYTES, 0, lay.op,
                                    tile), reads, None)
             stats_final = fwd_stats[i] = prev
-        pieces = []
+        pieces = Pieces()
         for t, (lo, hi) in enumerate(ranges):
             reads = []
             for x in xs:
@@ -236,9 +241,9 @@ def build_tiled(model: str | ModelLayers, counts: dict[str, int], batch_size: in
     if len(lpieces) == 1:
         v = bd.add(Node("bwd.loss", BACKWARD, nbytes(lshape), b * lb, 0, "cross_entropy"),
                    [loss, lpieces[0].node], logits)
-        grad_out[logits].append([Piece(0, rows_of(lshape), v)])
+        grad_out[logits].append(Pieces([Piece(0, rows_of(lshape), v)]))
     else:
-        gp = []
+        gp = Pieces()
         for t, p in enumerate(lpieces):
             tile = Tile("bwd.loss", t, len(lpieces), axis_of(lshape), start=(p.lo,), stop=(p.hi,))
             v = bd.add(Node(f"bwd.loss[{t}/{len(lpieces)}]", BACKWARD, nbytes(lshape, p.lo, p.hi),
@@ -282,7 +287,7 @@ def build_tiled(model: str | ModelLayers, counts: dict[str, int], batch_size: in
             v = bd.add(Node(name, BACKWARD, DTYPE_BYTES * b * lay.grad_numel, bwd_flops, 0, lay.op), reads,
                        i if (tileable(lay) and xs) else None)
             for x in xs:
-                grad_out[x].append([Piece(0, rows_of(in_shape(x)), v)])
+                grad_out[x].append(Pieces([Piece(0, rows_of(in_shape(x)), v)]))
             continue
         own = out[i]
         own_tiled = len(own) > 1 and bd.nodes[own[0].node].tile is not None and \
@@ -308,7 +313,7 @@ def build_tiled(model: str | ModelLayers, counts: dict[str, int], batch_size: in
             xr = R if lay.op == "add" else rows_of(in_shape(x))
             xp = own if lay.op == "add" else out[x]
             share = in_flops / max(1, len(targets))
-            gp = []
+            gp = Pieces()
             for t, p in enumerate(xp):
                 if lay.op == "avgpool" and R == 1:
                     dlo, dhi = 0, 1
@@ -328,7 +333,7 @@ def build_tiled(model: str | ModelLayers, counts: dict[str, int], batch_size: in
                 nb = piece_bytes(x, p) if len(xp) > 1 else nbytes(in_shape(x))
                 nm = name if len(targets) == 1 else f"{name}@{layers[x].name}"
                 v = bd.add(Node(f"{nm}[{t}/{len(xp)}]" if len(xp) > 1 else nm, BACKWARD, nb,
-                                share * (p.hi - p.lo) / xr, 0, lay.op, tile if len(xp) > 1 else None),
+                                share * (p.hi - p.lo) / xr * colfrac(x, p), 0, lay.op, tile if len(xp) > 1 else None),
                            reads, i if lay.op == "add" else x)
                 gp.append(Piece(p.lo, p.hi, v, p.clo, p.chi))
             for y in (xs if lay.op == "add" else [x]):
@@ -342,7 +347,7 @@ def build_tiled(model: str | ModelLayers, counts: dict[str, int], batch_size: in
                     reads += overlap(out[x], a, z)
                 tile = span_tile(name, t, len(own), lay.shape, p, halo=halo_of(lay), part="weight_grad")
                 nm = f"{name}.wgrad[{t}/{len(own)}]" if len(own) > 1 else f"{name}.wgrad"
-                bd.add(Node(nm, BACKWARD, 0, w_flops * (p.hi - p.lo) / R, 0, lay.op,
+                bd.add(Node(nm, BACKWARD, 0, w_flops * (p.hi - p.lo) / R * colfrac(i, p), 0, lay.op,
                             tile if len(own) > 1 else None), reads, None)
 
     names = [nd.name for nd in bd.nodes]

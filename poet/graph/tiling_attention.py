@@ -19,7 +19,7 @@ is the price of never holding an S x S matrix.
 from __future__ import annotations
 
 from .core import BACKWARD, FORWARD, Node, Tile
-from .tiling_ranges import Builder, Piece, overlap, split
+from .tiling_ranges import Builder, Piece, Pieces, overlap, split
 
 AXIS = "heads,queries,keys"
 
@@ -53,7 +53,7 @@ def attention_forward(bd: Builder, scores, softmax, context, q: list[Piece], k: 
                                    _tile(context.name, idx, n, h, a, bk, last)), reads, owners[0])
                 idx += 1
             out.append(Piece(a[0], a[1], prev, h, h + 1))
-    return out
+    return Pieces(sorted(out, key=lambda p: (p.lo, p.clo)))
 
 
 def attention_backward(bd: Builder, scores, softmax, context, q: list[Piece], k: list[Piece], v: list[Piece],
@@ -95,4 +95,4 @@ def attention_backward(bd: Builder, scores, softmax, context, q: list[Piece], k:
                                        _tile(f"bwd.{context.name}.{which}", idx, n, h, a, bk, last)), reads, owner)
                     idx += 1
                 result[which].append(Piece(outer[0], outer[1], prev, h, h + 1))
-    return result["dq"], result["dk"], result["dv"]
+    return tuple(Pieces(sorted(result[w], key=lambda p: (p.lo, p.clo))) for w in ("dq", "dk", "dv"))

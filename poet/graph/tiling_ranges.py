@@ -9,6 +9,7 @@ touches them.
 """
 from __future__ import annotations
 
+from bisect import bisect_right
 from dataclasses import dataclass
 
 from .core import Node
@@ -99,9 +100,28 @@ class Builder:
         return len(self.nodes) - 1
 
 
+class Pieces(list):
+    """Pieces of one tensor, sorted by rows (then heads), so lookups can bisect."""
+
+    his: list[int] | None = None
+
+
 def overlap(pieces: list[Piece], lo: int, hi: int, clo: int | None = None, chi: int | None = None) -> list[int]:
     """Nodes of ``pieces`` that hold any of rows ``[lo, hi)`` (and of heads ``[clo, chi)`` when given)."""
-    return [p.node for p in pieces if p.lo < hi and p.hi > lo and (
-        clo is None or p.clo is None or (p.clo < chi and p.chi > clo))]
+    if isinstance(pieces, Pieces):
+        if pieces.his is None or len(pieces.his) != len(pieces):
+            pieces.his = [p.hi for p in pieces]
+        k = bisect_right(pieces.his, lo)          # first piece ending after lo (his never decrease)
+    else:
+        k = 0
+    found = []
+    for j in range(k, len(pieces)):
+        p = pieces[j]
+        if p.lo >= hi and isinstance(pieces, Pieces):
+            break
+        if p.lo < hi and p.hi > lo and (clo is None or p.clo is None or (p.clo < chi and p.chi > clo)):
+            found.append(p.node)
+    return found
+
 
 
