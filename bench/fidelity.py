@@ -4,7 +4,7 @@ Three models (the CNN, the 2-layer BERT, the depthwise-separable CNN) under thre
 (keep-all, remat-heavy, paging-heavy: the rule-based schedules of ``poet.execute.reference`` with a
 checkpoint every 4th forward node), at aten granularity, batch 8, one torch thread.
 
-Per round and model: profile the storage (1 KiB .. 4 MiB sweep); then for each schedule, ``--runs``
+Per round and model: profile the storage (1 KiB .. 1 MiB sweep); then for each schedule, ``--runs``
 times, one profiling run of the model's ops (``poet.execute.measure``, the measurement of ``poet
 profile --model``) alternating with one execution of the schedule (paging fsync'd and dropped from
 the page cache, as the storage was measured).  The ops' mean times give the family profile ("pred")
@@ -36,7 +36,7 @@ import torch
 
 from poet.execute import models
 from poet.execute.executor import Executor
-from poet.execute.measure import measure_program
+from poet.execute.measure import keep_schedule, measure_program
 from poet.execute.reference import reference_steps
 from poet.graph.torch_export import export_training_graph
 from poet.hardware.profile import HostProfile, OpSample, choose_power, fit_families, profile_device
@@ -46,7 +46,7 @@ from poet.schedule.core import HEURISTIC, Budget, Schedule
 from poet.schedule.validate import validate
 
 SCHEDULES = {"keep-all": "keep", "remat-heavy": "remat", "paging-heavy": "paging"}
-STORAGE_SIZES = tuple(1024 * 4 ** i for i in range(7))       # 1 KiB .. 4 MiB: the pages here are small
+STORAGE_SIZES = tuple(1024 * 4 ** i for i in range(6))       # 1 KiB .. 1 MiB: the pages here are small
 
 
 def load() -> str:
@@ -68,30 +68,41 @@ def schedule_on(graph, steps) -> Schedule:
                     totals=validate(graph, steps, budget), solver={})
 
 
-def one_round(prog, steps_by_kind: dict, storage, runs: int, paging_dir: str) -> dict:
+def one_round(prog, steps_by_kind: dict, directory: str, runs: int, paging_dir: str) -> dict:
     """For each schedule: ``runs`` times, one profiling run of the model's ops and one execution of the
     schedule, alternating, so that the profile and the runs it predicts see the same load; then
-    predict from that profile and compare."""
+    predict from that profile and compare.  A schedule that pages also gets a storage sweep before
+    its runs, and alternates a third run: the paging-overhead calibration of ``poet profile`` (a
+    different paging schedule: all but every 3rd forward output paged)."""
     base = prog.costed("m4")
+    calib_steps = reference_steps(base, "paging", every=3)
     ex = Executor(prog, paging_dir=paging_dir, fsync=True, drop_cache=True)
+    meter = Executor(prog)                     # the profiling runs' own executor, as poet profile's
+    keep = keep_schedule(prog)
+    measure_program(prog, runs=1, warmup=2, executor=meter, schedule=keep)
     out = {}
     for k, steps in steps_by_kind.items():
         s = schedule_on(base, steps)
+        pages = any(x.op in ("page_out", "page_in") for x in steps)
+        storage = profile_storage(directory, STORAGE_SIZES, repeats=5)
+        calib = schedule_on(base, calib_steps)
         node_sum = [0.0] * len(prog.groups)
         free_sum = 0.0
-        walls, busys, peak = [], [], 0
+        walls, busys, calib_busy, peak = [], [], [], 0
         kinds = {"compute": [], "page_out": [], "page_in": [], "free": []}
         ex.run(s, apply=False)                 # warm-up
         for _ in range(runs):
-            t = measure_program(prog, runs=1, warmup=0)
+            t = measure_program(prog, runs=1, warmup=0, executor=meter, schedule=keep)
             node_sum = [a + b for a, b in zip(node_sum, t.node_busy_s)]
             free_sum += t.free_busy_s
+            if pages:
+                calib_busy.append(ex.run(calib, apply=False).busy_seconds["total"])
             res = ex.run(s, apply=False)
             walls.append(res.seconds["total"])
             busys.append(res.busy_seconds["total"])
             peak = max(peak, res.measured_peak_bytes)
-            for kk in kinds:
-                kinds[kk].append(res.busy_seconds[kk])
+            for kk, v in kinds.items():
+                v.append(res.busy_seconds[kk])
         node_busy = [x / runs for x in node_sum]
         free_s = free_sum / runs
         samples = [OpSample(prog.units[g[0]].op, prog.units[g[0]].flops, node_busy[v])
@@ -99,6 +110,10 @@ def one_round(prog, steps_by_kind: dict, storage, runs: int, paging_dir: str) ->
         fams, rate = fit_families(samples)
         hp = HostProfile(name="host", threads=1, families=fams, flops_per_s=rate, free_overhead_s=free_s,
                          power=choose_power(None, None, None), storage=storage, models=[prog.name])
+        if pages:                              # as measure_paging_overhead, on the alternated runs
+            ct = validate(prog.costed(profile_device(hp)), calib_steps, Budget(ram_bytes=10 ** 18))
+            hp.page_overhead_s = max(0.0, (statistics.fmean(calib_busy) - ct.runtime_s)
+                                     / (ct.page_ins + ct.page_outs))
         dev = profile_device(hp)
         g_fam = prog.costed(dev)
         g_node = price_measured(prog.graph, dev, node_busy, free_s, prog.fixed_ram_bytes)
@@ -111,7 +126,10 @@ def one_round(prog, steps_by_kind: dict, storage, runs: int, paging_dir: str) ->
                   "wall_s": statistics.median(walls), "busy_s": statistics.median(busys),
                   "pred_peak": tot.peak_ram_bytes, "meas_peak": peak,
                   "pred_kind": pred_kind, "meas_kind": {kk: statistics.median(v) for kk, v in kinds.items()},
-                  "recomputes": tot.recomputes, "page_outs": tot.page_outs}
+                  "recomputes": tot.recomputes, "page_outs": tot.page_outs,
+                  "page_overhead_s": hp.page_overhead_s,
+                  "storage": {"write_latency_s": storage.write.latency_s, "write_bytes_per_s": storage.write.bytes_per_s,
+                              "read_latency_s": storage.read.latency_s, "read_bytes_per_s": storage.read.bytes_per_s}}
     return out
 
 
@@ -136,9 +154,8 @@ def main(argv=None) -> int:
         steps = {label: reference_steps(base, kind, every=4) for label, kind in SCHEDULES.items()}
         rounds = []
         for r in range(a.rounds):
-            storage = profile_storage(directory, STORAGE_SIZES, repeats=5)
             with tempfile.TemporaryDirectory(dir=directory) as pages:
-                rounds.append(one_round(prog, steps, storage, a.runs, pages))
+                rounds.append(one_round(prog, steps, directory, a.runs, pages))
             say(f"{name}: round {r + 1}/{a.rounds} done (load {load()})")
         for label in SCHEDULES:
             rs = [x[label] for x in rounds]
@@ -149,6 +166,8 @@ def main(argv=None) -> int:
                    "ratio_busy_node": statistics.median(x["busy_s"] / x["node_pred_s"] for x in rs),
                    "pred_peak": rs[0]["pred_peak"], "meas_peak": max(x["meas_peak"] for x in rs),
                    "recomputes": rs[0]["recomputes"], "page_outs": rs[0]["page_outs"],
+                   "page_overhead_s": statistics.median(x["page_overhead_s"] for x in rs),
+                   "storage": [x["storage"] for x in rs],
                    "kinds": {kk: {"pred": statistics.median(x["pred_kind"][kk] for x in rs) if kk != "free" else None,
                                   "meas": statistics.median(x["meas_kind"][kk] for x in rs)}
                              for kk in ("compute", "page_out", "page_in", "free")},
@@ -173,7 +192,13 @@ def main(argv=None) -> int:
         for kk, v in r["kinds"].items():
             p = "-" if v["pred"] is None else f"{v['pred'] * 1e3:.2f}"
             parts.append(f"{kk} {p} / {v['meas'] * 1e3:.2f}")
-        print(f"  {r['model']:<6} {r['schedule']:<13} " + "; ".join(parts))
+        extra = ""
+        if r["page_outs"]:
+            st = r["storage"][0]
+            extra = (f"  [paging overhead {r['page_overhead_s'] * 1e6:.0f} us/op; round 1 storage: write "
+                     f"{st['write_latency_s'] * 1e3:.2f} ms + {st['write_bytes_per_s'] / 1e6:.0f} MB/s, read "
+                     f"{st['read_latency_s'] * 1e3:.2f} ms + {st['read_bytes_per_s'] / 1e6:.0f} MB/s]")
+        print(f"  {r['model']:<6} {r['schedule']:<13} " + "; ".join(parts) + extra)
     within = sum(abs(r["ratio_busy"] - 1) <= 0.15 for r in rows)
     print(f"\nrows with busy time within 15% of the prediction: {within}/{len(rows)}; "
           f"peak bytes exact: {sum(r['pred_peak'] == r['meas_peak'] for r in rows)}/{len(rows)}")

@@ -14,7 +14,7 @@ from poet.graph.io import load_graph
 from poet.hardware import DeviceError, load_device
 from poet.hardware.profile import HostProfile, OpSample, choose_power, fit_families, profile_toml
 from poet.hardware.profile_import import MeasurementError, imported_graph, imported_profile_toml, read_measurements
-from poet.hardware.profile_model import op_family, op_seconds
+from poet.hardware.profile_model import op_family, op_seconds, paging_seconds
 from poet.hardware.profile_storage import StorageProfile, fit_latency_bandwidth
 
 EXAMPLE_CSV = Path(__file__).resolve().parent.parent / "examples" / "board_measurements.csv"
@@ -31,7 +31,7 @@ def synthetic_profile(tmp_path, name="synth") -> Path:
                         write=fit_latency_bandwidth(sizes, [2e-3 + b / 1e8 for b in sizes]),
                         read=fit_latency_bandwidth(sizes, [2e-4 + b / 3e8 for b in sizes]), cache_dropped=True)
     hp = HostProfile(name=name, threads=1, families=fams, flops_per_s=rate, free_overhead_s=3e-6,
-                     power=choose_power(None, 12.5, None), storage=st, models=["synthetic"])
+                     power=choose_power(None, 12.5, None), storage=st, models=["synthetic"], page_overhead_s=4e-4)
     path = tmp_path / f"{name}.toml"
     path.write_text(profile_toml(hp))
     return path
@@ -48,6 +48,11 @@ def test_profile_file_round_trips(tmp_path):
     assert fams["conv"].flops_per_s == pytest.approx(2e9, rel=1e-6)
     assert fams["elementwise"].flops_per_s == pytest.approx(1e8, rel=1e-6)
     assert dev.write_latency_s == pytest.approx(2e-3, rel=1e-6) and dev.read_bytes_per_s == pytest.approx(3e8, rel=1e-6)
+    assert dev.page_overhead_s == pytest.approx(4e-4)
+    # paging: the storage fit plus the per-page overhead (and the page-in's later free)
+    t_in, t_out = paging_seconds(dev, 65536)
+    assert t_in == pytest.approx(2e-4 + 65536 / 3e8 + 4e-4 + 3e-6, rel=1e-6)
+    assert t_out == pytest.approx(2e-3 + 65536 / 1e8 + 4e-4, rel=1e-6)
     # an op is priced by its family; an unmeasured family falls back to the fit over all ops
     assert op_seconds(dev, "aten.convolution.default", 2e6) == pytest.approx(50e-6 + 2e6 / 2e9, rel=1e-6)
     assert op_seconds(dev, "aten.mm.default", 1e6) == pytest.approx(fams["other"].latency_s
@@ -64,6 +69,7 @@ def test_profile_file_round_trips(tmp_path):
      ["partial", "families"]),
     (lambda t: t.split("[storage]")[0], ["[storage]"]),
     (lambda t: re.sub(r"\nfree_overhead_s = [^\n]+", "\nfree_overhead_s = \"fast\"", t), ["free_overhead_s"]),
+    (lambda t: re.sub(r"\npage_overhead_s = [^\n]+", "\npage_overhead_s = -0.001", t), ["page_overhead_s"]),
 ])
 def test_bad_or_partial_profile_is_refused(tmp_path, edit, words):
     path = synthetic_profile(tmp_path)
@@ -110,6 +116,18 @@ def test_family_fit_and_op_families():
     mm = next(f for f in fams if f.name == "matmul")
     assert mm.fit.latency_s == pytest.approx(1e-5, rel=1e-6) and mm.fit.bytes_per_s == pytest.approx(4e9, rel=1e-6)
     assert rate == pytest.approx(sum((1e5, 1e6, 1e7)) / sum(1e-5 + f / 4e9 for f in (1e5, 1e6, 1e7)))
+
+
+def test_family_fit_keeps_the_total():
+    from poet.hardware.profile import fit_sum_preserving
+    rng = random.Random(2)
+    flops = [rng.uniform(1e4, 1e7) for _ in range(30)]
+    secs = [(2e-5 + f / 3e9) * rng.uniform(0.7, 1.5) for f in flops]
+    fit = fit_sum_preserving(flops, secs)
+    assert sum(fit.predict(f) for f in flops) == pytest.approx(sum(secs), rel=1e-9)
+    # times that fall with FLOPs: latency only, still the same total
+    flat = fit_sum_preserving([1e3, 1e6], [2e-4, 1e-4])
+    assert flat.predict(1e3) + flat.predict(1e6) == pytest.approx(3e-4, rel=1e-4)
 
 
 def test_power_source_is_recorded():
@@ -224,6 +242,8 @@ def test_quick_profile_writes_a_complete_file_and_train_reports_prediction(tmp_p
     assert rep["measured_peak_bytes"] == rep["predicted_peak_bytes"] <= rep["budget_bytes"]
     assert rep["check"] == {"loss_curve_identical": True, "parameters_identical": True}
     assert rep["torch_threads"] == 1
+    assert 0 < it["busy_s"] <= it["measured_s"] * (1 + 1e-9)       # busy leaves out waits for a CPU
+    assert "page_overhead_s" in out.read_text()
 
 
 def test_measured_costs_price_each_node_and_write_a_graph(tmp_path, capsys):

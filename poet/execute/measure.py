@@ -39,20 +39,25 @@ def _quartile_spread(xs: list[float]) -> float:
     return (q[2] - q[0]) / med if med > 0 else 0.0
 
 
-def measure_program(program, *, runs: int = 20, warmup: int = 3, max_seconds: float | None = None,
-                    progress=None) -> ProgramTiming:
-    """Execute ``program``'s keep-everything schedule ``warmup + runs`` times and take per-node medians.
-
-    ``max_seconds`` stops the measured runs early (at least 3) once exceeded.
-    """
+def keep_schedule(program):
+    """The keep-everything schedule of ``program`` (its prices, from ``m4``, are not used)."""
     from ..hardware.device import load_device
-    from .executor import Executor
     from .reference import reference_schedule
+    return reference_schedule(program.costed(load_device("m4")), "keep")
 
-    cg = program.costed(load_device("m4"))     # the schedule's structure only; its prices are not used
-    sched = reference_schedule(cg, "keep")
-    ex = Executor(program)
-    n = len(cg)
+
+def measure_program(program, *, runs: int = 20, warmup: int = 3, max_seconds: float | None = None,
+                    progress=None, executor=None, schedule=None) -> ProgramTiming:
+    """Execute ``program``'s keep-everything schedule ``warmup + runs`` times and take per-node means.
+
+    ``max_seconds`` stops the measured runs early (at least 3) once exceeded.  ``executor`` and
+    ``schedule`` (from :func:`keep_schedule`): reuse them, to measure a run at a time between other work.
+    """
+    from .executor import Executor
+
+    sched = schedule if schedule is not None else keep_schedule(program)
+    ex = executor if executor is not None else Executor(program)
+    n = len(program.groups)
     busy: list[list[float]] = [[] for _ in range(n)]
     wall: list[list[float]] = [[] for _ in range(n)]
     frees: list[float] = []
@@ -82,6 +87,38 @@ def measure_program(program, *, runs: int = 20, warmup: int = 3, max_seconds: fl
         runs=done, iteration_busy_s=statistics.median(it_busy), iteration_wall_s=statistics.median(it_wall))
 
 
+@dataclass(frozen=True)
+class PagingOverhead:
+    """What executing page-ins and page-outs costs beyond the storage fit, per paging instruction."""
+
+    seconds: float             # per page-in or page-out (>= 0), to add to both
+    predicted_s: float         # the calibration schedule's predicted busy seconds without the overhead
+    measured_s: float          # its mean measured busy seconds
+    page_ops: int
+
+
+def measure_paging_overhead(program, device, *, runs: int = 5, paging_dir=None, every: int = 3) -> PagingOverhead:
+    """Run a rule-based paging schedule (every ``every``-th forward output kept, the rest paged out and
+    back in) as a profiled device pages (fsync'd, dropped from the page cache) and attribute the busy
+    seconds beyond its prediction to its paging instructions: cold caches after every storage wait and
+    the executor's own work for a page, which a file-level storage sweep does not see."""
+    from ..hardware.device import load_device
+    from .executor import Executor
+    from .reference import reference_schedule
+
+    dev = load_device(device)
+    g = program.costed(dev)
+    sched = reference_schedule(g, "paging", every=every)
+    n_ops = sched.totals.page_ins + sched.totals.page_outs
+    ex = Executor(program, paging_dir=paging_dir, fsync=True, drop_cache=True)
+    ex.run(sched, apply=False)                  # warm-up
+    busy = [ex.run(sched, apply=False).busy_seconds["total"] for _ in range(runs)]
+    measured = statistics.fmean(busy)
+    pred = sched.totals.runtime_s
+    per = max(0.0, (measured - pred) / n_ops) if n_ops else 0.0
+    return PagingOverhead(per, pred, measured, n_ops)
+
+
 def measured_costs(program, device, *, runs: int = 20, warmup: int = 3, fixed_ram_bytes: int | None = None,
                    progress=None):
     """The costed graph of ``program`` priced from measurements of its own nodes (compute) and
@@ -93,4 +130,5 @@ def measured_costs(program, device, *, runs: int = 20, warmup: int = 3, fixed_ra
     return price_measured(program.graph, load_device(device), timing.node_busy_s, timing.free_busy_s, fixed)
 
 
-__all__ = ["ProgramTiming", "measure_program", "measured_costs"]
+__all__ = ["PagingOverhead", "ProgramTiming", "keep_schedule", "measure_paging_overhead", "measure_program",
+           "measured_costs"]

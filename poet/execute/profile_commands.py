@@ -78,7 +78,7 @@ def measure_ops(specs, batch_size: int, runs: int, warmup: int, say):
     from ..graph.torch_export import export_training_graph
     from ..hardware.profile import OpSample
     from .measure import measure_program
-    samples, frees = [], []
+    samples, frees, programs = [], [], []
     for spec in specs:
         torch.manual_seed(0)
         model, loss_fn, data = build_model(spec, batch_size)
@@ -91,9 +91,10 @@ def measure_ops(specs, batch_size: int, runs: int, warmup: int, say):
             u = prog.units[grp[0]]
             samples.append(OpSample(u.op, u.flops, t.node_busy_s[v], t.node_spread[v]))
         frees.append(t.free_busy_s)
+        programs.append(prog)
         say(f"{spec}: {len(prog.groups)} ops, step {t.iteration_busy_s * 1e3:.2f} ms busy "
             f"({t.iteration_wall_s * 1e3:.2f} ms wall), median of {t.runs} runs")
-    return samples, statistics.median(frees)
+    return samples, statistics.median(frees), programs
 
 
 def cmd_profile(a) -> int:
@@ -125,11 +126,13 @@ def _measure(a, say) -> int:
         HostProfile,
         choose_power,
         fit_families,
+        profile_device,
         profile_toml,
         rapl_energy_j,
         write_text_atomic,
     )
     from ..hardware.profile_storage import FULL_SIZES, QUICK_SIZES, profile_storage
+    from .measure import measure_paging_overhead
     t0 = time.perf_counter()
     specs = [s.strip() for s in a.model.split(",") if s.strip()] if a.model else list(STANDARD_MODELS)
     runs, warmup = (min(a.runs, 3), 1) if a.quick else (a.runs, 3)
@@ -137,28 +140,38 @@ def _measure(a, say) -> int:
     torch.set_num_threads(a.threads)
     try:
         e0, c0 = rapl_energy_j(), time.perf_counter()
-        samples, free_s = measure_ops(specs, a.batch_size, runs, warmup, say)
+        samples, free_s, programs = measure_ops(specs, a.batch_size, runs, warmup, say)
         e1, c1 = rapl_energy_j(), time.perf_counter()
+        rapl_w = (e1 - e0) / (c1 - c0) if e0 is not None and e1 is not None and e1 > e0 else None
+        power = choose_power(rapl_w, a.power_w, a.storage_power_w)
+        directory = a.dir or tempfile.gettempdir()
+        say(f"storage: files in {directory}")
+        storage = profile_storage(directory, QUICK_SIZES if a.quick else FULL_SIZES, 2 if a.quick else 5,
+                                  progress=say)
+        fams, rate = fit_families(samples)
+        hp = HostProfile(name=a.name or "host", threads=a.threads, families=fams, flops_per_s=rate,
+                         free_overhead_s=free_s, power=power, storage=storage, models=specs,
+                         command="poet " + " ".join(sys.argv[1:]))
+        over = measure_paging_overhead(programs[0], profile_device(hp), runs=2 if a.quick else 5,
+                                       paging_dir=directory)
+        hp.page_overhead_s = over.seconds
+        hp.page_overhead_note = (f"{specs[0]}, paging all but every 3rd forward output: {over.page_ops} "
+                                 f"page-ins/outs, {over.measured_s * 1e3:.2f} ms busy measured vs "
+                                 f"{over.predicted_s * 1e3:.2f} ms predicted from the fits")
+        say(f"paging overhead {over.seconds * 1e6:.0f} us per page-in/out ({hp.page_overhead_note})")
     finally:
         torch.set_num_threads(threads0)
-    rapl_w = (e1 - e0) / (c1 - c0) if e0 is not None and e1 is not None and e1 > e0 else None
-    power = choose_power(rapl_w, a.power_w, a.storage_power_w)
-    directory = a.dir or tempfile.gettempdir()
-    say(f"storage: files in {directory}")
-    storage = profile_storage(directory, QUICK_SIZES if a.quick else FULL_SIZES, 2 if a.quick else 5, progress=say)
-    fams, rate = fit_families(samples)
-    hp = HostProfile(name=a.name or "host", threads=a.threads, families=fams, flops_per_s=rate, free_overhead_s=free_s,
-                     power=power, storage=storage, models=specs, command="poet " + " ".join(sys.argv[1:]),
-                     seconds=time.perf_counter() - t0)
+    hp.seconds = time.perf_counter() - t0
     write_text_atomic(a.out, profile_toml(hp))
     load_device(a.out)          # what was written reads back
     print(f"wrote {a.out}: {len(samples)} ops of {', '.join(specs)} in {len(fams)} families; "
           f"storage write {storage.write.latency_s * 1e3:.3f} ms + {storage.write.bytes_per_s / 1e6:.1f} MB/s "
           f"(fit error median {storage.write.median_rel_error:.0%}), read {storage.read.latency_s * 1e3:.3f} ms + "
-          f"{storage.read.bytes_per_s / 1e6:.1f} MB/s (median {storage.read.median_rel_error:.0%}); "
+          f"{storage.read.bytes_per_s / 1e6:.1f} MB/s (median {storage.read.median_rel_error:.0%}), "
+          f"{hp.page_overhead_s * 1e6:.0f} us more per page-in/out when executed; "
           f"power {power.compute_w:.3g} W ({power.source}); {hp.seconds:.0f} s")
     for f in fams:
-        print(f"  {f.name:<14} {f.ops:4d} ops  {f.fit.latency_s * 1e6:9.1f} us + FLOPs / {f.fit.bytes_per_s / 1e9:8.3f} "
+        print(f"  {f.name:<14} {f.ops:4d} ops  {f.fit.latency_s * 1e6:9.1f} us + FLOPs / {f.fit.bytes_per_s / 1e9:8.3g} "
               f"GFLOP/s  fit error median {f.fit.median_rel_error:5.1%} max {f.fit.max_rel_error:6.1%}  "
               f"spread {f.spread:5.1%}")
     if power.source == "none":

@@ -13,8 +13,9 @@ Two measured figures per row:
 """
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
+
+from ..hardware.profile_clock import RunQueueClock
 
 KINDS = ("compute", "page_out", "page_in", "free", "total")
 
@@ -53,35 +54,6 @@ def timing_rows(predicted: dict, wall: dict, busy: dict) -> list[TimingRow]:
         c = busy.get(k) if busy else None
         rows.append(TimingRow(k, pred, m, c, _ratio(m, pred), _ratio(c, pred)))
     return rows
-
-
-class RunQueueClock:
-    """Seconds the calling thread has waited in the run queue for a CPU (Linux schedstat), else 0.
-
-    Open it in the thread whose waits it should count: ``/proc/thread-self`` names the opener.
-    """
-
-    def __init__(self):
-        self.fd = None
-        try:
-            self.fd = os.open("/proc/thread-self/schedstat", os.O_RDONLY)
-            self.waited()
-        except (OSError, ValueError, IndexError):
-            self.close()
-
-    @property
-    def available(self) -> bool:
-        return self.fd is not None
-
-    def waited(self) -> float:
-        if self.fd is None:
-            return 0.0
-        return int(os.pread(self.fd, 128, 0).split()[1]) / 1e9
-
-    def close(self) -> None:
-        if self.fd is not None:
-            os.close(self.fd)
-            self.fd = None
 
 
 def median_rows(results) -> list[TimingRow]:

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from .device import Device, OpFamily
 from .profile_model import op_family
-from .profile_storage import LinearFit, StorageProfile, fit_latency_bandwidth
+from .profile_storage import LinearFit, StorageProfile
 
 PROFILE_FORMAT = "poet-profile/1"
 
@@ -41,11 +41,39 @@ class FamilyFit:
     spread: float             # median (p75 - p25) / median over its samples
 
 
+NO_RATE = 1e15      # FLOP/s of a latency-only fit: FLOPs did not explain the times
+
+
+def fit_sum_preserving(flops, seconds) -> LinearFit:
+    """``t = L + F / R`` by ordinary least squares, ``L >= 0``, ``R > 0``, keeping sum(predicted) = sum(measured).
+
+    What a profile predicts is a sum over many ops, so the fit must not be biased on the total:
+    least squares with an intercept has residuals summing to zero; when a bound binds, the fallback
+    (latency only: the mean; rate only: total FLOPs / total seconds) keeps that property.
+    """
+    import numpy as np
+    f = np.asarray(flops, dtype=float)
+    t = np.asarray(seconds, dtype=float)
+    if f.size == 0:
+        raise ValueError("no samples to fit")
+    lat, inv = float(t.mean()), 1.0 / NO_RATE
+    if f.size >= 2 and np.ptp(f) > 0:
+        slope, icept = np.polyfit(f, t, 1)
+        if slope > 0 and icept >= 0:
+            lat, inv = float(icept), float(slope)
+        elif slope > 0:
+            lat, inv = 0.0, float(t.sum() / f.sum())
+    pred = lat + f * inv
+    rel = np.abs(pred - t) / np.maximum(t, 1e-12)
+    return LinearFit(lat, 1.0 / max(inv, 1.0 / NO_RATE), float(np.median(rel)), float(np.max(rel)))
+
+
 def fit_families(samples: list[OpSample]) -> tuple[list[FamilyFit], float]:
-    """Per-family ``latency + FLOPs / rate`` fits and the overall FLOP rate (total FLOPs / total seconds).
+    """Per-family ``latency + FLOPs / rate`` fits (:func:`fit_sum_preserving`) and the overall FLOP rate
+    (total FLOPs / total seconds).
 
     A family whose samples all do the same FLOPs cannot separate latency from rate: it gets the
-    overall rate and the median remaining time as latency.  The ``other`` family (ops of families
+    overall rate and the mean remaining time as latency.  The ``other`` family (ops of families
     not measured) is the fit over every sample.
     """
     good = [s for s in samples if s.seconds > 0 and math.isfinite(s.seconds)]
@@ -63,9 +91,9 @@ def fit_families(samples: list[OpSample]) -> tuple[list[FamilyFit], float]:
         flops = [s.flops for s in ss]
         secs = [s.seconds for s in ss]
         if len(set(flops)) >= 2:
-            fit = fit_latency_bandwidth(flops, secs)
+            fit = fit_sum_preserving(flops, secs)
         else:
-            lat = max(0.0, statistics.median(t - f / rate for f, t in zip(flops, secs)))
+            lat = max(0.0, statistics.fmean(t - f / rate for f, t in zip(flops, secs)))
             pred = [lat + f / rate for f in flops]
             rel = [abs(p - t) / t for p, t in zip(pred, secs)]
             fit = LinearFit(lat, rate, statistics.median(rel), max(rel))
@@ -127,6 +155,8 @@ class HostProfile:
     load_average: tuple[float, ...] = field(default_factory=lambda: tuple(os.getloadavg())
                                             if hasattr(os, "getloadavg") else ())
     seconds: float = 0.0
+    page_overhead_s: float = 0.0     # per page-in/out beyond the storage fit (poet.execute.measure)
+    page_overhead_note: str = ""
 
 
 def profile_device(p: HostProfile) -> Device:
@@ -138,7 +168,8 @@ def profile_device(p: HostProfile) -> Device:
                   write_latency_s=st.write.latency_s, write_bytes_per_s=st.write.bytes_per_s,
                   storage_power_w=p.power.storage_w,
                   families=tuple(OpFamily(f.name, f.fit.latency_s, f.fit.bytes_per_s) for f in p.families),
-                  free_overhead_s=p.free_overhead_s, threads=p.threads, paging_sync=True)
+                  free_overhead_s=p.free_overhead_s, threads=p.threads, paging_sync=True,
+                  page_overhead_s=p.page_overhead_s)
 
 
 def cpu_name() -> str:
@@ -203,6 +234,7 @@ def profile_toml(p: HostProfile) -> str:
         "read_latency_s": st.read.latency_s, "read_bytes_per_s": st.read.bytes_per_s,
         "write_latency_s": st.write.latency_s, "write_bytes_per_s": st.write.bytes_per_s,
         "power_w": p.power.storage_w, "power_source": p.power.source, "sync": True,
+        "page_overhead_s": p.page_overhead_s, "page_overhead_source": p.page_overhead_note,
         "medium": f"files in {st.directory}: fsync'd writes, reads "
                   + ("after posix_fadvise(DONTNEED)" if st.cache_dropped else "(page cache not dropped)"),
         "read_fit_median_rel_error": round(st.read.median_rel_error, 4),
@@ -234,6 +266,7 @@ __all__ = [
     "PowerReading",
     "choose_power",
     "fit_families",
+    "fit_sum_preserving",
     "profile_device",
     "profile_toml",
     "rapl_energy_j",

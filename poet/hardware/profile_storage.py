@@ -7,6 +7,9 @@ buffer and checks the CRC-32.  Every size is written ``repeats`` times (distinct
 is read back.  So a read costs a storage read, not a copy from the page cache, where
 the OS honours the advice (Linux does for local file systems; tmpfs keeps everything in RAM).
 
+Times are busy seconds (:mod:`poet.hardware.profile_clock`): the wall clock less the time spent
+waiting for a CPU after the storage answered, as the executor measures its page-ins and page-outs.
+
 The fit minimises the *relative* error over a size sweep (1 KiB .. 64 MiB by default), so that small
 pages, whose time is mostly latency, weigh as much as large ones.
 """
@@ -15,11 +18,12 @@ from __future__ import annotations
 import glob
 import os
 import statistics
-import time
 import zlib
 from dataclasses import dataclass
 
 import numpy as np
+
+from .profile_clock import BusyTimer, RunQueueClock
 
 KiB = 1024
 FULL_SIZES = tuple(KiB * 4 ** i for i in range(9))        # 1 KiB .. 64 MiB
@@ -72,8 +76,19 @@ class StorageProfile:
     cache_dropped: bool                   # posix_fadvise(DONTNEED) was available and used
 
 
-def _write(path: str, data: bytes, drop: bool) -> float:
-    t0 = time.perf_counter()
+def _write(path: str, data: bytes, drop: bool, clock: RunQueueClock | None = None) -> float:
+    with BusyTimer(clock) as t:
+        _write_file(path, data, drop)
+    return t.seconds
+
+
+def _read(path: str, nbytes: int, clock: RunQueueClock | None = None) -> float:
+    with BusyTimer(clock) as t:
+        _read_file(path, nbytes)
+    return t.seconds
+
+
+def _write_file(path: str, data: bytes, drop: bool) -> None:
     zlib.crc32(data)
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     try:
@@ -86,11 +101,9 @@ def _write(path: str, data: bytes, drop: bool) -> float:
             os.posix_fadvise(fd, 0, len(data), os.POSIX_FADV_DONTNEED)
     finally:
         os.close(fd)
-    return time.perf_counter() - t0
 
 
-def _read(path: str, nbytes: int) -> float:
-    t0 = time.perf_counter()
+def _read_file(path: str, nbytes: int) -> None:
     buf = bytearray(nbytes)
     with open(path, "rb", buffering=0) as f:
         os.fstat(f.fileno())
@@ -102,7 +115,6 @@ def _read(path: str, nbytes: int) -> float:
                 raise OSError(f"{path}: short read ({n} of {nbytes} B)")
             n += k
     zlib.crc32(buf)
-    return time.perf_counter() - t0
 
 
 def profile_storage(directory: str, sizes=FULL_SIZES, repeats: int = 3, progress=None) -> StorageProfile:
@@ -113,6 +125,7 @@ def profile_storage(directory: str, sizes=FULL_SIZES, repeats: int = 3, progress
     rng = np.random.default_rng(0)
     path = os.path.join(directory, f".poet-profile-{os.getpid()}.bin")
     w_med, r_med = [], []
+    clock = RunQueueClock()
     try:
         for i, size in enumerate(sizes):
             data = rng.integers(0, 256, size, dtype=np.uint8).tobytes()
@@ -121,8 +134,8 @@ def profile_storage(directory: str, sizes=FULL_SIZES, repeats: int = 3, progress
             # in a paging schedule; a read right after its own write is faster on virtual disks
             # (measured here: 0.4-1.4 ms instead of 2 ms for 64 KiB)
             paths = [f"{path}.{k}" for k in range(reps)]
-            ws = [_write(p, data, drop) for p in paths]
-            rs = [_read(p, size) for p in paths]
+            ws = [_write(p, data, drop, clock) for p in paths]
+            rs = [_read(p, size, clock) for p in paths]
             for p in paths:
                 os.remove(p)
             w_med.append(statistics.median(ws))
@@ -131,6 +144,7 @@ def profile_storage(directory: str, sizes=FULL_SIZES, repeats: int = 3, progress
                 progress(f"storage {i + 1}/{len(sizes)}: {size} B write {w_med[-1] * 1e3:.3f} ms, "
                          f"read {r_med[-1] * 1e3:.3f} ms")
     finally:
+        clock.close()
         for p in glob.glob(glob.escape(path) + ".*"):
             os.remove(p)
     return StorageProfile(directory=os.path.abspath(directory), sizes=tuple(sizes), write_s=tuple(w_med),
