@@ -4,15 +4,15 @@ from __future__ import annotations
 import random
 
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import poet
 from poet.graph.core import CostedGraph, CostedNode
 from poet.schedule.core import HEURISTIC, INFEASIBLE, Budget
 from poet.schedule.validate import simulate, validate
 from poet.solve.api import costed_graph
-from poet.solve.baselines import chain_cut_points, chen_plans, keep_all_peak, segment_steps
-from poet.solve.capuchin import capuchin_plan
+from poet.solve.baselines import capuchin_plan, chain_cut_points, chen_plans, keep_all_peak, segment_steps
 
 ZOO_SAVING = ["resnet18_cifar", "vgg16_cifar", "resnet18", "resnet50", "vgg16", "bert"]
 

@@ -4,18 +4,19 @@ import json
 from pathlib import Path
 
 import pytest
-
 from conftest import training_chain
+
 from poet.cli import main
 from poet.schedule.core import FEASIBLE, OPTIMAL, Budget
 from poet.schedule.io import steps_to_dicts
 from poet.solve import api, cache
+from poet.solve.strategies import STRATEGIES
 
 
 @pytest.fixture
 def counted(monkeypatch):
     """The poet strategy, counting its calls; ``status`` overrides the status it reports."""
-    real = api.STRATEGIES["poet"]
+    real = STRATEGIES["poet"]
     calls = {"n": 0, "status": None}
 
     def poet(g, budget, opts):
@@ -24,7 +25,7 @@ def counted(monkeypatch):
         if calls["status"]:
             s = s.with_(status=calls["status"])
         return s
-    monkeypatch.setitem(api.STRATEGIES, "poet", poet)
+    monkeypatch.setitem(STRATEGIES, "poet", poet)
     return calls
 
 

@@ -4,9 +4,9 @@ import json
 import pytest
 
 from poet.cli import main
+from poet.graph.zoo import build_model
 from poet.hardware import load_device
 from poet.hardware.cost import linear_cost_model
-from poet.graph.zoo import build_model
 from poet.schedule import load_schedule
 from poet.units import BudgetError, parse_bytes, parse_runtime
 
@@ -139,7 +139,7 @@ def test_a_long_solve_shows_which_step_it_is_in_and_the_best_energy_and_bound_so
     # resnet18_cifar on m4 at 1.8 MB: a bound, the rules, a guide search (and the MILP), each named on
     # the progress line (stderr), with the bound in joules as the eviction cover gives it
     from poet.solve.api import costed_graph, make_budget
-    from poet.solve.heuristics import eviction_cover
+    from poet.solve.bounds import eviction_cover
     argv = ["solve", "--model", "resnet18_cifar", "--device", "m4", "--memory", "1.8MB", "--runtime", "1.2x",
             "--time-limit", "3"]
     rc, text, err = run(capsys, *argv)
@@ -160,6 +160,7 @@ def test_a_long_solve_shows_which_step_it_is_in_and_the_best_energy_and_bound_so
 def test_the_progress_line_is_redrawn_between_reports_and_stops_when_done(capsys, monkeypatch):
     # HiGHS can go minutes without a callback: the line must keep its clock moving meanwhile
     import time
+
     from poet.cli import Progress
     monkeypatch.setattr(Progress, "TICK_S", 0.01)
     p = Progress(enabled=True, tty=True)
@@ -190,6 +191,7 @@ def test_a_long_solve_s_terminal_line_says_how_to_stop_early_and_a_log_does_not(
 def test_the_progress_goes_to_a_log_as_whole_lines(capsys, monkeypatch):
     # not a terminal: no carriage returns; a line when the step changes, else one per LOG_EVERY_S
     import time
+
     from poet.cli import Progress
     monkeypatch.setattr(Progress, "TICK_S", 0.01)
     monkeypatch.setattr(Progress, "LOG_EVERY_S", 0.2)

@@ -3,16 +3,17 @@ exhaustive oracle, and with lives enough it reaches the oracle's optimum on smal
 from __future__ import annotations
 
 import pytest
-
 from bruteforce import brute_force_energy
 from conftest import random_dag, training_chain
+
 from poet import solve
 from poet.schedule import Budget, validate
 from poet.solve.baselines import keep_all_peak
-from poet.solve.heuristics import best_greedy, eviction_cover, plan_costs
-from poet.solve.milp import emit
+from poet.solve.bounds import eviction_cover
+from poet.solve.search.greedy import best_greedy
+from poet.solve.stage import emit, plan_costs
 
-intervals = pytest.importorskip("poet.solve.intervals")
+intervals = pytest.importorskip("poet.solve.search.intervals")
 pytest.importorskip("ortools")
 
 
@@ -75,15 +76,14 @@ def test_a_plan_maps_onto_its_lives_and_back_at_the_same_cost():
     assert plan_costs(g, plan, b.paging_time)[0] <= e0 * (1 + 1e-9)
 
 
-def test_the_solve_runs_the_interval_search_after_the_guide_search_and_returns_a_validated_plan(monkeypatch):
-    from poet.solve import SolveOptions, costed_graph, solve_costed
-    from poet.solve import milp
-    monkeypatch.setattr(milp, "INTERVAL_MIN_REST_S", 0.0)     # the real gate needs a 30-s limit
+def test_the_solve_runs_the_interval_search_after_the_guide_search_and_returns_a_validated_plan():
+    from poet.solve import SolveOptions, SolvePolicy, costed_graph, solve_costed
     g = costed_graph("resnet18_cifar", "m4")
     b = _budget(g, 0.2, 1.2)
     seen = []
+    policy = SolvePolicy(interval_min_rest_s=0.0)       # the real gate needs a 30-s limit
     s = solve_costed(g, b, "poet", SolveOptions(time_limit_s=8, threads=2, gap=1e-4, find_min_budgets=False,
-                                                 progress=seen.append))
+                                                 progress=seen.append, policy=policy))
     info = s.solver["interval_search"]
     cp = [d for d in seen if d["phase"] == "interval search"]
     assert cp and all(d["objective"] <= info["start_energy_j"] and d["bound"] <= d["objective"] for d in cp)
@@ -97,35 +97,36 @@ def test_the_solve_runs_the_interval_search_after_the_guide_search_and_returns_a
 
 
 def test_after_the_interval_search_a_milp_that_cannot_start_is_not_even_built(monkeypatch):
-    from poet.solve import SolveOptions, costed_graph, solve_costed
-    from poet.solve import milp
-    monkeypatch.setattr(milp, "INTERVAL_MIN_REST_S", 0.0)
-    monkeypatch.setattr(milp, "MILP_SETUP_S_PER_NONZERO", 1e-9)      # the MILP fits: not built early
-    real, builds = intervals.interval_plan, []
+    import time
 
-    def then_setup_takes_hours(*a, **k):
+    from poet.solve import SolveOptions, SolvePolicy, costed_graph, solve_costed
+    real, late = intervals.interval_plan, [0.0]
+
+    def then_the_time_is_up(*a, **k):
         got = real(*a, **k)
-        monkeypatch.setattr(milp, "MILP_SETUP_S_PER_NONZERO", 1e3)
+        late[0] = 6.0           # the clock jumps past the time limit: no time is left to set up a MILP
         return got
-    monkeypatch.setattr(intervals, "interval_plan", then_setup_takes_hours)
-    monkeypatch.setattr(milp, "build", lambda *a, **k: builds.append(1))
+    monkeypatch.setattr(intervals, "interval_plan", then_the_time_is_up)
     g = costed_graph("resnet18_cifar", "m4")
     b = _budget(g, 0.2, 1.2)
-    s = solve_costed(g, b, "poet", SolveOptions(time_limit_s=6, threads=2, gap=1e-4, find_min_budgets=False))
-    assert "interval_search" in s.solver and not builds
+    # the MILP fits the time left by the estimate until the search ends: it is not built early
+    policy = SolvePolicy(interval_min_rest_s=0.0, milp_setup_s_per_nonzero=1e-9)
+    s = solve_costed(g, b, "poet", SolveOptions(time_limit_s=6, threads=2, gap=1e-4, find_min_budgets=False,
+                                                 policy=policy, clock=lambda: time.perf_counter() + late[0]))
+    assert "interval_search" in s.solver and "build_seconds" not in s.solver      # never built
     assert s.solver["milp_skipped"] and s.solver["method"] in ("greedy", "intervals")
-    assert f"a MILP of about {milp.MILP_NONZEROS_PER_NODE_SQUARED * len(g.nodes) ** 2:,} nonzeros" in s.solver["message"]
+    nonzeros = policy.milp_nonzeros_per_node_squared * len(g.nodes) ** 2
+    assert f"a MILP of about {nonzeros:,} nonzeros" in s.solver["message"]
     validate(g, s.steps, b)
 
 
 def test_without_ortools_the_solve_skips_the_interval_search(monkeypatch):
-    from poet.solve import SolveOptions, costed_graph, solve_costed
-    from poet.solve import milp
-    monkeypatch.setattr(milp, "INTERVAL_MIN_REST_S", 0.0)
+    from poet.solve import SolveOptions, SolvePolicy, costed_graph, solve_costed
     monkeypatch.setattr(intervals, "available", lambda: False)
     g = costed_graph("resnet18_cifar", "m4")
     b = _budget(g, 0.2, 1.2)
-    s = solve_costed(g, b, "poet", SolveOptions(time_limit_s=4, threads=2, gap=1e-4, find_min_budgets=False))
+    s = solve_costed(g, b, "poet", SolveOptions(time_limit_s=4, threads=2, gap=1e-4, find_min_budgets=False,
+                                                 policy=SolvePolicy(interval_min_rest_s=0.0)))
     assert "interval_search" not in s.solver and s.solver["method"] in ("greedy", "milp-fast")
     validate(g, s.steps, b)
 

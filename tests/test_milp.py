@@ -3,11 +3,11 @@ import math
 import random
 
 import pytest
+from bruteforce import brute_force_energy
+from conftest import random_dag, relu_chain, training_chain
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from bruteforce import brute_force_energy
-from conftest import random_dag, relu_chain, training_chain
 from poet import solve
 from poet.graph.core import CostedGraph
 from poet.schedule import Budget, validate
@@ -111,7 +111,7 @@ def test_tight_budget_forces_paging_or_remat_and_reports_both_in_totals():
 @given(seed=st.integers(0, 10_000), layers=st.integers(2, 4), frac=st.sampled_from([0.0, 0.2, 0.5, 1.0]),
        skip=st.booleans(), strategy=st.sampled_from(sorted(MILPS)))
 def test_structural_lower_bound_never_exceeds_the_true_optimum(seed, layers, frac, skip, strategy):
-    from poet.solve.heuristics import lower_bound_energy
+    from poet.solve.bounds import lower_bound_energy
     g = training_chain(layers, seed, skip=skip)
     ram = _budget(g, frac)
     best = brute_force_energy(g, ram, None, **MILPS[strategy])
@@ -127,7 +127,7 @@ def test_structural_lower_bound_never_exceeds_the_true_optimum(seed, layers, fra
 def test_structural_lower_bound_with_a_deadline_never_exceeds_the_true_optimum(seed, layers, frac, skip,
                                                                                 slack, strategy):
     # the cascade rows and the runtime row must stay valid when time is scarce too
-    from poet.solve.heuristics import lower_bound_energy
+    from poet.solve.bounds import lower_bound_energy
     g = training_chain(layers, seed, skip=skip)
     ram = _budget(g, frac)
     runtime = g.plain_runtime_s * (1 + slack)
@@ -144,7 +144,7 @@ def test_structural_lower_bound_with_a_deadline_never_exceeds_the_true_optimum(s
 def test_eviction_cover_with_cascades_never_exceeds_the_true_optimum(seed, slack, strategy):
     # relu_chain's conv and bias outputs are dead once the ReLU ran: recomputing a ReLU output
     # means recomputing its block, which the bound prices; it must stay below the exhaustive optimum
-    from poet.solve.heuristics import lower_bound_energy
+    from poet.solve.bounds import lower_bound_energy
     g = relu_chain(2, seed)
     ram = g.min_ram_bytes()
     runtime = None if slack is None else g.plain_runtime_s * (1 + slack)
@@ -160,7 +160,7 @@ def test_eviction_cover_with_cascades_never_exceeds_the_true_optimum(seed, slack
 def test_eviction_cover_prices_recomputation_cascades_exactly_on_small_blocks(seed):
     # here the cheapest fit recomputes whole conv-bias-relu blocks; pricing only the ReLU
     # (the old cover) would leave the bound far below the optimum
-    from poet.solve.heuristics import eviction_cover
+    from poet.solve.bounds import eviction_cover
     g = relu_chain(2, seed)
     ram = g.min_ram_bytes()
     best = brute_force_energy(g, ram, None)
@@ -171,20 +171,18 @@ def test_eviction_cover_prices_recomputation_cascades_exactly_on_small_blocks(se
 
 
 @pytest.mark.parametrize("seed", [1, 6, 7, 11])
-def test_cover_with_its_chains_cut_short_stays_a_valid_bound(seed, monkeypatch):
+def test_cover_with_its_chains_cut_short_stays_a_valid_bound(seed):
     # where chains are very many the cover follows a recomputation's dead inputs COVER_CHAIN_DEPTH
     # links deep (a backward pass's gradient chains run hundreds deep); cutting a chain drops
     # constraints, so the bound can only fall, never past the optimum.  relu_chain's blocks are
     # two links deep: cut at one, the conv output no longer has to come back with the ReLU's
-    from poet.solve import heuristics
+    from poet.solve.bounds import COVER_ABS_GAP, eviction_cover
     g = relu_chain(2, seed)
     b = Budget(g.min_ram_bytes())
     best = brute_force_energy(g, b.ram_bytes, None)
-    full, _ = heuristics.eviction_cover(g, b)
-    monkeypatch.setattr(heuristics, "COVER_CHAIN_DEPTH", 1)
-    monkeypatch.setattr(heuristics, "COVER_MAX_LINKS", 0)      # cut however few links there are
-    cut, _ = heuristics.eviction_cover(g, b)
-    assert g.plain_energy_j <= cut <= full + heuristics.COVER_ABS_GAP * g.plain_energy_j
+    full, _ = eviction_cover(g, b)
+    cut, _ = eviction_cover(g, b, chain_depth=1, max_links=0)      # cut however few links there are
+    assert g.plain_energy_j <= cut <= full + COVER_ABS_GAP * g.plain_energy_j
     assert cut <= best * (1 + 1e-9)
     if seed == 1:
         assert cut < full * 0.95
@@ -193,8 +191,8 @@ def test_cover_with_its_chains_cut_short_stays_a_valid_bound(seed, monkeypatch):
 @pytest.mark.parametrize("seed", [0, 1, 4, 6, 7, 11])
 @pytest.mark.parametrize("strategy", sorted(MILPS))
 def test_eviction_cover_runtime_bound_never_exceeds_the_shortest_schedule(seed, strategy):
-    from poet.solve.backends import solve_highs
-    from poet.solve.heuristics import eviction_cover
+    from poet.solve.bounds import eviction_cover
+    from poet.solve.lp import solve_highs
     from poet.solve.milp import build
     g = relu_chain(2, seed)
     b = Budget(g.min_ram_bytes())

@@ -8,14 +8,17 @@ its gap (measured against a valid lower bound).
 import math
 
 import pytest
-
 from bruteforce import brute_force_energy
 from conftest import random_dag, relu_chain, training_chain
+
 from poet import solve
 from poet.schedule import Budget, validate
 from poet.solve.baselines import keep_all_peak
-from poet.solve.heuristics import best_greedy, lower_bound_energy, plan_costs
-from poet.solve.milp import build, emit, max_violation, plan_to_start
+from poet.solve.bounds import lower_bound_energy
+from poet.solve.lp import max_violation
+from poet.solve.milp import build, plan_to_start
+from poet.solve.search.greedy import best_greedy
+from poet.solve.stage import emit, plan_costs
 
 EXACT = ("faithful", "warm", "fast", "auto")
 
@@ -122,20 +125,17 @@ def test_time_limit_returns_best_schedule_with_gap():
     assert s.solver["bound_energy_j"] <= s.totals.energy_j * (1 + 1e-9)
 
 
-def test_the_milp_is_not_started_when_its_setup_would_overrun_the_time_limit(monkeypatch):
+def test_the_milp_is_not_started_when_its_setup_would_overrun_the_time_limit():
     # HiGHS checks its time limit only after presolve: with a schedule held and too little time
     # left, the MILP is skipped and the schedule returned with its gap, within the limit
-    import importlib
-    milp = importlib.import_module("poet.solve.milp")
+    from poet.solve import SolvePolicy
     g = training_chain(4, 2, skip=True)
     kw = dict(memory=_ram(g, 0.2), gap=1e-9, method="fast", find_min_budgets=False)
     ran = solve(g, **kw, time_limit=60)
     assert ran.solver["method"] == "milp-fast" and not ran.solver.get("milp_skipped")
-    monkeypatch.setattr(milp, "MILP_SETUP_S_PER_NONZERO", 1e3)      # as if setting up took hours
-    builds = []
-    monkeypatch.setattr(milp, "build", lambda *a, **k: builds.append(1) or build(*a, **k))
-    skipped = solve(g, **kw, time_limit=60)
-    assert len(builds) == 1           # built once, before the guide search, to know whether it fits
+    hours = SolvePolicy(milp_setup_s_per_nonzero=1e3)      # as if setting up took hours
+    skipped = solve(g, **kw, time_limit=60, policy=hours)
+    assert "build_seconds" in skipped.solver      # built before the guide search, to know whether it fits
     assert skipped.solver["milp_skipped"] and skipped.solver["method"] in ("greedy", "greedy+bound")
     assert "too few to start the MILP" in skipped.solver["status_detail"]
     assert skipped.totals.energy_j == pytest.approx(skipped.solver["heuristic_energy_j"])
@@ -146,31 +146,29 @@ def test_the_milp_is_not_started_when_its_setup_would_overrun_the_time_limit(mon
 
 def test_the_smallest_budget_search_after_an_infeasible_verdict_shares_the_time_limit(monkeypatch):
     # its two MILPs used to get the whole limit each, so a solve could take twice its limit
-    import importlib
-    milp = importlib.import_module("poet.solve.milp")
-    real, limits = milp.get_backend("highs"), []
-
-    def recording(name):
-        def backend(p, **kw):
-            limits.append(kw["time_limit"])
-            ends.append(time.perf_counter() + kw["time_limit"])
-            return real(p, **kw)
-        return backend
     import time
-    ends: list = []
-    monkeypatch.setattr(milp, "get_backend", recording)
+
+    from poet.solve import SolvePolicy
+    from poet.solve.lp import BACKENDS, solve_highs
+    limits, ends = [], []
+
+    def recording(p, **kw):
+        limits.append(kw["time_limit"])
+        ends.append(time.perf_counter() + kw["time_limit"])
+        return solve_highs(p, **kw)
+    monkeypatch.setitem(BACKENDS, "recording", recording)
     g = training_chain(6, 2, skip=True)
     lo = g.min_ram_bytes()
     t0 = time.perf_counter()
-    s = solve(g, memory=lo, runtime=1.0 * g.plain_runtime_s, time_limit=20, find_min_budgets=True)
+    kw = dict(memory=lo, runtime=1.0 * g.plain_runtime_s, time_limit=20, find_min_budgets=True, backend="recording")
+    s = solve(g, **kw)
     assert s.status == "infeasible" and len(limits) == 2             # the RAM MILP, then the runtime one
     assert limits[0] <= 10.0                                          # half of what was left
     assert all(end <= t0 + 20.0 + 0.5 for end in ends), [e - t0 for e in ends]   # none runs past the limit
     assert s.solver["min_ram_note"] and s.solver["min_runtime_note"]
     # too little time for HiGHS to set them up: neither is started, and the notes say how to get them
-    monkeypatch.setattr(milp, "MILP_SETUP_S_PER_NONZERO", 1e3)
     limits.clear()
-    s = solve(g, memory=lo, runtime=1.0 * g.plain_runtime_s, time_limit=20, find_min_budgets=True)
+    s = solve(g, **kw, policy=SolvePolicy(milp_setup_s_per_nonzero=1e3))
     assert s.status == "infeasible" and not limits
     for key in ("min_ram_note", "min_runtime_note"):
         assert "was not computed:" in s.solver[key] and "a longer --time-limit computes it" in s.solver[key]
@@ -186,7 +184,7 @@ def test_unknown_method_is_refused():
 @pytest.mark.parametrize("prefer", ["energy", "page", "remat", "closure", "cascade"])
 @pytest.mark.parametrize("seed", [1, 6, 11])
 def test_every_greedy_rule_gives_a_valid_plan_never_below_the_oracle(prefer, seed):
-    from poet.solve.heuristics import greedy_plan
+    from poet.solve.search.greedy import greedy_plan
     g = relu_chain(2, seed)
     b = Budget(g.min_ram_bytes(), 1.5 * g.plain_runtime_s, "serial")
     best = brute_force_energy(g, b.ram_bytes, b.runtime_s)
@@ -202,7 +200,8 @@ def test_every_greedy_rule_gives_a_valid_plan_never_below_the_oracle(prefer, see
 @pytest.mark.parametrize("model,device,frac", [("resnet18_cifar", "m4", 0.2), ("vgg16_cifar", "m4", 0.1)])
 def test_guide_search_only_improves_and_returns_a_valid_plan(model, device, frac):
     from poet.solve.api import costed_graph
-    from poet.solve.heuristics import eviction_cover, search_guides
+    from poet.solve.bounds import eviction_cover
+    from poet.solve.search.guides import search_guides
     g = costed_graph(model, device)
     b = Budget(_ram(g, frac), 1.2 * g.plain_runtime_s, "serial")
     lb, guide = eviction_cover(g, b)
@@ -222,7 +221,7 @@ def test_guide_search_only_improves_and_returns_a_valid_plan(model, device, frac
 def r18c_start():
     """resnet18_cifar on m4 at 20% RAM and 1.2x, and its cheapest greedy plan: a search start."""
     from poet.solve.api import costed_graph
-    from poet.solve.heuristics import eviction_cover
+    from poet.solve.bounds import eviction_cover
     g = costed_graph("resnet18_cifar", "m4")
     b = Budget(_ram(g, 0.2), 1.2 * g.plain_runtime_s, "serial")
     lb, guide = eviction_cover(g, b)
@@ -232,8 +231,8 @@ def r18c_start():
 def test_searches_run_side_by_side_end_as_when_run_in_turn(r18c_start):
     # the pool's workers run the same seeded searches; bounded by patience (not time) each makes
     # the same moves, so the plans are the same, and the searches come back resumable
-    from poet.solve.heuristics import GuideSearch
-    from poet.solve.parallel import SearchPool
+    from poet.solve.search.guides import GuideSearch
+    from poet.solve.search.pool import SearchPool
     g, b, start = r18c_start
     alone = [GuideSearch(g, b, start, seed=s) for s in (1, 2, 3)]
     for sr in alone:
@@ -252,8 +251,8 @@ def test_searches_run_side_by_side_end_as_when_run_in_turn(r18c_start):
 
 
 def test_a_search_reaching_its_target_stops_the_others(r18c_start):
-    from poet.solve.heuristics import GuideSearch
-    from poet.solve.parallel import SearchPool
+    from poet.solve.search.guides import GuideSearch
+    from poet.solve.search.pool import SearchPool
     g, b, start = r18c_start
     e0 = plan_costs(g, start, b.paging_time)[0]
     easy = GuideSearch(g, b, start, target_energy=e0 * 2, seed=0)        # the start already meets it
@@ -273,8 +272,8 @@ def _worker_dies(search, time_limit, patience):
 def test_searches_carry_on_in_the_solve_when_a_worker_dies(monkeypatch, r18c_start):
     # a killed worker (out of memory, say) loses nothing: the searches run in turn, in this process,
     # sharing the batch's time
-    from poet.solve import parallel
-    from poet.solve.heuristics import GuideSearch
+    from poet.solve.search import pool as parallel
+    from poet.solve.search.guides import GuideSearch
     g, b, start = r18c_start
     monkeypatch.setattr(parallel, "_run", _worker_dies)
     with parallel.SearchPool(g, 2) as pool:
@@ -290,7 +289,7 @@ def test_a_sweep_point_gets_its_share_of_the_cores_for_its_searches(monkeypatch)
     import os
     import signal
 
-    from poet.solve import parallel
+    from poet.solve.search import pool as parallel
     from poet.sweep.local import worker_init
     monkeypatch.setattr(parallel, "_cap", None)
     cores = len(os.sched_getaffinity(0))
@@ -306,7 +305,7 @@ def test_a_sweep_point_gets_its_share_of_the_cores_for_its_searches(monkeypatch)
 def test_a_resumed_guide_search_makes_the_same_moves_as_one_run(r18c_start):
     # GuideSearch.run continues where it stopped: 60 moves without gain, then up to 150, is the
     # same search as up to 150 at once, and a search stalled at its patience makes no more moves
-    from poet.solve.heuristics import GuideSearch
+    from poet.solve.search.guides import GuideSearch
     g, b, start = r18c_start
     one = GuideSearch(g, b, start, seed=5)
     one.run(60.0, 150)
@@ -325,7 +324,8 @@ def test_a_resumed_guide_search_makes_the_same_moves_as_one_run(r18c_start):
 @pytest.mark.parametrize("prefer", ["energy", "remat", "closure", "cascade"])
 @pytest.mark.parametrize("seed", [1, 6, 11])
 def test_rules_guided_once_by_the_runtime_cover_give_valid_plans_never_below_the_oracle(prefer, seed):
-    from poet.solve.heuristics import eviction_cover, greedy_plan
+    from poet.solve.bounds import eviction_cover
+    from poet.solve.search.greedy import greedy_plan
     g = relu_chain(2, seed)
     b = Budget(g.min_ram_bytes(), 1.5 * g.plain_runtime_s, "serial")
     best = brute_force_energy(g, b.ram_bytes, b.runtime_s)
@@ -346,7 +346,8 @@ def _aten_resnet(blocks, device):
 
 
 def test_a_deadline_every_rule_misses_is_met_by_rules_guided_by_the_runtime_cover():
-    from poet.solve.heuristics import eviction_cover, rule_names
+    from poet.solve.bounds import eviction_cover
+    from poet.solve.search.greedy import rule_names
     g = _aten_resnet(2, "a72")
     b = Budget(_ram(g, 0.3), 1.15 * g.plain_runtime_s, "serial")
     lb, guide = eviction_cover(g, b)
@@ -363,14 +364,19 @@ def test_a_deadline_every_rule_misses_is_met_by_rules_guided_by_the_runtime_cove
 
 def test_guides_of_the_cover_at_a_stricter_deadline_meet_the_deadline_more_cheaply_than_the_fastest_guide():
     from poet.solve.api import SolveOptions
-    from poet.solve.heuristics import eviction_cover, plan_costs, rule_names
-    from poet.solve.milp import _tightened_guides
+    from poet.solve.bounds import eviction_cover
+    from poet.solve.pipeline import Pipeline
+    from poet.solve.search.greedy import rule_names
+    from poet.solve.stage import plan_costs
+
+    def _tightened_guides(g, b, t_min):
+        return Pipeline(g, b, SolveOptions(), remat=True, paging=True, strategy="poet").tightened_guides(t_min, None)
     g = _aten_resnet(8, "a72")
     b = Budget(_ram(g, 0.3), 1.2 * g.plain_runtime_s, "serial")
     lb, guide = eviction_cover(g, b)
     assert best_greedy(g, b, guide=guide) is None           # every rule overruns: the fallback runs
     t_min, fast = eviction_cover(g, b, objective="time")
-    strict = _tightened_guides(g, b, t_min, SolveOptions(), remat=True, paging=True)
+    strict = _tightened_guides(g, b, t_min)
     assert strict and strict[-1] != guide                   # as it is (last; checkpointed first)
     plan = best_greedy(g, b, rules=[(r, gd, False) for gd in strict for r in ("energy", "remat")])
     t = validate(g, emit(g, plan), b)                        # within RAM and the deadline
@@ -382,42 +388,40 @@ def test_guides_of_the_cover_at_a_stricter_deadline_meet_the_deadline_more_cheap
     assert s.feasible and s.totals.runtime_s <= b.runtime_s * (1 + 1e-9)
     assert s.totals.energy_j <= t.energy_j * (1 + 1e-9)
     # no stricter deadline to give when the deadline is the fastest possible, or when there is none
-    assert _tightened_guides(g, Budget(b.ram_bytes, t_min, "serial"), t_min, SolveOptions(),
-                             remat=True, paging=True) == []
-    assert _tightened_guides(g, Budget(b.ram_bytes), t_min, SolveOptions(), remat=True, paging=True) == []
+    assert _tightened_guides(g, Budget(b.ram_bytes, t_min, "serial"), t_min) == []
+    assert _tightened_guides(g, Budget(b.ram_bytes), t_min) == []
 
 
-def test_when_the_cover_takes_the_whole_slack_the_deadline_guides_run_first_with_the_same_result(monkeypatch):
-    from poet.solve import heuristics as H
-    from poet.solve import milp as M
+def test_when_the_cover_takes_the_whole_slack_the_deadline_guides_run_first_with_the_same_result():
+    from poet.solve import SolvePolicy
+    from poet.solve.bounds import eviction_cover
     g = _aten_resnet(4, "a72")
     b = Budget(_ram(g, 0.3), 1.15 * g.plain_runtime_s, "serial")
     info: dict = {}
-    lb, guide = H.eviction_cover(g, b, info=info)
-    assert M.DEADLINE_BOUND_SHARE <= info["slack_used"] <= 1 + 1e-6   # the deadline binds the cover
+    lb, guide = eviction_cover(g, b, info=info)
+    assert SolvePolicy().deadline_bound_share <= info["slack_used"] <= 1 + 1e-6   # the deadline binds the cover
     no_deadline: dict = {}
-    H.eviction_cover(g, Budget(b.ram_bytes), info=no_deadline)
+    eviction_cover(g, Budget(b.ram_bytes), info=no_deadline)
     assert "slack_used" not in no_deadline
     calls = []
 
-    def recording(*a, **k):
-        calls.append("guides" if k.get("rules") else "rules")
-        return best_greedy(*a, **k)
-    monkeypatch.setattr(H, "best_greedy", recording)
+    def phases(d):
+        if d["phase"] in ("greedy rules", "greedy rules for the deadline") and d["phase"] not in calls[-1:]:
+            calls.append(d["phase"])
     # gap 0.5: no guide search, so the result is the cheapest plan of the runs alone
-    kw = dict(memory=b.ram_bytes, runtime="1.15x", method="heuristic", gap=0.5, find_min_budgets=False)
+    kw = dict(memory=b.ram_bytes, runtime="1.15x", method="heuristic", gap=0.5, find_min_budgets=False,
+              progress=phases)
     first = solve(g, **kw)
-    assert first.solver["deadline_bound"] and calls[0] == "guides" and calls[-1] == "rules"
+    assert first.solver["deadline_bound"] and calls == ["greedy rules for the deadline", "greedy rules"]
     calls.clear()
-    monkeypatch.setattr(M, "DEADLINE_BOUND_SHARE", math.inf)
-    then = solve(g, **kw)
-    assert not then.solver["deadline_bound"] and calls[0] == "rules" and "guides" in calls
+    then = solve(g, **kw, policy=SolvePolicy(deadline_bound_share=math.inf))
+    assert not then.solver["deadline_bound"] and calls == ["greedy rules", "greedy rules for the deadline"]
     assert first.feasible and first.totals.runtime_s <= b.runtime_s * (1 + 1e-9)
     assert first.totals.energy_j == then.totals.energy_j
 
 
 def test_checkpointed_guides_keep_every_third_residual_block_output():
-    from poet.solve.heuristics import checkpointed, greedy_plan
+    from poet.solve.search.greedy import checkpointed, greedy_plan
     g = _aten_resnet(8, "m4")
     relus = [v for v, nd in enumerate(g.nodes) if nd.kind == "forward" and nd.name.startswith("relu")]
     # a block output feeds the next block's residual add; recomputing that add needs it
@@ -436,21 +440,19 @@ def test_checkpointed_guides_keep_every_third_residual_block_output():
     validate(g, emit(g, plan), b)
 
 
-def test_stalled_searches_restart_with_new_seeds_and_never_end_worse(monkeypatch):
+def test_stalled_searches_restart_with_new_seeds_and_never_end_worse():
     # A 6-layer chain's searches stall in well under a second; with a time limit left, further
     # rounds search the same starts with new seeds.  The first seed's searches, resumed round by
     # round up to their own patience, make the moves of the single round without restarts, so the
     # restarted result can only be cheaper, and it is a validated schedule.
-    from poet.solve import milp
+    from poet.solve import SolvePolicy
     g = training_chain(6, 4, skip=True)
     kw = dict(memory=_ram(g, 0.1), runtime="1.2x", gap=1e-9, time_limit=60, method="heuristic",
               find_min_budgets=False)
-    monkeypatch.setattr(milp, "RESTART_MIN_NODES", 10**9)
-    once = solve(g, **kw)
-    monkeypatch.setattr(milp, "RESTART_MIN_NODES", 0)
-    again = solve(g, **kw)
+    once = solve(g, **kw, policy=SolvePolicy(restart_min_nodes=10**9))
+    again = solve(g, **kw, policy=SolvePolicy(restart_min_nodes=0))
     assert once.solver["guide_search_rounds"] == 1
-    assert again.solver["guide_search_rounds"] == milp.SEARCH_ROUNDS
+    assert again.solver["guide_search_rounds"] == SolvePolicy().search_rounds
     t = validate(g, again.steps, Budget(kw["memory"], 1.2 * g.plain_runtime_s, "serial"))
     assert t.energy_j <= once.totals.energy_j * (1 + 1e-12)
     assert again.solver["guide_search_seconds"] < 60
@@ -459,7 +461,7 @@ def test_stalled_searches_restart_with_new_seeds_and_never_end_worse(monkeypatch
 def test_greedy_rules_stop_at_their_time_limit_once_a_plan_exists():
     # with no time at all, a single run still makes the first plan (so a solve always has one),
     # and no other rule starts; a run given no time stops at once
-    from poet.solve.heuristics import greedy_plan
+    from poet.solve.search.greedy import greedy_plan
     g = training_chain(5, 3, skip=True)
     b = Budget(_ram(g, 0.2), 1.5 * g.plain_runtime_s, "serial")
     everything: list = []
@@ -475,7 +477,7 @@ def test_greedy_rules_stop_at_their_time_limit_once_a_plan_exists():
 def test_rules_that_keep_overrunning_stop_at_half_their_time_limit(monkeypatch):
     # a clock that moves one second per run: the runs stop at half the limit while every one has
     # overrun the deadline, at the whole limit once one has met it
-    from poet.solve import heuristics as H
+    from poet.solve.search import greedy as H
     g = _aten_resnet(4, "a72")
     clock = [0.0]
     greedy = H._greedy
@@ -501,10 +503,12 @@ def test_rules_that_keep_overrunning_stop_at_half_their_time_limit(monkeypatch):
 def test_runs_bound_to_overrun_are_given_up_and_the_rules_end_with_the_same_plans(monkeypatch):
     # A run is given up once the time it has committed (compute, page-ins, page-outs already read
     # back) exceeds what it may take: exactly the runs whose whole plan would take longer.
-    from poet.solve import heuristics as H
+    from poet.solve.bounds import eviction_cover
+    from poet.solve.search import greedy as H
+    from poet.solve.stage import drop_unread_pageouts
     g = _aten_resnet(4, "a72")
     b = Budget(_ram(g, 0.3), 1.1 * g.plain_runtime_s, "serial")
-    lb, guide = H.eviction_cover(g, b)
+    lb, guide = eviction_cover(g, b)
     tried = 0
     for rule in H.rule_names():
         for gd in (None, guide):
@@ -512,7 +516,7 @@ def test_runs_bound_to_overrun_are_given_up_and_the_rules_end_with_the_same_plan
             if full is None:
                 continue
             tried += 1
-            rt = plan_costs(g, H.drop_unread_pageouts(full), b.paging_time)[1]
+            rt = plan_costs(g, drop_unread_pageouts(full), b.paging_time)[1]
             assert H.greedy_plan(g, b, prefer=rule, guide=gd, give_up_above=rt * (1 + 1e-9)) is not None
             assert H.greedy_plan(g, b, prefer=rule, guide=gd, give_up_above=rt * (1 - 1e-6)) is None
     assert tried >= 5

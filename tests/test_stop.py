@@ -11,14 +11,17 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from conftest import training_chain
+
 from poet.schedule import Budget, validate
-from poet.solve import SolveOptions, api, costed_graph, solve_costed
-from poet.solve.backends import solve_highs
+from poet.solve import SolveOptions, costed_graph, solve_costed
 from poet.solve.baselines import keep_all_peak
-from poet.solve.heuristics import best_greedy, eviction_cover, plan_costs
+from poet.solve.bounds import eviction_cover
+from poet.solve.lp import solve_highs
 from poet.solve.milp import build, plan_to_start
+from poet.solve.search.greedy import best_greedy
+from poet.solve.stage import plan_costs
+from poet.solve.strategies import STRATEGIES
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -70,7 +73,7 @@ def test_stopped_highs_hands_back_its_start_as_the_incumbent():
 
 
 def test_a_stopped_interval_search_returns_at_once_with_a_validated_plan_or_none():
-    intervals = pytest.importorskip("poet.solve.intervals")
+    intervals = pytest.importorskip("poet.solve.search.intervals")
     pytest.importorskip("ortools")
     g = costed_graph("resnet18_cifar", "m4")
     b = _budget(g, 0.2, 1.2)
@@ -80,7 +83,7 @@ def test_a_stopped_interval_search_returns_at_once_with_a_validated_plan_or_none
     plan = intervals.interval_plan(g, b, start=start, time_limit=300, info=info, stop=lambda: True)
     assert info["cp_seconds"] < 60
     if plan is not None:
-        from poet.solve.milp import emit
+        from poet.solve.stage import emit
         validate(g, emit(g, plan), b)
         assert plan_costs(g, plan, b.paging_time)[0] <= plan_costs(g, start, b.paging_time)[0] * (1 + 1e-9)
 
@@ -100,12 +103,12 @@ def test_a_stop_during_an_infeasible_solve_keeps_the_verdict_and_cuts_the_budget
 
 def test_an_unproven_answer_cut_short_is_not_cached(monkeypatch):
     calls = []
-    real = api.STRATEGIES["poet"]
+    real = STRATEGIES["poet"]
 
     def poet(g, budget, opts):
         calls.append(1)
         return real(g, budget, opts).with_(status="feasible")     # as if unproven
-    monkeypatch.setitem(api.STRATEGIES, "poet", poet)
+    monkeypatch.setitem(STRATEGIES, "poet", poet)
     g = training_chain(6, seed=3)
     b = Budget(ram_bytes=max(n.ram_bytes for n in g.nodes) * 4, runtime_s=1.5 * g.plain_runtime_s)
     for _ in range(2):

@@ -57,7 +57,7 @@ def register(subparsers) -> None:
     s.add_argument("--batch-size", type=int, default=1)
     s.add_argument("--gap", type=float, default=1e-3, help="relative MIP gap counted as optimal")
     s.add_argument("--method", default="auto",
-                   help="MILP solve variant for poet/remat/paging (see poet.solve.milp.METHODS; default %(default)s)")
+                   help="MILP solve variant for poet/remat/paging (see poet.solve.METHODS; default %(default)s)")
     s.add_argument("--retry", action="store_true", help="on resume, solve again points that ended without a "
                                                       "proof (no_solution, feasible, error)")
     s.add_argument("--force", action="store_true",

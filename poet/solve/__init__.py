@@ -1,6 +1,33 @@
-"""Solvers behind one interface: the POET MILP and the baselines."""
-from . import baselines, milp  # noqa: F401  (register strategies)
-from .api import DESCRIPTIONS, STRATEGIES, SolveError, SolveOptions, costed_graph, make_budget, register, solve, solve_costed
+"""Solvers behind one interface: ``solve()``, the strategies, the POET MILP and the baselines.
 
-__all__ = ["DESCRIPTIONS", "STRATEGIES", "SolveError", "SolveOptions", "costed_graph", "make_budget", "register",
-           "solve", "solve_costed"]
+Layers, lowest first (each imports only from the ones before it; tests/test_architecture.py checks):
+
+* ``errors``, ``policy``, ``options``, ``progress``, ``result`` -- the shared vocabulary;
+* ``stage`` -- the stage plan and the one emitter (the free rule lives here);
+* ``lp`` -- matrix-form problems and the HiGHS backend;
+* ``milp`` -- the POET MILP's formulation and its warm start; ``bounds`` -- the eviction cover;
+* ``baselines`` -- plain backprop, Chen's checkpointing, the Capuchin-style heuristic;
+* ``search`` -- the greedy rules, the guide search, the interval search, the worker pool;
+* ``min_budgets``, ``pipeline`` -- what ``poet solve`` runs, in order (docs/pipeline.md);
+* ``strategies`` -- one module per strategy, in one table; ``cache``; ``api`` -- ``solve()``.
+
+The strategy table (and with it numpy and HiGHS) is imported when first used, so that commands
+that never solve start fast.
+"""
+from __future__ import annotations
+
+import importlib
+
+from .api import costed_graph, make_budget, solve, solve_costed
+from .errors import SolveError
+from .options import METHODS, SolveOptions
+from .policy import SolvePolicy
+
+__all__ = ["DESCRIPTIONS", "METHODS", "STRATEGIES", "SolveError", "SolveOptions", "SolvePolicy", "costed_graph",
+           "make_budget", "register", "solve", "solve_costed"]
+
+
+def __getattr__(name):
+    if name in ("STRATEGIES", "DESCRIPTIONS", "register"):
+        return getattr(importlib.import_module(".strategies", __name__), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -6,68 +6,30 @@ is returned; a strategy whose schedule does not validate is a bug and raises.
 """
 from __future__ import annotations
 
-import time
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 from ..graph.core import CostedGraph, Graph
-from ..schedule.core import (INFEASIBLE, PAGING_MODES, PAGING_SERIAL, Budget, Schedule)
-from ..schedule.validate import ScheduleError, validate
+from ..graph.io import load_graph
+from ..graph.zoo import build_model
+from ..hardware.cost import linear_cost_model
+from ..schedule.core import INFEASIBLE, PAGING_MODES, PAGING_SERIAL, Budget, Schedule
 from ..units import MAX_BYTES, BudgetError, fmt_bytes, parse_bytes, parse_percent, parse_runtime
+from . import cache as disk
+from .baselines.keep_all import keep_all_peak
+from .options import SolveOptions
+from .policy import DEFAULT_POLICY, SolvePolicy
+from .result import checked
 
 
-class SolveError(RuntimeError):
-    """A strategy produced something it should not have (a bug, reported clearly)."""
-
-
-@dataclass(frozen=True)
-class SolveOptions:
-    time_limit_s: float | None = None
-    threads: int | None = None
-    gap: float = 1e-3            # relative MIP gap at which a solution counts as optimal
-    backend: str = "highs"
-    method: str = "auto"         # formulation variant, see poet.solve.milp.METHODS
-    progress: Callable[[dict], None] | None = None
-    verbose: bool = False
-    find_min_budgets: bool = True   # on infeasibility, compute the smallest feasible budgets
-    cache: bool = False          # reuse and keep answers on disk (poet.solve.cache)
-    # polled while the poet strategy solves: once it returns true, the solve ends its current step
-    # as soon as it can and returns the best validated schedule found so far (Ctrl-C in the CLI)
-    stop: Callable[[], bool] | None = None
-
-    def __post_init__(self):
-        t = self.time_limit_s
-        if t is not None and not (t > 0 and t != float("inf")):
-            raise BudgetError(f"time limit {t} s is not a positive number of seconds; omit it to solve "
-                              f"without a limit")
-        if self.threads is not None and self.threads < 1:
-            raise BudgetError(f"threads must be 1 or more (got {self.threads}); omit it to use every core")
-        from .milp import METHODS
-        if self.method not in METHODS:
-            raise BudgetError(f"unknown method {self.method!r}; choose one of {', '.join(METHODS)}")
-        if not 0 <= self.gap < 1:
-            raise BudgetError(f"gap {self.gap} must be a relative gap in [0, 1), e.g. 0.01 for 1%")
-
-
-# name -> callable(graph, budget, options) -> Schedule (steps not yet validated)
-STRATEGIES: dict[str, Callable] = {}
-DESCRIPTIONS: dict[str, str] = {}
-
-
-def register(name: str, description: str):
-    def deco(fn):
-        STRATEGIES[name] = fn
-        DESCRIPTIONS[name] = description
-        return fn
-    return deco
+def strategy_table() -> dict:
+    """The strategy table (:data:`poet.solve.strategies.STRATEGIES`), imported on first use: it loads
+    numpy and HiGHS, which ``poet --help``, ``poet devices`` and ``poet validate`` never need."""
+    from .strategies import STRATEGIES
+    return STRATEGIES
 
 
 def costed_graph(graph, device=None, *, batch_size: int = 1, fixed_ram_bytes=None) -> CostedGraph:
     """Accept a CostedGraph, a structural Graph (+device), a zoo model name (+device) or a JSON path."""
-    from ..graph.io import load_graph
-    from ..hardware.cost import linear_cost_model
-
     if isinstance(graph, CostedGraph):
         g = graph
     elif isinstance(graph, Graph):
@@ -77,7 +39,6 @@ def costed_graph(graph, device=None, *, batch_size: int = 1, fixed_ram_bytes=Non
     elif isinstance(graph, (str, Path)) and (str(graph).endswith(".json") or Path(graph).is_file()):
         g = load_graph(graph)
     elif isinstance(graph, str):
-        from ..graph.zoo import build_model
         if device is None:
             raise BudgetError(f"model {graph!r} needs a device (device='a72', see `poet devices`)")
         g = linear_cost_model(build_model(graph, batch_size=batch_size), device)
@@ -92,7 +53,6 @@ def make_budget(g: CostedGraph, memory, runtime=None, paging_time: str = PAGING_
     if paging_time not in PAGING_MODES:
         raise BudgetError(f"paging_time must be one of {', '.join(PAGING_MODES)}, got {paging_time!r}")
     if isinstance(memory, str) and memory.strip().endswith("%"):
-        from .baselines import keep_all_peak
         frac = parse_percent(memory)
         ram = int(g.fixed_ram_bytes + frac * (keep_all_peak(g) - g.fixed_ram_bytes))
         if ram > MAX_BYTES:
@@ -106,7 +66,7 @@ def solve(graph, device=None, *, memory, runtime=None, strategy: str = "poet",
           paging_time: str = PAGING_SERIAL, time_limit: float | None = None, threads: int | None = None,
           gap: float = 1e-3, method: str = "auto", backend: str = "highs", batch_size: int = 1,
           fixed_ram=None, progress=None, verbose: bool = False, find_min_budgets: bool = True,
-          cache: bool = False, stop=None) -> Schedule:
+          cache: bool = False, stop=None, policy: SolvePolicy | None = None) -> Schedule:
     """Find the minimum-energy schedule of ``graph`` within the budgets.
 
     graph:   a :class:`CostedGraph`, a structural :class:`Graph`, a zoo model name
@@ -131,44 +91,45 @@ def solve(graph, device=None, *, memory, runtime=None, strategy: str = "poet",
              HiGHS solve at its next callback) and returns the best validated
              schedule found so far, with its gap and ``solver["stopped_early"]``.
              Such an answer is not cached unless it is proven.
+    policy:  the pipeline's tuning (:class:`~poet.solve.policy.SolvePolicy`); the default
+             is what the benchmarks were measured with.
 
     The result's ``status`` is ``optimal`` only when the solver proved the
     relative gap ``<= gap``; its totals come from the validator's replay.
     """
     g = costed_graph(graph, device, batch_size=batch_size, fixed_ram_bytes=fixed_ram)
     budget = make_budget(g, memory, runtime, paging_time)
-    if strategy not in STRATEGIES:
-        raise BudgetError(f"unknown strategy {strategy!r}; choose one of {', '.join(STRATEGIES)}")
+    if strategy not in strategy_table():
+        raise BudgetError(f"unknown strategy {strategy!r}; choose one of {', '.join(strategy_table())}")
     opts = SolveOptions(time_limit_s=time_limit, threads=threads, gap=gap, backend=backend, method=method,
                         progress=progress, verbose=verbose, find_min_budgets=find_min_budgets, cache=cache,
-                        stop=stop)
+                        stop=stop, policy=policy if policy is not None else DEFAULT_POLICY)
     return solve_costed(g, budget, strategy, opts)
 
 
 def solve_costed(g: CostedGraph, budget: Budget, strategy: str, opts: SolveOptions) -> Schedule:
-    t0 = time.perf_counter()
+    t0 = opts.clock()
     lower = g.min_ram_bytes()
     if budget.ram_bytes < lower:
         # Hopeless before any MILP: some node cannot hold its inputs and output.
         return Schedule(graph=g, budget=budget, steps=(), status=INFEASIBLE, strategy=strategy, solver={
-            "method": "bound", "solve_seconds": time.perf_counter() - t0,
+            "method": "bound", "solve_seconds": opts.clock() - t0,
             "message": (f"RAM budget {fmt_bytes(budget.ram_bytes)} is below {fmt_bytes(lower)} "
                         f"({lower} B), the largest node output plus all its inputs plus fixed RAM; "
                         f"no schedule of any strategy can fit"),
             "min_ram_bytes_lower_bound": lower,
         })
-    from . import cache as disk
     entry = disk.entry_path(g, budget, strategy, opts) if opts.cache else None
     notes: list[str] = []
     if entry is not None and not opts.verbose:     # a verbose solve is asked for its log: it runs
         hit = disk.lookup(entry, g, budget, strategy, opts, notes)
         if hit is not None:
-            hit.solver["solve_seconds"] = time.perf_counter() - t0
+            hit.solver["solve_seconds"] = opts.clock() - t0
             return hit
-    sched = STRATEGIES[strategy](g, budget, opts)
+    sched = strategy_table()[strategy](g, budget, opts)
     if notes:
         sched.solver["cache_note"] = notes[0]
-    sched.solver.setdefault("solve_seconds", time.perf_counter() - t0)
+    sched.solver.setdefault("solve_seconds", opts.clock() - t0)
     if opts.stop is not None and opts.stop():
         sched.solver["stopped_early"] = True
         sched.solver["message"] = (sched.solver.get("message") or "") + "; stopped early on request" + (
@@ -182,15 +143,3 @@ def solve_costed(g: CostedGraph, budget: Budget, strategy: str, opts: SolveOptio
         if why:
             sched.solver["cache_error"] = why
     return sched
-
-
-def checked(s: Schedule) -> Schedule:
-    """Replay through the validator; the schedule's totals are the validator's."""
-    if not s.steps:
-        return s
-    try:
-        totals = validate(s.graph, s.steps, s.budget)
-    except ScheduleError as e:
-        raise SolveError(f"strategy {s.strategy!r} produced an invalid schedule: {e}") from e
-    s.totals = totals
-    return s

@@ -47,7 +47,7 @@ class SweepSpec:
     batch_size: int = 1
     gap: float = 1e-3
     threads: int | None = None     # HiGHS threads per point (None: HiGHS decides)
-    method: str = "auto"           # MILP formulation/solve variant, see poet.solve.milp.METHODS
+    method: str = "auto"           # MILP formulation/solve variant, see poet.solve.METHODS
 
     def identity(self) -> dict:
         """What must match for points of two runs to be comparable (and resumable)."""

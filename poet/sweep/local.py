@@ -19,7 +19,7 @@ RESENDS = 1     # a point whose worker died is sent again this many times, then 
 def worker_init(cores: int = 1):
     import signal
 
-    from ..solve.parallel import limit_workers
+    from ..solve.search.pool import limit_workers
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     limit_workers(cores)     # the sweep's points run side by side: each solve gets its share of the cores
 

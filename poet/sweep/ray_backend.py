@@ -60,7 +60,7 @@ def is_loopback(host: str) -> bool:
 
 def run_task(task, spec_d: dict, strategy: str, memory: str, runtime: str, graph, threads: int):
     """What a Ray worker runs for one point: ``task`` (normally :func:`solve_point`) on ``threads`` cores."""
-    from ..solve.parallel import limit_workers
+    from ..solve.search.pool import limit_workers
     limit_workers(threads)
     if spec_d.get("threads") is None:
         spec_d = {**spec_d, "threads": threads}

@@ -35,7 +35,8 @@ class SweepRun:
     """
 
     def __init__(self, spec: SweepSpec, out, *, force: bool = False, retry: bool = False, label: str = ""):
-        from ..solve.api import STRATEGIES, SolveOptions, costed_graph
+        from ..solve.api import SolveOptions, costed_graph
+        from ..solve.strategies import STRATEGIES
         from ..solve.baselines import keep_all_peak
 
         check_grid(spec, STRATEGIES)

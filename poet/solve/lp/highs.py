@@ -1,58 +1,20 @@
-"""MILP backends: a matrix-form problem in, a status, solution, bound and gap out.
+"""The HiGHS backend: a :class:`~poet.solve.lp.problem.MilpProblem` in; a status, solution, bound and gap out.
 
-HiGHS (open source, ``highspy``) is the default and the only required one.
+HiGHS (open source, ``highspy``) is the default and the only backend; another (OR-Tools, Gurobi)
+would register in :data:`BACKENDS` with the same signature as :func:`solve_highs` and stay optional.
 """
 from __future__ import annotations
 
 import math
+import os
+import sys
 import time
-from dataclasses import dataclass, field
 
+import highspy
 import numpy as np
 
-
-@dataclass
-class MilpProblem:
-    """min c.x  s.t.  row_lo <= A x <= row_hi,  col_lo <= x <= col_hi,  x[integer] integral.
-
-    ``A`` is row-wise CSR: (starts, index, value).
-    """
-
-    c: np.ndarray
-    col_lo: np.ndarray
-    col_hi: np.ndarray
-    integer: np.ndarray          # bool per column
-    starts: np.ndarray
-    index: np.ndarray
-    value: np.ndarray
-    row_lo: np.ndarray
-    row_hi: np.ndarray
-    objective_offset: float = 0.0
-
-    @property
-    def num_cols(self) -> int:
-        return len(self.c)
-
-    @property
-    def num_rows(self) -> int:
-        return len(self.row_lo)
-
-    @property
-    def num_nonzeros(self) -> int:
-        return len(self.value)
-
-
-@dataclass
-class MilpResult:
-    status: str                  # optimal | feasible | infeasible | no_solution
-    x: np.ndarray | None
-    objective: float | None      # in the problem's (scaled) units, offset included
-    bound: float | None          # proven lower bound, same units
-    gap: float | None            # relative, as the solver reports it
-    seconds: float
-    detail: str = ""
-    extra: dict = field(default_factory=dict)
-
+from ..errors import SolveError
+from .problem import MilpProblem, MilpResult
 
 _BANNER_SILENCED = False
 
@@ -74,13 +36,8 @@ def _use_threads(h, threads: int | None) -> None:
 def new_highs():
     """A ``highspy.Highs`` object, without the banner the first construction prints on stdout."""
     global _BANNER_SILENCED
-    import highspy
-
     if _BANNER_SILENCED:
         return highspy.Highs()
-    import os
-    import sys
-
     sys.stdout.flush()
     try:
         fd = os.dup(1)
@@ -111,8 +68,6 @@ def solve_highs(p: MilpProblem, *, time_limit: float | None = None, threads: int
               next callback (not during presolve: on the resnet18_cifar/m4 MILP, asked at 3 s it
               stopped at 6 s, asked at 12 s at 30 s) and the result is as at a time limit.
     """
-    import highspy
-
     h = new_highs()
     h.setOptionValue("output_flag", bool(verbose))
     h.setOptionValue("mip_rel_gap", float(gap))
@@ -137,7 +92,6 @@ def solve_highs(p: MilpProblem, *, time_limit: float | None = None, threads: int
     lp.col_upper_ = np.asarray(p.col_hi, dtype=np.float64)
     lp.row_lower_ = np.asarray(p.row_lo, dtype=np.float64)
     lp.row_upper_ = np.asarray(p.row_hi, dtype=np.float64)
-    lp.offset_ = float(p.objective_offset)
     lp.a_matrix_.format_ = highspy.MatrixFormat.kRowwise
     lp.a_matrix_.start_ = np.asarray(p.starts, dtype=np.int32)
     lp.a_matrix_.index_ = np.asarray(p.index, dtype=np.int32)
@@ -201,7 +155,6 @@ def solve_highs(p: MilpProblem, *, time_limit: float | None = None, threads: int
             raise
     seconds = time.perf_counter() - t0
     if run_status == highspy.HighsStatus.kError and h.getModelStatus() == highspy.HighsModelStatus.kNotset:
-        from .api import SolveError
         raise SolveError("HiGHS refused to start the solve (run with verbose=True / --verbose for its log)")
 
     def again(why: str, **changed) -> MilpResult:
@@ -223,7 +176,7 @@ def solve_highs(p: MilpProblem, *, time_limit: float | None = None, threads: int
     if x is not None:
         c = np.asarray(p.c, dtype=np.float64)
         tol = 1e-9 * max(1.0, abs(obj))
-        cands = [v for v in [x] + incumbents if float(c @ v) + p.objective_offset <= obj + tol]
+        cands = [v for v in [x] + incumbents if float(c @ v) <= obj + tol]
         if cands:
             x = cands[0]
         elif start is not None and ms in (S.kTimeLimit, S.kInterrupt):
@@ -231,7 +184,7 @@ def solve_highs(p: MilpProblem, *, time_limit: float | None = None, threads: int
             # plain for a start worth 1.02665) and, stopped by the time limit, hands back the
             # start: that is the incumbent.  A solve again without it would overrun the limit.
             x = np.asarray(start, dtype=np.float64)
-            obj = float(c @ x) + p.objective_offset
+            obj = float(c @ x)
         elif start is not None:
             # The incumbent HiGHS reports was not handed back (seen when presolve alone solves
             # a warm-started model): solve again without the start.

@@ -17,7 +17,7 @@ not with its square.  Per tensor:
 
 With a bounded number of lives it is a *restriction* of the stage form: it
 proves nothing, and its bound is not used.  What it finds is turned into a
-:class:`~poet.solve.heuristics.Plan` and, like every plan, replayed by the
+:class:`~poet.solve.stage.plan.Plan` and, like every plan, replayed by the
 validator before it is returned.  It searches from a plan it is given (a warm
 start): on resnet18_cifar/m4 it finds cheaper plans than the greedy's guide
 search, whose moves keep the greedy's eviction order.
@@ -27,9 +27,10 @@ from __future__ import annotations
 import math
 import time
 
-from ..graph.core import CostedGraph
-from ..schedule.core import PAGING_HIDDEN, Budget
-from .heuristics import Plan, plan_costs, ram_cap
+from ...graph.core import CostedGraph
+from ...schedule.core import PAGING_HIDDEN, Budget
+from ..stage.emit import freed_after, freed_at_start, last_readers, replays
+from ..stage.plan import Plan, drop_unread_pageouts, plan_costs, ram_cap
 
 # extra lives per tensor besides the first (each a recomputation or a page-in)
 LIVES = 2
@@ -55,8 +56,7 @@ def _positions(n: int):
 
 def plan_lives(g: CostedGraph, plan: Plan) -> tuple[dict[int, list[list]], dict[int, int]]:
     """A plan's lives per tensor, ``[kind, start, end)`` in positions (kind ``comp`` or ``page``),
-    and the position of each tensor's page-out (the emitter's order: see ``poet.solve.milp``)."""
-    from .milp import _last_readers
+    and the position of each tensor's page-out (the emitter's order and free rule: ``poet.solve.stage.emit``)."""
     n = plan.n
     pos, _ = _positions(n)
     lives: dict[int, list[list]] = {i: [] for i in range(n)}
@@ -68,14 +68,14 @@ def plan_lives(g: CostedGraph, plan: Plan) -> tuple[dict[int, list[list]], dict[
     for t in range(n):
         comp = plan.comp[t]
         keep_next = plan.keep[t + 1] if t + 1 < n else set()
-        last_reader = _last_readers(g, comp)
+        last_reader = last_readers(g, comp)
         at_start = set(resident)
         for i in at_start:
             if i in plan.outs[t]:
                 out_at.setdefault(i, pos(t, 0) - 1)
-            if i not in last_reader and i not in keep_next:
-                close(i, pos(t, 0))
-                resident.discard(i)
+        for i in freed_at_start(at_start, last_reader, keep_next):
+            close(i, pos(t, 0))
+            resident.discard(i)
         ins = plan.ins[t]
         comp_set = set(comp)
         for k in sorted(comp_set | set(ins)):
@@ -91,8 +91,8 @@ def plan_lives(g: CostedGraph, plan: Plan) -> tuple[dict[int, list[list]], dict[
                 resident.add(k)
             if k in plan.outs[t] and k not in at_start:
                 out_at.setdefault(k, p)
-            for i in (*g.preds[k], k):
-                if i in resident and i not in keep_next and last_reader.get(i, -1) <= k:
+            for i in freed_after(g, k, last_reader, keep_next):
+                if i in resident:
                     close(i, p + 1)
                     resident.discard(i)
         for i in resident - keep_next:
@@ -294,7 +294,6 @@ class _Model:
                     needed.append(out_q)
                 for t in range(stage_of[s] + 1, stage_of[max(needed, default=s)] + 1):
                     plan.keep[t].add(i)
-        from .heuristics import drop_unread_pageouts
         return drop_unread_pageouts(plan)
 
 
@@ -311,7 +310,6 @@ def interval_plan(g: CostedGraph, budget: Budget, *, start: Plan | None = None, 
     ``info`` receives the model's size and the search's statistics."""
     from ortools.sat.python import cp_model
 
-    from .heuristics import _replays
     t0 = time.perf_counter()
     extra = {i: lives for i in range(len(g.nodes))}
     got = out_at = None
@@ -377,6 +375,6 @@ def interval_plan(g: CostedGraph, budget: Budget, *, start: Plan | None = None, 
     _, rt = plan_costs(g, plan, budget.paging_time)
     if budget.runtime_s is not None and rt > budget.runtime_s * (1 + 1e-9):
         return None
-    if not _replays(g, plan, budget):
+    if not replays(g, plan, budget):
         return None
     return plan

@@ -27,7 +27,8 @@ deadline budgets, the validator's instruction list):
    and replay; undo and ban an option that breaks the deadline.  Repeat until
    the replayed peak fits, or report ``infeasible`` when no candidate is left.
 
-The result is a fixed-rule schedule: status ``heuristic``, no optimality claim.
+The result is a fixed-rule schedule: status ``heuristic``, no optimality claim (the
+``capuchin`` strategy, :mod:`poet.solve.strategies.capuchin`, judges it against the budgets).
 """
 from __future__ import annotations
 
@@ -35,12 +36,9 @@ import time
 from bisect import bisect_left, bisect_right
 from collections import defaultdict
 
-from ..graph.core import CostedGraph
-from ..schedule.core import HEURISTIC, NO_SOLUTION, PAGING_HIDDEN, PAGING_OVERLAP, Budget, Schedule, Step
-from ..schedule.validate import simulate
-from ..units import fmt_bytes, fmt_seconds
-from .api import register
-from .baselines import judged
+from ...graph.core import CostedGraph
+from ...schedule.core import PAGING_HIDDEN, PAGING_OVERLAP, Budget, Step
+from ...schedule.validate import simulate
 
 SWAP = "swap"
 RECOMPUTE = "recompute"
@@ -291,22 +289,3 @@ def capuchin_plan(g: CostedGraph, budget: Budget, max_rounds: int | None = None,
     if stopped:
         info["stopped"] = stopped
     return plan, steps, info
-
-
-@register("capuchin", "Capuchin-style greedy: evict across idle gaps, per tensor swap or recompute, cheaper wins")
-def solve_capuchin(g: CostedGraph, budget: Budget, opts) -> Schedule:
-    plan, steps, info = capuchin_plan(g, budget, time_limit=opts.time_limit_s)
-    s = judged(g, budget, steps, "capuchin", HEURISTIC, info)
-    if not s.steps and info.get("stopped"):
-        # stopped before the peak fit: nothing is proven, and the unfinished plan is not returned
-        sv = dict(s.solver)
-        sv["message"] = (f"capuchin stopped at its {info['stopped']} after {info['evictions']} evictions, "
-                         f"before its schedule fit (it needs {fmt_bytes(sv['strategy_peak_ram_bytes'])} of RAM, "
-                         f"budget {fmt_bytes(budget.ram_bytes)}); a longer time limit may help")
-        return Schedule(graph=g, budget=budget, steps=(), status=NO_SOLUTION, strategy="capuchin", solver=sv)
-    if s.steps:   # judged() leaves its own message on an infeasible result
-        sv = s.solver
-        sv["message"] = (f"{info['evictions']} evictions ({info['swap_evictions']} swapped, "
-                         f"{info['recompute_evictions']} recomputed); peak {fmt_bytes(sv['strategy_peak_ram_bytes'])}, "
-                         f"runtime {fmt_seconds(sv['strategy_runtime_s'])}")
-    return s

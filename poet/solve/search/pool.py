@@ -22,8 +22,8 @@ import sys
 from concurrent.futures import ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 
-from ..graph.core import CostedGraph
-from .heuristics import GuideSearch
+from ...graph.core import CostedGraph
+from .guides import GuideSearch
 
 _graph: CostedGraph | None = None   # the workers' graph, inherited through fork
 _reached = None                     # set once a search reaches its target: the others stop
@@ -107,7 +107,7 @@ class SearchPool:
             self.pool.shutdown(wait=True, cancel_futures=True)
             self.pool = None
 
-    def __enter__(self) -> "SearchPool":
+    def __enter__(self) -> SearchPool:
         return self
 
     def __exit__(self, *exc) -> None:

@@ -1,0 +1,104 @@
+"""Mixed-integer linear programs in matrix form: the problem, its result, and a row builder.
+
+The POET MILP (:mod:`poet.solve.milp`) and the eviction cover (:mod:`poet.solve.bounds`) are
+both written as a :class:`MilpProblem` and solved by the same backend (:mod:`poet.solve.lp.highs`).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+
+@dataclass
+class MilpProblem:
+    """min c.x  s.t.  row_lo <= A x <= row_hi,  col_lo <= x <= col_hi,  x[integer] integral.
+
+    ``A`` is row-wise CSR: (starts, index, value).
+    """
+
+    c: np.ndarray
+    col_lo: np.ndarray
+    col_hi: np.ndarray
+    integer: np.ndarray          # bool per column
+    starts: np.ndarray
+    index: np.ndarray
+    value: np.ndarray
+    row_lo: np.ndarray
+    row_hi: np.ndarray
+
+    @property
+    def num_cols(self) -> int:
+        return len(self.c)
+
+    @property
+    def num_rows(self) -> int:
+        return len(self.row_lo)
+
+    @property
+    def num_nonzeros(self) -> int:
+        return len(self.value)
+
+
+@dataclass
+class MilpResult:
+    status: str                  # optimal | feasible | infeasible | no_solution
+    x: np.ndarray | None
+    objective: float | None      # in the problem's (scaled) units
+    bound: float | None          # proven lower bound, same units
+    gap: float | None            # relative, as the solver reports it
+    seconds: float
+    detail: str = ""
+    extra: dict = field(default_factory=dict)
+
+
+class MatrixBuilder:
+    """Columns and row-wise CSR rows, appended in order."""
+
+    def __init__(self):
+        self.lo: list[float] = []
+        self.hi: list[float] = []
+        self.c: list[float] = []
+        self.integer: list[bool] = []
+        self.starts = [0]
+        self.index: list[int] = []
+        self.value: list[float] = []
+        self.rlo: list[float] = []
+        self.rhi: list[float] = []
+
+    def var(self, lo=0.0, hi=1.0, cost=0.0, integer=True) -> int:
+        self.lo.append(lo)
+        self.hi.append(hi)
+        self.c.append(cost)
+        self.integer.append(integer)
+        return len(self.lo) - 1
+
+    def row(self, cols, vals, lo, hi):
+        self.index.extend(cols)
+        self.value.extend(vals)
+        self.starts.append(len(self.index))
+        self.rlo.append(lo)
+        self.rhi.append(hi)
+
+    def problem(self) -> MilpProblem:
+        return MilpProblem(
+            c=np.array(self.c), col_lo=np.array(self.lo), col_hi=np.array(self.hi),
+            integer=np.array(self.integer, dtype=bool), starts=np.array(self.starts),
+            index=np.array(self.index), value=np.array(self.value),
+            row_lo=np.array(self.rlo), row_hi=np.array(self.rhi))
+
+
+def row_activities(p: MilpProblem, x: np.ndarray) -> np.ndarray:
+    """``A @ x`` for the row-wise CSR matrix of ``p`` (numpy only)."""
+    starts = np.asarray(p.starts, dtype=np.int64)
+    rows = np.repeat(np.arange(p.num_rows), np.diff(starts))
+    terms = np.asarray(p.value, dtype=np.float64) * np.asarray(x, dtype=np.float64)[np.asarray(p.index, dtype=np.int64)]
+    return np.bincount(rows, weights=terms, minlength=p.num_rows)
+
+
+def max_violation(p: MilpProblem, x: np.ndarray) -> float:
+    """How far ``x`` is outside the rows' and columns' bounds (0 when it satisfies them all)."""
+    ax = row_activities(p, x)
+    v = max(float(np.max(p.row_lo - ax, initial=0.0)), float(np.max(ax - p.row_hi, initial=0.0)))
+    v = max(v, float(np.max(p.col_lo - x, initial=0.0)), float(np.max(x - p.col_hi, initial=0.0)))
+    return v

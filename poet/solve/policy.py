@@ -1,0 +1,116 @@
+"""How a solve spends its time: the tuning of the pipeline, and the clock it is measured by.
+
+:class:`SolvePolicy` holds every tuning number of :mod:`poet.solve.pipeline` in one frozen,
+documented object (``SolveOptions(policy=...)``); the defaults are what the benchmarks in
+``bench/results.md`` were measured with.  The numbers quoted next to each field were measured
+when it was set and go stale as the code changes: re-measure before relying on them.
+
+:class:`TimeBudget` is the time limit as the pipeline sees it, read from a clock that a test can
+replace (``SolveOptions(clock=...)``) instead of patching ``time``.
+"""
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class SolvePolicy:
+    """The pipeline's tuning.  Changing a field changes which phases run and for how long, never
+    what counts as a valid or a proven schedule."""
+
+    # ``auto`` runs the MILP (method ``fast``) up to this many nodes, only the heuristics beyond.
+    # Above it the O(n^2) MILP (about 530k columns at 352 nodes) does not reach a root bound within
+    # a minute on 2 cores, and HiGHS's presolve overruns time limits on a loaded machine.
+    auto_max_nodes: int = 200
+    # HiGHS 1.16 does not check its time limit through presolve, its MIP setup and (on large models)
+    # the root LP: on the resnet18_cifar/m4 MILP (447,043 nonzeros, 2 threads) a 2-s limit stopped
+    # after 4.7 s and a 3-s one after 5.0-5.4 s (1.2e-5 s per nonzero); on an op-level LSTM's
+    # (1,402,473 nonzeros) a 15-s limit stopped after 32.1 s (2.2e-5).  With a schedule already held,
+    # the MILP is not started when less than this many seconds per nonzero are left.
+    milp_setup_s_per_nonzero: float = 2.5e-5
+    # The tightened MILP has 19-24 nonzeros per node squared on the zoo and aten graphs (18.8 on a
+    # 66-node aten ResNet, 23.5 on resnet18_cifar): an estimate to build it early only when needed.
+    milp_nonzeros_per_node_squared: int = 25
+    # Seeds per search start on graphs of at least ``restart_min_nodes`` nodes, a new one each round
+    # of the guide search.  Below that the MILP that follows proves small graphs faster than more
+    # searching would (the 20- and 30-node zoo nets in seconds); from about 70 nodes on, a
+    # warm-started MILP ran for minutes without improving its start.
+    search_rounds: int = 4
+    restart_min_nodes: int = 100
+    # Where the tightened cover's deadline sits between the fastest possible runtime and the real
+    # deadline (0: the fastest, 1: the deadline).  On the op-level ResNets on the a72 at 1.2x, the
+    # cover at the real deadline spends all of the time on paging, and its guide's plans page the
+    # same tensors in two or three times and overrun; at 0.15 of the way its guide, checkpointed, met
+    # the deadline at 2.1% (40 blocks) and 2.2% (100 blocks) over plain, where the fastest guide's
+    # plans, searched for 120 s, ended at 11% and 19%.
+    tightened_deadline_share: float = 0.15
+    # The share of the deadline's slack over plain that the energy cover's evictions take, above
+    # which the deadline's guides run before the rules.  At the benchmarks' budgets: 0.98-1.00 on the
+    # op-level ResNets on the a72 at 1.2x, where every rule overran (for minutes on 4,818 nodes), 1.00
+    # on resnet50/a72 at 20-30% RAM and 1.2x (where rules met it), at most 0.90 elsewhere.  A hint,
+    # not a proof: among equally cheap eviction sets the share varies (0.68-0.98 on 2-8-block ResNets
+    # whose rules all overran).  Either order makes the same runs when time allows.
+    deadline_bound_share: float = 0.95
+    # The interval search (CP-SAT) runs after the guide search, while the gap is open, on graphs of
+    # this many nodes.  Below, the MILP proves the small zoo nets in seconds; above, a warm-started
+    # MILP never improved its start nor proved a zoo case, and the interval search takes the rest of
+    # the time limit.  On resnet50 (352 nodes) it took the gaps from 1.72% to 1.62% and 3.55% to
+    # 3.35% at 60 s; on a 658-node op-level ResNet only from 4.31% to 4.25% at 120 s (the gap is in
+    # the bound there), so larger graphs go without.
+    interval_min_nodes: int = 100
+    interval_max_nodes: int = 400
+    # ... and when at least this much of the time limit is left for the guide search and it.  It gains
+    # little in its first 10 s (3 s of them CP-SAT's presolve on resnet18_cifar), and a short solve's
+    # time is the guide search's: it proves resnet18_cifar/m4 at 30% RAM in 5 s.
+    interval_min_rest_s: float = 20.0
+    # the interval search's time without a time limit
+    interval_seconds: float = 60.0
+    # The guide search's share of the time left when the interval search follows.  On
+    # resnet18_cifar/m4 at 20% RAM the search stalls within 10 s, and the interval search needs tens
+    # of seconds; the cases the search proves take it under 10 s.
+    search_share_before_intervals: float = 0.25
+    # A guide search's time without a time limit.
+    search_seconds: float = 30.0
+    # The eviction cover's time: ``cover_min_seconds``, or ``cover_share`` of a longer time limit
+    # (``cover_seconds`` without one).  On 1,600-node graphs HiGHS's presolve of the cover alone takes
+    # about 10 s, and a cover stopped before its root LP bounds nothing and guides badly; it stops as
+    # soon as it is solved.
+    cover_seconds: float = 60.0
+    cover_min_seconds: float = 10.0
+    cover_share: float = 0.25
+    # The Capuchin-style incumbent of the ``poet`` strategy gets this share of the time limit
+    # (``capuchin_seconds`` without one): it takes a fraction of a second on the zoo but grows about
+    # as the cube of the graph's size (41 s on 1,618 nodes).
+    capuchin_share: float = 0.1
+    capuchin_seconds: float = 60.0
+    # Each smallest-feasible-budget MILP's time without a time limit.
+    min_budget_seconds: float = 120.0
+
+    def milp_setup_seconds(self, nonzeros: float) -> float:
+        """About how long HiGHS takes to start on a MILP of ``nonzeros``, deaf to its time limit."""
+        return self.milp_setup_s_per_nonzero * nonzeros
+
+    def estimated_milp_nonzeros(self, nodes: int) -> int:
+        """The tightened MILP's size by the estimate, without building it."""
+        return self.milp_nonzeros_per_node_squared * nodes ** 2
+
+
+DEFAULT_POLICY = SolvePolicy()
+
+
+class TimeBudget:
+    """A time limit (or none) counted from when this object was made, on ``clock`` (seconds)."""
+
+    def __init__(self, limit_s: float | None, clock: Callable[[], float] = time.perf_counter):
+        self.limit_s = limit_s
+        self.clock = clock
+        self.start = clock()
+
+    def elapsed(self) -> float:
+        return self.clock() - self.start
+
+    def left(self) -> float | None:
+        """Seconds left of the limit (negative once past it), None without a limit."""
+        return None if self.limit_s is None else self.limit_s - self.elapsed()

@@ -1,0 +1,12 @@
+"""The ``remat`` strategy: the pipeline with paging disabled (Checkmate's setting)."""
+from __future__ import annotations
+
+from ...graph.core import CostedGraph
+from ...schedule.core import Budget, Schedule
+from ..pipeline import solve_milp
+
+DESCRIPTION = "Checkmate-style MILP: rematerialization only (paging disabled)"
+
+
+def solve_remat(g: CostedGraph, budget: Budget, opts) -> Schedule:
+    return solve_milp(g, budget, opts, remat=True, paging=False, strategy="remat")
