@@ -23,9 +23,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from poet.schedule.core import Budget  # noqa: E402
 from poet.solve import SolveOptions, costed_graph, solve_costed  # noqa: E402
 from poet.solve.baselines import keep_all_peak  # noqa: E402
-from poet.schedule.core import Budget  # noqa: E402
 
 MODELS = ["linear", "vgg16_cifar", "vgg16", "resnet18_cifar", "resnet18", "transformer", "bert", "resnet50"]
 

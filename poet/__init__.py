@@ -2,19 +2,22 @@
 
 Data flows one way: model -> graph -> costs -> solver -> schedule -> (validate) -> execute / report.
 """
+import importlib
+
 from .graph import CostedGraph, Graph, load_graph, save_graph
 from .hardware import list_devices, load_device
 from .schedule import Budget, Schedule, ScheduleError, load_schedule, save_schedule, validate
-from .solve import STRATEGIES, solve
+from .solve import solve
 
 __version__ = "0.1.0"
 
 
 def __getattr__(name):
-    # poet.plan / poet.Plan need torch; import it only when they are used.
+    # poet.plan / poet.Plan need torch, the strategy table numpy and HiGHS: imported when first used
     if name in ("plan", "Plan"):
-        from . import planner
-        return getattr(planner, name)
+        return getattr(importlib.import_module(".planner", __name__), name)
+    if name == "STRATEGIES":
+        return getattr(importlib.import_module(".solve.strategies", __name__), name)
     raise AttributeError(f"module 'poet' has no attribute {name!r}")
 
 

@@ -2,21 +2,20 @@
 from __future__ import annotations
 
 import argparse
-import contextlib
-import os
 import sys
-import threading
-import time
-from pathlib import Path
 
+from .console import OutputPathError, Progress, check_out_path, ctrl_c_stops_the_solve, warn_uncached
+from .execute import commands as execute_commands
+from .execute import profile_commands
 from .graph.core import GraphError
 from .hardware.device import DeviceError
+from .report import commands as report_commands
+from .report import sweep_command
 from .schedule.validate import ScheduleError
 from .units import BATCH, GAP, SECONDS, THREADS, BudgetError, fmt_energy
 
-
-class OutputPathError(ValueError):
-    """An --out path that cannot be written; raised before any solving."""
+__all__ = ["OutputPathError", "Progress", "USER_ERRORS", "build_parser", "check_out_path", "ctrl_c_stops_the_solve",
+           "main", "warn_uncached"]
 
 
 # OSError: a file that could not be read or written (disk full, no such directory)
@@ -24,141 +23,6 @@ USER_ERRORS = (BudgetError, GraphError, DeviceError, ScheduleError, OutputPathEr
 
 TILED_TIME_LIMIT_S = 240.0      # solve's default time limit when the graph was tiled (none otherwise)
 EXAMPLE = "poet solve --model resnet18_cifar --device a72 --memory 3MB --runtime 7.6x"
-
-
-# Held while a progress line is drawn.  The guide searches fork worker processes; holding it across
-# a fork keeps the ticker from being mid-write to stderr, whose buffer lock a child would inherit held.
-_DRAWING = threading.Lock()
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(before=_DRAWING.acquire, after_in_parent=_DRAWING.release,
-                        after_in_child=_DRAWING.release)
-
-
-@contextlib.contextmanager
-def ctrl_c_stops_the_solve():
-    """While held, the first Ctrl-C asks the solve to stop early and return the best schedule found
-    so far (the ``stop`` callable it yields turns true); a second one aborts.  Outside the main thread
-    (where no signal handler can be set) it yields a stop that never turns true."""
-    import signal
-    asked = threading.Event()
-    if threading.current_thread() is not threading.main_thread():
-        yield asked.is_set
-        return
-
-    def on_sigint(signum, frame):
-        if asked.is_set():
-            raise KeyboardInterrupt
-        asked.set()
-        # this thread may be drawing the progress line, holding _DRAWING: never wait for it here
-        held = _DRAWING.acquire(blocking=False)
-        try:
-            print("\npoet: stopping early: the best schedule found so far comes next (Ctrl-C again to abort)",
-                  file=sys.stderr, flush=True)
-        finally:
-            if held:
-                _DRAWING.release()
-    previous = signal.signal(signal.SIGINT, on_sigint)
-    try:
-        yield asked.is_set
-    finally:
-        signal.signal(signal.SIGINT, previous)
-
-
-class Progress:
-    """One status line on stderr, refreshed while a solve runs.
-
-    The solver reports when it can; HiGHS can go minutes without a callback (at the root of
-    a large MILP), so the line is also redrawn every second with the clock moving, which
-    tells a slow step from a hung one.  When stderr is not a terminal (a log file, CI), a
-    redrawn line would pile up as one long line of carriage returns: there it is written as
-    whole lines instead, one when the step changes and otherwise one every ``LOG_EVERY_S``.
-    """
-
-    TICK_S = 1.0
-    LOG_EVERY_S = 30.0
-    HINT_AFTER_S = 10.0     # a terminal's line then also says how to stop early
-
-    def __init__(self, enabled: bool, tty: bool | None = None):
-        self.enabled = enabled
-        self.tty = sys.stderr.isatty() if tty is None else tty
-        self.t0 = time.perf_counter()
-        self.shown = False
-        self.width = 0
-        self.last: dict | None = None
-        self.logged: tuple[str | None, float] | None = None    # (step, when) of the last logged line
-        self.stop = threading.Event()
-        self.ticker: threading.Thread | None = None
-
-    def __call__(self, d: dict):
-        if not self.enabled:
-            return
-        with _DRAWING:
-            self.last = d
-            self._draw(d)
-        if self.ticker is None:
-            self.ticker = threading.Thread(target=self._tick, name="poet-progress", daemon=True)
-            self.ticker.start()
-
-    def _tick(self):
-        while not self.stop.wait(self.TICK_S):
-            with _DRAWING:
-                if self.last is not None and not self.stop.is_set():
-                    self._draw(self.last)
-
-    def _draw(self, d: dict):
-        phase = f" ({d['phase']})" if d.get("phase") else ""
-        parts = [f"solving{phase}... {time.perf_counter() - self.t0:5.0f} s"]
-        unit = d.get("energy_unit_j")
-        if d.get("objective") is not None:
-            obj = d["objective"] * unit if unit else d["objective"]
-            parts.append(f"best {fmt_energy(obj) if unit else f'{obj:.6g}'}")
-        if d.get("bound") is not None and d["bound"] == d["bound"]:
-            bnd = d["bound"] * unit if unit else d["bound"]
-            parts.append(f"bound {fmt_energy(bnd) if unit else f'{bnd:.6g}'}")
-        if d.get("gap") is not None and d["gap"] != float("inf"):
-            parts.append(f"gap {d['gap']:.2%}")
-        if self.tty and time.perf_counter() - self.t0 >= self.HINT_AFTER_S:
-            parts.append("Ctrl-C stops with the best so far")
-        line = ", ".join(parts)
-        if not self.tty:
-            now = time.perf_counter()
-            if self.logged is None or self.logged[0] != d.get("phase") or now - self.logged[1] >= self.LOG_EVERY_S:
-                sys.stderr.write(line + "\n")
-                sys.stderr.flush()
-                self.logged = (d.get("phase"), now)
-            return
-        sys.stderr.write("\r" + line.ljust(self.width))   # blanks what a longer line left behind
-        sys.stderr.flush()
-        self.width = max(self.width, len(line))
-        self.shown = True
-
-    def done(self):
-        self.stop.set()
-        if self.ticker is not None:
-            self.ticker.join()
-        if self.shown:
-            sys.stderr.write("\n")
-            sys.stderr.flush()
-
-
-def warn_uncached(s) -> None:
-    """Say on stderr why a solve's answer could not be kept in the cache, if it could not."""
-    if s.solver.get("cache_note"):
-        print(f"note: {s.solver['cache_note']}", file=sys.stderr)
-    if s.solver.get("cache_error"):
-        print(f"note: the answer was not cached: {s.solver['cache_error']}", file=sys.stderr)
-
-
-def check_out_path(path: str | None, force: bool):
-    if not path:
-        return
-    if Path(path).exists() and not force:
-        raise FileExistsError(f"{path} exists; pass --force to overwrite it, or choose another --out")
-    parent = Path(path).absolute().parent
-    if not parent.is_dir():
-        raise OutputPathError(f"cannot write {path}: the directory {parent} does not exist")
-    if not os.access(parent, os.W_OK):
-        raise OutputPathError(f"cannot write {path}: the directory {parent} is not writable")
 
 
 def _fixed_ram(value: str | None, g) -> int | None:
@@ -199,7 +63,7 @@ def cmd_solve(a) -> int:
     problem = tiled_problem(a.graph or a.model, a.device, memory=a.memory, runtime=a.runtime,
                             paging_time=paging_time, batch_size=a.batch_size, fixed_ram_bytes=fixed, tile=a.tile)
     g, budget = problem.graph, problem.budget
-    from .solve.api import STRATEGIES
+    from .solve.strategies import STRATEGIES
     if a.strategy not in STRATEGIES:
         raise BudgetError(f"unknown strategy {a.strategy!r}; choose one of {', '.join(STRATEGIES)}")
     prog = Progress(enabled=not a.quiet and not a.json)
@@ -286,7 +150,8 @@ def cmd_validate(a) -> int:
         print(f"{a.schedule}: no steps (status {s.status})")
         return 2
     print(f"{a.schedule}: valid. {len(s.steps)} steps, energy {fmt_energy(t.energy_j)}, runtime "
-          f"{fmt_seconds(t.runtime_s)}, peak RAM {fmt_bytes(t.peak_ram_bytes)} <= budget {fmt_bytes(s.budget.ram_bytes)}")
+          f"{fmt_seconds(t.runtime_s)}, peak RAM {fmt_bytes(t.peak_ram_bytes)} <= budget "
+          f"{fmt_bytes(s.budget.ram_bytes)}")
     return 0
 
 
@@ -329,9 +194,9 @@ def build_parser() -> argparse.ArgumentParser:
     sol.add_argument("--threads", type=THREADS, default=None,
                      help="cores to use: HiGHS threads, and guide searches side by side (default: all)")
     sol.add_argument("--gap", type=GAP, default=1e-3, help="relative gap that counts as optimal (default 1e-3)")
-    sol.add_argument("--method", default="auto", help="MILP formulation (auto, faithful, ...; docs/solver.md)")
+    sol.add_argument("--method", default="auto", help="MILP formulation (auto, faithful, ...; docs/pipeline.md)")
     sol.add_argument("--no-cache", action="store_true",
-                     help="solve afresh: neither reuse nor keep an answer in the cache (docs/solver.md, Cache)")
+                     help="solve afresh: neither reuse nor keep an answer in the cache (docs/pipeline.md, Cache)")
     out = s.add_argument_group("output")
     out.add_argument("--out", help="write the schedule (poet-schedule/1 JSON) here")
     out.add_argument("--force", action="store_true", help="overwrite --out if it exists")
@@ -355,12 +220,7 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("schedule")
     v.set_defaults(func=cmd_validate)
 
-    for mod in ("poet.report.sweep_command", "poet.report.commands", "poet.execute.commands",
-                "poet.execute.profile_commands"):
-        try:
-            module = __import__(mod, fromlist=["register"])
-        except ImportError:
-            continue
+    for module in (sweep_command, report_commands, execute_commands, profile_commands):
         module.register(sub)
     return p
 

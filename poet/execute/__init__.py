@@ -1,15 +1,21 @@
-"""Executing schedules on real tensors (PyTorch): executor, paging store, reference schedules."""
-from .store import PagingError, PagingStore
+"""Executing schedules on real tensors (PyTorch): executor, paging store, reference schedules.
+
+Everything here needs torch, which is imported only when one of these names is first used
+(``poet.execute.commands``, the ``plan`` and ``train`` subcommands, imports it only when they run).
+"""
+from __future__ import annotations
+
+import importlib
 
 __all__ = ["ExecutionError", "Executor", "PagingError", "PagingStore", "RunResult", "reference_schedule",
            "run_schedule"]
 
+_WHERE = {"Executor": "executor", "ExecutionError": "executor", "RunResult": "executor", "run_schedule": "executor",
+          "InstructionRecord": "executor", "reference_schedule": "reference", "reference_steps": "reference",
+          "PagingError": "store", "PagingStore": "store"}
 
-def __getattr__(name):  # torch is imported only when the executor is used
-    if name in ("Executor", "ExecutionError", "RunResult", "run_schedule", "InstructionRecord"):
-        from . import executor
-        return getattr(executor, name)
-    if name in ("reference_schedule", "reference_steps"):
-        from . import reference
-        return getattr(reference, name)
-    raise AttributeError(name)
+
+def __getattr__(name):
+    if name in _WHERE:
+        return getattr(importlib.import_module(f".{_WHERE[name]}", __name__), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -43,7 +43,7 @@ def _common(p) -> None:
     b.add_argument("--strategy", default="poet", help="poet (default), remat, paging, keep-all, chen")
     b.add_argument("--time-limit", type=SECONDS, default=60.0, help="solver seconds (default 60)")
     b.add_argument("--no-cache", action="store_true",
-                   help="solve afresh: neither reuse nor keep an answer in the cache (docs/solver.md, Cache)")
+                   help="solve afresh: neither reuse nor keep an answer in the cache (docs/pipeline.md, Cache)")
     r = p.add_argument_group("execution")
     r.add_argument("--optimizer", choices=["sgd", "adam"], default="sgd")
     r.add_argument("--lr", type=number_option("float", "a finite learning rate >= 0", "0.05", minimum=0.0),
@@ -112,7 +112,7 @@ def _optimizer(a, model):
 
 
 def _make_plan(a, model, loss_fn, inputs, targets, optimizer):
-    from ..cli import Progress, ctrl_c_stops_the_solve, warn_uncached
+    from ..console import Progress, ctrl_c_stops_the_solve, warn_uncached
     from ..planner import plan
     prog = Progress(enabled=not getattr(a, "quiet", False))
     try:
@@ -138,7 +138,7 @@ def _errors():
 
 
 def cmd_plan(a) -> int:
-    from ..cli import check_out_path
+    from ..console import check_out_path
     try:
         check_out_path(a.out, a.force)         # before tracing and solving, not after
         check_out_path(a.graph_out, a.force)

@@ -98,7 +98,7 @@ def measure_ops(specs, batch_size: int, runs: int, warmup: int, say):
 
 
 def cmd_profile(a) -> int:
-    from ..cli import check_out_path
+    from ..console import check_out_path
     say = (lambda m: None) if a.quiet else (lambda m: print(f"profile: {m}", file=sys.stderr, flush=True))
     try:
         check_out_path(a.out, a.force)

@@ -19,7 +19,7 @@ executor can map a tiled schedule back to the model.
 """
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 
@@ -281,10 +281,6 @@ class CostedGraph(_Topology):
             raise GraphError("fixed_ram_bytes plus every node's ram_bytes is above 2^53 B (9 PB); byte counts "
                              "that large are not exact in the solvers' arithmetic")
 
-    # convenient columns for solvers
-    def column(self, attr: str) -> list:
-        return [getattr(nd, attr) for nd in self.nodes]
-
     @property
     def ram(self) -> list[int]:
         return [nd.ram_bytes for nd in self.nodes]
@@ -308,31 +304,5 @@ class CostedGraph(_Topology):
             for i, nd in enumerate(self.nodes)
         )
 
-    def with_fixed_ram(self, fixed_ram_bytes: int) -> "CostedGraph":
+    def with_fixed_ram(self, fixed_ram_bytes: int) -> CostedGraph:
         return CostedGraph(self.name, self.nodes, self.edges, fixed_ram_bytes, dict(self.meta))
-
-
-def relabel_topological(names: Iterable[str], edges_by_name: Iterable[tuple[str, str]]) -> list[int]:
-    """A deterministic topological order (Kahn's algorithm, ties by first appearance)."""
-    import heapq
-
-    names = list(names)
-    index = {nm: i for i, nm in enumerate(names)}
-    indeg = [0] * len(names)
-    succ: list[list[int]] = [[] for _ in names]
-    for a, b in edges_by_name:
-        succ[index[a]].append(index[b])
-        indeg[index[b]] += 1
-    heap = [i for i, d in enumerate(indeg) if d == 0]
-    heapq.heapify(heap)
-    order = []
-    while heap:
-        i = heapq.heappop(heap)
-        order.append(i)
-        for j in succ[i]:
-            indeg[j] -= 1
-            if indeg[j] == 0:
-                heapq.heappush(heap, j)
-    if len(order) != len(names):
-        raise GraphError("the graph has a cycle")
-    return order

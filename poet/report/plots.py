@@ -298,8 +298,9 @@ def schedule_picture(s, out: Path, stem: str, title: str = "") -> list[Path]:
 
 
 def ram_plot(s, out: Path, stem: str, title: str = "") -> list[Path]:
+    from ..schedule.validate import simulate
     from ..solve.baselines import keep_all_peak
-    trace = s.ram_trace()
+    trace = simulate(s.graph, s.steps, s.budget).ram_after_step
     g = s.graph
     fig, ax = plt.subplots(figsize=(9, 3.6))
     xs = list(range(1, len(trace) + 1))

@@ -1,6 +1,19 @@
 """The schedule type, its JSON file, and the independent validator."""
-from .core import (FEASIBLE, HEURISTIC, INFEASIBLE, NO_SOLUTION, OPTIMAL, PAGING_HIDDEN, PAGING_MODES,
-                   PAGING_OVERLAP, PAGING_SERIAL, Budget, Schedule, Step, Totals)
+from .core import (
+                   FEASIBLE,
+                   HEURISTIC,
+                   INFEASIBLE,
+                   NO_SOLUTION,
+                   OPTIMAL,
+                   PAGING_HIDDEN,
+                   PAGING_MODES,
+                   PAGING_OVERLAP,
+                   PAGING_SERIAL,
+                   Budget,
+                   Schedule,
+                   Step,
+                   Totals,
+)
 from .io import load_schedule, save_schedule, schedule_from_dict, schedule_to_dict
 from .validate import ScheduleError, simulate, validate
 

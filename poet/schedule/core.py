@@ -73,6 +73,8 @@ class Schedule:
 
     ``steps`` is empty when ``status`` is infeasible or no_solution; then
     ``solver`` explains why and, where computed, the smallest feasible budgets.
+    It is data only: :func:`poet.schedule.save_schedule` writes it, :func:`poet.schedule.simulate`
+    replays it (``ram_after_step``).
     """
 
     graph: CostedGraph
@@ -91,18 +93,5 @@ class Schedule:
     def energy_j(self) -> float:
         return self.totals.energy_j if self.totals else float("nan")
 
-    def with_(self, **kw) -> "Schedule":
+    def with_(self, **kw) -> Schedule:
         return replace(self, **kw)
-
-    def ram_trace(self) -> list[int]:
-        """RAM in use after each step (fixed bytes included)."""
-        from .validate import simulate
-        return simulate(self.graph, self.steps, self.budget).ram_after_step
-
-    def to_dict(self) -> dict:
-        from .io import schedule_to_dict
-        return schedule_to_dict(self)
-
-    def save(self, path) -> None:
-        from .io import save_schedule
-        save_schedule(self, path)
