@@ -1,0 +1,201 @@
+"""The import graph of ``poet``: no cycles, no private names across modules, solve's layers one way,
+and commands that do not need torch, matplotlib or OR-Tools never load them."""
+from __future__ import annotations
+
+import ast
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGE = ROOT / "poet"
+
+# poet.solve's layers, lowest first: a module may import only from its own layer or the ones before
+SOLVE_LAYERS = [
+    ["errors", "policy", "options", "progress", "result"],
+    ["stage"],
+    ["lp"],
+    ["milp", "bounds"],
+    ["baselines"],
+    ["search"],
+    ["min_budgets", "pipeline"],
+    ["strategies"],
+    ["cache"],
+    ["api"],
+]
+HEAVY = ("torch", "matplotlib", "ortools")
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def modules() -> dict[str, Path]:
+    return {module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
+
+
+def is_package(name: str, mods: dict[str, Path]) -> bool:
+    return mods[name].name == "__init__.py"
+
+
+def imports(name: str, mods: dict[str, Path]) -> list[tuple[str, list[str], int]]:
+    """(poet module imported, names taken from it, line) for every import in the module, at any depth
+    (an import inside a function is an edge too)."""
+    tree = ast.parse(mods[name].read_text())
+    here = name if is_package(name, mods) else name.rpartition(".")[0]
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out += [(a.name, [], node.lineno) for a in node.names if a.name.split(".")[0] == "poet"]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = here.split(".")
+                base = base[:len(base) - (node.level - 1)]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            if target.split(".")[0] != "poet":
+                continue
+            names = [a.name for a in node.names]
+            subs = [n for n in names if f"{target}.{n}" in mods]
+            for n in subs:
+                out.append((f"{target}.{n}", [], node.lineno))
+            rest = [n for n in names if n not in subs]
+            if rest or not subs:
+                out.append((target, rest, node.lineno))
+    return out
+
+
+def graph() -> dict[str, set[str]]:
+    mods = modules()
+    return {m: {t for t, _, _ in imports(m, mods) if t in mods and t != m} for m in mods}
+
+
+def cycles(g: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    out: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in sorted(g[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+    sys.setrecursionlimit(max(sys.getrecursionlimit(), 10_000))
+    for v in sorted(g):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_the_import_graph_finds_the_modules_and_their_edges():
+    g = graph()
+    assert "poet.solve.pipeline" in g and "poet.solve.stage.emit" in g
+    assert "poet.solve.stage.emit" in g["poet.solve.pipeline"]
+    assert "poet.solve.cache" in g["poet.solve.api"]          # `from . import cache as disk`
+    assert "poet.solve.search.intervals" in g["poet.solve.pipeline"]   # `from .search import intervals`
+
+
+def test_there_is_no_import_cycle_in_poet():
+    assert cycles(graph()) == []
+
+
+def test_the_cycle_finder_finds_a_cycle():
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def test_no_module_imports_a_private_name_of_another():
+    mods = modules()
+    bad = []
+    for m in mods:
+        for target, names, line in imports(m, mods):
+            if target == m:
+                continue
+            bad += [f"{m}:{line} imports {target}.{n}" for n in names
+                    if n.startswith("_") and not n.startswith("__")]
+            last = target.rpartition(".")[2]
+            if last.startswith("_") and not last.startswith("__"):
+                bad.append(f"{m}:{line} imports the private module {target}")
+    assert bad == []
+
+
+def solve_layer(name: str) -> int | None:
+    parts = name.split(".")
+    if parts[:2] != ["poet", "solve"] or len(parts) < 3:
+        return None
+    for i, layer in enumerate(SOLVE_LAYERS):
+        if parts[2] in layer:
+            return i
+    raise AssertionError(f"{name} is in no layer of SOLVE_LAYERS: add it where it belongs")
+
+
+def test_the_solve_layers_only_import_downward():
+    g = graph()
+    bad = []
+    for m, targets in g.items():
+        lm = solve_layer(m)
+        if lm is None:
+            continue
+        for t in targets:
+            lt = solve_layer(t)
+            if t == "poet.solve":
+                bad.append(f"{m} imports the package poet.solve (the top) ")
+            elif lt is not None and lt > lm:
+                bad.append(f"{m} (layer {lm}) imports {t} (layer {lt})")
+    assert bad == []
+
+
+def run_python(code: str, cwd: Path) -> dict:
+    out = subprocess.run([sys.executable, "-c", code], cwd=cwd, capture_output=True, text=True, timeout=300,
+                         env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", "POET_CACHE_DIR": str(cwd / "cache"),
+                              "HOME": str(cwd)})
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("argv", [
+    ["--help"],
+    ["devices"],
+    ["solve", "--model", "linear", "--device", "m4", "--memory", "80%", "--runtime", "1.2x", "--quiet",
+     "--out", "s.json"],
+])
+def test_commands_that_need_neither_torch_nor_matplotlib_nor_ortools_do_not_load_them(argv, tmp_path):
+    code = f"""
+import contextlib, io, json, sys
+import poet.cli
+loaded = [m for m in {HEAVY!r} if m in sys.modules]
+with contextlib.redirect_stdout(io.StringIO()):
+    try:
+        rc = poet.cli.main({argv!r})
+    except SystemExit as e:
+        rc = e.code
+    if {argv[0]!r} == "solve":
+        rc = rc or poet.cli.main(["validate", "s.json"])
+print(json.dumps({{"at_import": loaded, "rc": rc, "after": [m for m in {HEAVY!r} if m in sys.modules]}}))
+"""
+    got = run_python(code, tmp_path)
+    assert got == {"at_import": [], "rc": 0, "after": []}
