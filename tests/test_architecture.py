@@ -25,6 +25,7 @@ SOLVE_LAYERS = [
     ["strategies"],
     ["cache"],
     ["api"],
+    ["tiled"],
 ]
 HEAVY = ("torch", "matplotlib", "ortools")
 
