@@ -183,6 +183,7 @@ def plan(model, example_inputs, loss_fn=None, *, targets=(), device="m4", memory
 def _measured(prog, dev, fixed, runs: int):
     """The program priced from measurements of its own nodes, with the device's thread count."""
     import torch
+
     from .execute.measure import measured_costs
     before = torch.get_num_threads()
     if dev.threads:

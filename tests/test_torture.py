@@ -16,7 +16,7 @@ from poet.graph.core import CostedGraph, CostedNode, GraphError
 from poet.graph.generate import FAMILIES, generate, parse_spec
 from poet.graph.zoo import build_model
 from poet.solve.api import costed_graph
-from poet.solve.heuristics import RECOMPUTE_DEPTH, recompute_cost
+from poet.solve.search.greedy import RECOMPUTE_DEPTH, recompute_cost
 
 
 # --- the generators -----------------------------------------------------------------------------

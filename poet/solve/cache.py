@@ -129,7 +129,7 @@ def _recheck(g, budget: Budget, strategy: str, opts, claimed: str, steps, totals
     bound recomputed for the MILP strategies.  Nothing the entry says about bounds or proofs is used."""
     cover = None
     if strategy in _COVERED and claimed in (OPTIMAL, FEASIBLE, INFEASIBLE):
-        from .heuristics import lower_bound_energy
+        from .bounds import lower_bound_energy
         remat, paging = _COVERED[strategy]
         # at least a second: a cover cut off before its root LP bounds nothing
         limit = RECHECK_SECONDS if opts.time_limit_s is None else min(RECHECK_SECONDS, max(1.0, opts.time_limit_s))

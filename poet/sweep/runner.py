@@ -36,8 +36,8 @@ class SweepRun:
 
     def __init__(self, spec: SweepSpec, out, *, force: bool = False, retry: bool = False, label: str = ""):
         from ..solve.api import SolveOptions, costed_graph
-        from ..solve.strategies import STRATEGIES
         from ..solve.baselines import keep_all_peak
+        from ..solve.strategies import STRATEGIES
 
         check_grid(spec, STRATEGIES)
         self.spec, self.out, self.label = spec, Path(out), label
