@@ -28,47 +28,10 @@ import torch.fx
 from ..graph.core import Graph, Tile
 from ..graph.torch_export import TorchProgram, program_from_joint_graph
 from . import tiled_ops as K
+from .tiled_rules import ALIAS_RULES, RULES
+from .tiled_values import Layout, Tiled, TilingError, TupleVal, even_bounds
 
 aten = torch.ops.aten
-
-
-@dataclass(frozen=True)
-class Layout:
-    """How a tensor is split: along ``dim``, tile ``i`` holding indices ``bounds[i]:bounds[i+1]``."""
-
-    dim: int
-    bounds: tuple[int, ...]
-    axis: str = "rows"
-
-    @property
-    def count(self) -> int:
-        return len(self.bounds) - 1
-
-    def rows(self, i: int) -> tuple[int, int]:
-        return self.bounds[i], self.bounds[i + 1]
-
-
-def even_bounds(size: int, count: int) -> tuple[int, ...]:
-    count = max(1, min(count, size))
-    return tuple(round(i * size / count) for i in range(count + 1))
-
-
-@dataclass
-class Tiled:
-    """A tensor of the original graph held as tiles (new FX nodes, one per tile)."""
-
-    layout: Layout
-    tiles: list
-    shape: tuple
-    dtype: object
-    val: object = None          # the original FX value (fake tensor), for an assembled node's meta
-
-
-@dataclass
-class TupleVal:
-    """A tuple-valued op of the original graph rewritten into several values (tiled or whole)."""
-
-    items: dict
 
 
 @dataclass
@@ -113,10 +76,6 @@ def relative_difference(a, b) -> float:
     scale = float(b.detach().abs().max()) if b.numel() else 0.0
     diff = float((a.detach() - b.detach()).abs().max()) if b.numel() else 0.0
     return diff / scale if scale > 0 else diff
-
-
-class TilingError(ValueError):
-    """A program that could not be tiled as asked."""
 
 
 class Rewriter:
@@ -244,7 +203,6 @@ class Rewriter:
         return any(self.is_tiled(a) for a in n.all_input_nodes)
 
     def run(self) -> torch.fx.GraphModule:
-        from .tiled_rules import ALIAS_RULES, RULES
         for n in self.p.gm.graph.nodes:
             if n.op == "placeholder":
                 new = self.g.placeholder(n.name)

@@ -17,7 +17,7 @@ import operator
 import torch
 
 from . import tiled_ops as K
-from .tiled import Layout, Tiled, TilingError, TupleVal
+from .tiled_values import Layout, Tiled, TilingError, TupleVal
 
 aten = torch.ops.aten
 
