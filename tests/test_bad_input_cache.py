@@ -9,18 +9,19 @@ from poet.cli import main
 from poet.schedule.core import FEASIBLE, INFEASIBLE, OPTIMAL, Budget, Step
 from poet.schedule.validate import ScheduleError, validate
 from poet.solve import api, cache
+from poet.solve.strategies import STRATEGIES
 from poet.units import BudgetError
 
 
 @pytest.fixture
 def counted(monkeypatch):
-    real = api.STRATEGIES["poet"]
+    real = STRATEGIES["poet"]
     calls = {"n": 0}
 
     def poet(g, budget, opts):
         calls["n"] += 1
         return real(g, budget, opts)
-    monkeypatch.setitem(api.STRATEGIES, "poet", poet)
+    monkeypatch.setitem(STRATEGIES, "poet", poet)
     return calls
 
 
