@@ -29,13 +29,15 @@ def _by_layer(g, part="output", kind="forward"):
 
 
 def _rows(shape):
-    return shape[1] if len(shape) == 3 else shape[0]
+    return shape[1] if len(shape) == 3 else shape[0]     # rows, tokens, or features of a flat vector
 
 
 def _needed(lay, lo, hi, in_rows):
     """Input rows output rows [lo, hi) read, straight from kernel, stride and padding."""
     if lay.op in ("conv2d", "maxpool", "avgpool"):
         return max(0, lo * lay.stride - lay.pad), min(in_rows, (hi - 1) * lay.stride - lay.pad + lay.kernel)
+    if lay.op == "linear" and len(lay.shape) == 1:
+        return 0, in_rows                   # a dense layer: every output feature reads every input feature
     return lo, hi
 
 
@@ -116,6 +118,16 @@ def test_batchnorm_statistics_pass_before_normalising():
     assert all(last in g.preds[t] for t in tiles), "every normalised tile reads the complete statistics"
 
 
+def test_flat_classifier_split_by_features():
+    p = plan_tiling("vgg16_cifar", 32768)
+    assert p.fits and p.counts.get("fc7", 1) > 1 and p.counts.get("relu7", 1) > 1
+    g = p.graph
+    fc7 = [i for i, nd in enumerate(g.nodes) if nd.tile and nd.tile.of == "fc7" and nd.tile.part == "output"]
+    relu6 = {i for i, nd in enumerate(g.nodes) if nd.kind == "forward" and nd.name.split("[")[0] == "drop6"}
+    assert fc7 and all(relu6 <= set(g.preds[i]) for i in fc7)     # a dense tile reads the whole input
+    assert {g.nodes[i].tile.axis for i in fc7} == {"features"}
+
+
 def test_plan_fits_and_tiles_only_what_it_must():
     p = plan_tiling("resnet18_cifar", 262144)
     assert p.fits and p.tiled and p.tiled_min_bytes <= 262144 < p.untiled_min_bytes
@@ -136,7 +148,7 @@ def test_tiled_schedule_replays_valid():
 
 
 def test_budget_below_tiled_minimum_is_answered_with_it():
-    p = tiled_problem("vgg16_cifar", "m0", memory=32768, runtime=None)
+    p = tiled_problem("resnet18_cifar", "m0", memory=16384, runtime=None)
     assert p.plan.tiled and not p.plan.fits
     s = solve_costed(p.graph, p.budget, "poet", SolveOptions(time_limit_s=30))
     assert s.status == "infeasible"
@@ -151,9 +163,10 @@ def test_cli_tile_off_keeps_the_untiled_answer(capsys):
 
 
 def test_cli_reports_tiling_and_the_tiled_minimum(capsys):
-    rc = main(["solve", "--model", "vgg16_cifar", "--device", "m0", "--memory", "32768", "--quiet", "--no-cache"])
+    rc = main(["solve", "--model", "resnet18_cifar", "--device", "m0", "--memory", "16384", "--quiet", "--no-cache"])
     out = capsys.readouterr().out
-    p = plan_tiling("vgg16_cifar", 32768)
+    p = plan_tiling("resnet18_cifar", 16384)
+    assert p.tiled_min_bytes == 32768          # one output row of a 64-channel 32x32 conv and its 3 input rows
     assert rc == 2 and f"{p.tiled_min_bytes} B" in out and "below the tiled minimum" in out
     assert "activations only" in out
 

@@ -23,16 +23,21 @@ STATS_FLOPS_PER_ELEM = 2            # BatchNorm statistics pass (sum, sum of squ
 
 
 def rows_of(shape: tuple[int, ...]) -> int:
-    """Length of the axis tiles split: rows of (C, H, W), tokens of (S, D); 1 for a flat vector."""
+    """Length of the axis tiles split: rows of (C, H, W), tokens of (S, D), features of a flat vector."""
     if len(shape) == 3:
         return shape[1]
     if len(shape) == 2:
         return shape[0]
-    return 1
+    return shape[0] if len(shape) == 1 else 1
 
 
 def axis_of(shape: tuple[int, ...]) -> str:
-    return "rows" if len(shape) == 3 else "tokens"
+    return {3: "rows", 2: "tokens"}.get(len(shape), "features")
+
+
+def dense(lay: Layer) -> bool:
+    """A linear layer on a flat vector: every output feature reads every input feature."""
+    return lay.op == "linear" and len(lay.shape) == 1
 
 
 def tileable(lay: Layer) -> bool:
@@ -40,6 +45,8 @@ def tileable(lay: Layer) -> bool:
         return lay.shape[1] > 1         # attention scores: the count is query tiles per head
     if lay.op == "softmax" and len(lay.shape) == 3:
         return lay.shape[1] > 1         # attention probabilities: the count is key tiles per head
+    if len(lay.shape) == 1:             # flat vectors: linear, ReLU and dropout split by features
+        return lay.op in ("linear", "relu", "dropout") and lay.shape[0] > 1
     return lay.op in ROW_OPS and len(lay.shape) in (2, 3) and rows_of(lay.shape) > 1 and not (
         lay.op == "linear" and len(lay.shape) != 2)
 
@@ -59,6 +66,8 @@ def split(rows: int, count: int) -> list[tuple[int, int]]:
 
 def input_rows(lay: Layer, lo: int, hi: int, in_rows: int) -> tuple[int, int]:
     """Input rows that output rows ``[lo, hi)`` of ``lay`` read (window clipped to the input)."""
+    if dense(lay):
+        return 0, in_rows
     if lay.op not in WINDOWED:
         return lo, hi
     a = lo * lay.stride - lay.pad
@@ -68,6 +77,8 @@ def input_rows(lay: Layer, lo: int, hi: int, in_rows: int) -> tuple[int, int]:
 
 def output_rows_touching(lay: Layer, lo: int, hi: int, out_rows: int) -> tuple[int, int]:
     """Output rows of ``lay`` whose window touches input rows ``[lo, hi)`` (what grad-input needs)."""
+    if dense(lay):
+        return 0, out_rows
     if lay.op not in WINDOWED:
         return lo, hi
     k, s, p = lay.kernel, lay.stride, lay.pad
