@@ -247,15 +247,10 @@ def profile_toml(p: HostProfile) -> str:
 
 
 def write_text_atomic(path: str | Path, text: str) -> None:
-    """Write ``text`` to ``path`` through a temporary file in the same directory, then rename."""
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        tmp.write_text(text)
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
+    """Write ``text`` to ``path`` through a temporary file in the same directory, then rename
+    (poet.fileio's one atomic writer: fsync'd, the old file kept and the path named on failure)."""
+    from ..fileio import atomic_write_text
+    atomic_write_text(path, text)
 
 
 __all__ = [

@@ -33,11 +33,10 @@ import json
 import math
 import os
 import re
-import tempfile
 import time
 from pathlib import Path
 
-from ..fileio import json_text, parse_json, read_text
+from ..fileio import atomic_write_text, json_text, parse_json, read_text
 from ..graph.io import graph_to_dict
 from ..schedule.core import (
     FEASIBLE,
@@ -233,15 +232,8 @@ def store(path: Path, s: Schedule, opts) -> str | None:
         return f"the solver's facts are not JSON ({e})"
     try:
         directory.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=directory, suffix=".tmp")
+        atomic_write_text(path, text)
     except OSError as e:
-        return f"cannot write the cache in {directory}: {e.strerror or e}"
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except OSError as e:
-        Path(tmp).unlink(missing_ok=True)
         return f"cannot write the cache in {directory}: {e.strerror or e}"
     return prune(directory, keep=path)
 
