@@ -96,6 +96,9 @@ def cmd_solve(a) -> int:
         if costs is not None:
             import dataclasses
             d["solver"]["tiling"]["costs"] = dataclasses.asdict(costs)
+        if problem.plan is not None:
+            from .report.tiling import accounting_lines
+            d["solver"]["tiling"]["ram_accounting"] = " ".join(accounting_lines(problem, s))
         from .fileio import json_text
         print(json_text(d, "the summary"))
     else:

@@ -90,11 +90,17 @@ def tiling_costs(p: TiledProblem, s: Schedule, read_latency_s: float, write_late
     lat_t = t.page_ins * read_latency_s + t.page_outs * write_latency_s
     return TilingCosts(
         plain_energy_j=p.untiled.plain_energy_j, plain_runtime_s=p.untiled.plain_runtime_s,
-        extra_compute_energy_j=t.compute_energy_j - p.untiled.plain_energy_j,
-        extra_compute_time_s=t.compute_time_s - p.untiled.plain_runtime_s,
+        extra_compute_energy_j=_beyond(t.compute_energy_j, p.untiled.plain_energy_j),
+        extra_compute_time_s=_beyond(t.compute_time_s, p.untiled.plain_runtime_s),
         paging_energy_j=t.paging_energy_j, paging_time_s=t.paging_time_s, page_ops=t.page_ins + t.page_outs,
         latency_energy_j=lat_t * storage_power_w, latency_time_s=lat_t,
         graph_extra_flops=_extra_flops(p.plan))
+
+
+def _beyond(x: float, plain: float) -> float:
+    """x - plain, with summation noise (a part in 10^12 of plain) shown as the 0 it is."""
+    d = x - plain
+    return 0.0 if abs(d) <= 1e-12 * abs(plain) else d
 
 
 def _extra_flops(plan: TilingPlan | None) -> float:
