@@ -178,3 +178,26 @@ def test_a_point_whose_local_worker_dies_is_sent_again(tmp_path):
     (row,) = doc["points"]
     assert row["status"] == "heuristic" and row["energy_j"] and (tmp_path / "s" / row["schedule_file"]).is_file()
     assert (marks / "capuchin-100pc").read_text().count("attempt") == 2
+
+
+def test_without_ray_the_cluster_option_says_what_to_install(tmp_path, monkeypatch, capsys):
+    import sys
+    monkeypatch.setitem(sys.modules, "ray", None)        # as if ray were not installed
+    out = tmp_path / "s"
+    rc = main(["sweep", "--model", "linear", "--device", "a72", "--memory", "100%", "--runtime", "none",
+               "--strategies", "keep-all", "--cluster", "ray", "--out", str(out)])
+    err = capsys.readouterr().err
+    assert rc == 2 and "needs the ray package" in err and "pip install -e '.[cluster]'" in err
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("address,says", [("nonsense", "is not an address"), ("ray://HEAD", "is not an address"),
+                                          ("127.0.0.1:1", "nothing answers at 127.0.0.1:1")])
+def test_a_cluster_address_that_cannot_work_is_refused_at_once(tmp_path, capsys, address, says):
+    import time
+    out = tmp_path / "s"
+    t0 = time.monotonic()
+    rc = main(["sweep", "--model", "linear", "--device", "a72", "--memory", "100%", "--runtime", "none",
+               "--strategies", "keep-all", "--cluster", address, "--out", str(out)])
+    assert rc == 2 and says in capsys.readouterr().err
+    assert time.monotonic() - t0 < 30 and not out.exists()     # Ray itself would retry for minutes
