@@ -121,6 +121,7 @@ def cmd_profile(a) -> int:
 def _measure(a, say) -> int:
     import torch
 
+    from ..fileio import atomic_write_text
     from ..hardware.device import load_device
     from ..hardware.profile import (
         HostProfile,
@@ -129,7 +130,6 @@ def _measure(a, say) -> int:
         profile_device,
         profile_toml,
         rapl_energy_j,
-        write_text_atomic,
     )
     from ..hardware.profile_storage import FULL_SIZES, QUICK_SIZES, profile_storage
     from .measure import measure_paging_overhead
@@ -162,7 +162,7 @@ def _measure(a, say) -> int:
     finally:
         torch.set_num_threads(threads0)
     hp.seconds = time.perf_counter() - t0
-    write_text_atomic(a.out, profile_toml(hp))
+    atomic_write_text(a.out, profile_toml(hp))
     load_device(a.out)          # what was written reads back
     print(f"wrote {a.out}: {len(samples)} ops of {', '.join(specs)} in {len(fams)} families; "
           f"storage write {storage.write.latency_s * 1e3:.3f} ms + {storage.write.bytes_per_s / 1e6:.1f} MB/s "
@@ -180,16 +180,16 @@ def _measure(a, say) -> int:
 
 
 def _import(a, say) -> int:
+    from ..fileio import atomic_write_text
     from ..graph.io import save_graph
     from ..hardware.device import load_device
-    from ..hardware.profile import write_text_atomic
     from ..hardware.profile_import import imported_graph, imported_profile_toml, read_measurements
     if not (a.out or a.graph_out):
         raise ValueError("--import needs --out board.toml (a profile) and/or --graph-out graph.json (a costed graph)")
     m = read_measurements(a.import_csv)
     say(f"{a.import_csv}: {len(m.ops)} op rows, {len(m.storage)} storage rows")
     if a.out:
-        write_text_atomic(a.out, imported_profile_toml(m, name=a.name or "board", power_w=a.power_w,
+        atomic_write_text(a.out, imported_profile_toml(m, name=a.name or "board", power_w=a.power_w,
                                                        storage_power_w=a.storage_power_w))
         load_device(a.out)
         print(f"wrote {a.out}: device profile from {a.import_csv}")

@@ -246,13 +246,6 @@ def profile_toml(p: HostProfile) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_text_atomic(path: str | Path, text: str) -> None:
-    """Write ``text`` to ``path`` through a temporary file in the same directory, then rename
-    (poet.fileio's one atomic writer: fsync'd, the old file kept and the path named on failure)."""
-    from ..fileio import atomic_write_text
-    atomic_write_text(path, text)
-
-
 __all__ = [
     "PROFILE_FORMAT",
     "FamilyFit",
@@ -267,5 +260,4 @@ __all__ = [
     "rapl_energy_j",
     "toml_table",
     "toml_value",
-    "write_text_atomic",
 ]
