@@ -7,11 +7,11 @@ import json
 import math
 
 import pytest
-
 from conftest import training_chain
+
 from poet.graph.io import save_graph
 from poet.solve.api import SolveOptions, make_budget, solve_costed
-from poet.sweep import (COLUMNS, SweepError, SweepSpec, load_sweep, parse_memory_range, reusable, run_sweep)
+from poet.sweep import COLUMNS, SweepError, SweepSpec, load_sweep, parse_memory_range, reusable, run_sweep
 
 STRATS = ["poet", "remat", "paging", "keep-all", "chen", "capuchin"]
 MEMS = ["45%", "60%", "75%", "90%", "100%"]
