@@ -48,10 +48,10 @@ def run_one(g, budget, method: str, time_limit: float, threads: int, gap: float)
                         find_min_budgets=False)
     s = solve_costed(g, budget, "poet", opts)
     wall = time.perf_counter() - t0
-    sv = s.solver
-    return {"method": method, "used": sv.get("method"), "vars": sv.get("variables"),
-            "rows": sv.get("constraints"), "seconds": wall, "status": s.status, "gap": sv.get("gap"),
-            "energy_j": s.totals.energy_j if s.steps else None, "bound_j": sv.get("bound_energy_j")}
+    r = s.report
+    return {"method": method, "used": r.method, "vars": r.milp.variables if r.milp else 0,
+            "rows": r.milp.constraints if r.milp else 0, "seconds": wall, "status": s.status, "gap": r.gap,
+            "energy_j": s.totals.energy_j if s.steps else None, "bound_j": r.bound_energy_j}
 
 
 def fmt(r: dict, case: dict) -> str:

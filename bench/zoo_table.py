@@ -53,8 +53,7 @@ def main(argv=None) -> int:
                           time_limit=a.time_limit, threads=a.threads, method=a.method, gap=a.gap,
                           find_min_budgets=False)
                 sec = time.perf_counter() - t0
-                sv = s.solver
-                gap = sv.get("gap")
+                gap = s.report.gap
                 gap_s = "" if gap is None else f"{gap:.1e}"
                 if s.feasible:
                     t = s.totals
@@ -64,7 +63,7 @@ def main(argv=None) -> int:
                 else:
                     row = f"{s.status} | {gap_s} | {sec:.1f} | - | - | - | - | -"
                 print(f"| {model} | {dev} | {len(g)} | {fmt_bytes(ram)} ({frac:.0%}) | {runtime} | {row} | "
-                      f"{sv.get('method', '')} |", flush=True)
+                      f"{s.report.method} |", flush=True)
     return 0
 
 

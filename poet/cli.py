@@ -80,7 +80,7 @@ def cmd_solve(a) -> int:
     warn_uncached(s)
     costs = None
     if problem.plan is not None:
-        s.solver["tiling"] = problem.plan.summary()
+        s.report = s.report.with_(tiling=problem.plan.summary())
         if problem.plan.tiled and s.totals is not None:
             from .hardware.device import load_device
             dev = load_device(a.device)

@@ -134,10 +134,10 @@ class Progress:
 
 def warn_uncached(s) -> None:
     """Say on stderr why a solve's answer could not be kept in the cache, if it could not."""
-    if s.solver.get("cache_note"):
-        print(f"note: {s.solver['cache_note']}", file=sys.stderr)
-    if s.solver.get("cache_error"):
-        print(f"note: the answer was not cached: {s.solver['cache_error']}", file=sys.stderr)
+    if s.report.cache_note:
+        print(f"note: {s.report.cache_note}", file=sys.stderr)
+    if s.report.cache_error:
+        print(f"note: the answer was not cached: {s.report.cache_error}", file=sys.stderr)
 
 
 def check_out_path(path: str | None, force: bool):

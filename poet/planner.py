@@ -54,9 +54,8 @@ class Plan:
                  f"device {self.device}; budget {fmt_bytes(s.budget.ram_bytes)} RAM"
                  + (f", {fmt_seconds(s.budget.runtime_s)}" if s.budget.runtime_s else ", no deadline")
                  + f"; strategy {s.strategy}: {s.status}"
-                 + (f" (gap {s.solver['gap']:.2%})" if s.status == FEASIBLE and s.solver.get("gap") is not None
-                    else "")
-                 + (f"; {cache_note(s.solver)}" if s.solver.get("cache") else "")]
+                 + (f" (gap {s.report.gap:.2%})" if s.status == FEASIBLE and s.report.gap is not None else "")
+                 + (f"; {cache_note(s.report)}" if s.report.cache is not None else "")]
         if self.tiling is not None:
             lines += self.tiling.lines()
         if s.totals:
@@ -66,7 +65,7 @@ class Plan:
                          f"energy {fmt_energy(t.energy_j)}; {len(s.steps)} instructions, "
                          f"{t.recomputes} recomputes, {t.page_outs} page-outs, {t.page_ins} page-ins")
         else:
-            lines.append(str(s.solver.get("message", "no schedule")))
+            lines.append(s.report.message or "no schedule")
         return "\n".join(lines)
 
     def save(self, path) -> None:

@@ -57,10 +57,10 @@ def test_chen_is_honest_about_budgets(r18):
     g = r18
     best = min(simulate(g, segment_steps(g, c)).totals.peak_ram_bytes for c in chen_plans(g).values())
     s = poet.solve(g, memory=best - 1, strategy="chen")
-    assert s.status == INFEASIBLE and not s.steps and "RAM" in s.solver["message"]
+    assert s.status == INFEASIBLE and not s.steps and "RAM" in s.report.message
     # recomputation costs time: at exactly one plain pass no plan fits
     s = poet.solve(g, memory=best, runtime="1.0x", strategy="chen")
-    assert s.status == INFEASIBLE and "needs" in s.solver["message"]
+    assert s.status == INFEASIBLE and "needs" in s.report.message
     s = poet.solve(g, memory=best, runtime="2x", strategy="chen")
     assert s.status == HEURISTIC and s.totals.runtime_s <= s.budget.runtime_s
 
@@ -81,8 +81,8 @@ def test_capuchin_choice_follows_costs():
     # swapping wins.  On the M4 the SD card is expensive and recomputing cheap layers wins.
     a72 = poet.solve("resnet18_cifar", "a72", memory="40%", runtime="2x", strategy="capuchin")
     m4 = poet.solve("resnet18_cifar", "m4", memory="40%", runtime="2x", strategy="capuchin")
-    assert a72.solver["swap_evictions"] > a72.solver["recompute_evictions"]
-    assert m4.solver["recompute_evictions"] > 0
+    assert a72.report.strategy_facts["swap_evictions"] > a72.report.strategy_facts["recompute_evictions"]
+    assert m4.report.strategy_facts["recompute_evictions"] > 0
 
 
 def test_capuchin_is_honest_about_budgets(r18):
@@ -92,7 +92,8 @@ def test_capuchin_is_honest_about_budgets(r18):
     s = poet.solve(g, memory=g.min_ram_bytes() - 1, strategy="capuchin")
     assert s.status == INFEASIBLE
     s = poet.solve(g, memory="100%", runtime="1.0x", strategy="capuchin")   # keep-all fits: nothing evicted
-    assert s.status == HEURISTIC and s.solver["evictions"] == 0 and s.energy_j == pytest.approx(g.plain_energy_j)
+    assert s.status == HEURISTIC and s.report.strategy_facts["evictions"] == 0
+    assert s.energy_j == pytest.approx(g.plain_energy_j)
 
 
 @pytest.mark.parametrize("mode", ["serial", "overlap", "hidden"])
@@ -143,7 +144,7 @@ def test_fixed_rules_are_valid_or_honestly_infeasible(seed, n, frac, rt, mode):
             if runtime is not None:
                 assert s.totals.runtime_s <= runtime * (1 + 1e-6)
         else:
-            assert s.status == INFEASIBLE and s.solver.get("message")
+            assert s.status == INFEASIBLE and s.report.message
     # plain backprop always fits its own peak, and the greedy then evicts nothing
     s = poet.solve(g, memory=keep_all_peak(g), runtime=runtime, strategy="capuchin", paging_time=mode)
     assert s.steps and s.energy_j == pytest.approx(g.plain_energy_j)
@@ -162,9 +163,9 @@ def test_capuchin_stopped_by_its_time_limit_says_so_and_returns_no_schedule(r18)
     # unfinished plan, which does not fit
     budget = int(r18.min_ram_bytes() * 1.1)
     full = poet.solve(r18, memory=budget, strategy="capuchin")
-    assert full.steps and full.solver["rounds"] > 5
+    assert full.steps and full.report.strategy_facts["rounds"] > 5
     s = poet.solve(r18, memory=budget, strategy="capuchin", time_limit=1e-9)
     assert s.status == "no_solution" and not s.steps
-    assert "time limit" in s.solver["message"] and "longer time limit" in s.solver["message"]
+    assert "time limit" in s.report.message and "longer time limit" in s.report.message
     plan, steps, info = capuchin_plan(r18, Budget(budget), time_limit=1e-9)
     assert info["stopped"] and info["rounds"] == 1

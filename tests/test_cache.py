@@ -42,13 +42,13 @@ def _solve(g, b, **kw):
 def test_a_repeated_solve_is_answered_from_the_cache_and_replayed(counted):
     g, b = _problem()
     first = _solve(g, b)
-    assert first.status == OPTIMAL and first.steps and "cache" not in first.solver
+    assert first.status == OPTIMAL and first.steps and first.report.cache is None
     second = _solve(g, b, time_limit_s=0.01)
     assert counted["n"] == 1                                  # not solved again
     assert second.steps == first.steps and second.status == OPTIMAL
     assert second.totals == first.totals                       # recomputed by the validator's replay
-    assert second.solver["cache"]["solve_seconds"] == first.solver["solve_seconds"]
-    assert Path(second.solver["cache"]["file"]).is_file()
+    assert second.report.cache.solve_seconds == first.report.solve_seconds
+    assert Path(second.report.cache.file).is_file()
 
 
 def test_the_cache_is_off_unless_asked_for(counted):
@@ -61,7 +61,7 @@ def test_the_cache_is_off_unless_asked_for(counted):
 def test_a_verbose_solve_runs_for_its_log(counted):
     g, b = _problem()
     _solve(g, b)
-    assert "cache" not in _solve(g, b, verbose=True).solver
+    assert _solve(g, b, verbose=True).report.cache is None
     assert counted["n"] == 2
 
 
@@ -80,10 +80,10 @@ def test_an_unproven_answer_is_reused_only_for_no_longer_a_time_limit(counted):
     g, b = _problem()
     counted["status"] = FEASIBLE          # as if the search had stopped at its time limit
     _solve(g, b, time_limit_s=5.0)
-    assert _solve(g, b, time_limit_s=2.0).solver["cache"]["time_limit_s"] == 5.0
+    assert _solve(g, b, time_limit_s=2.0).report.cache.time_limit_s == 5.0
     assert counted["n"] == 1
     fresh = _solve(g, b, time_limit_s=10.0)                     # a longer search may do better
-    assert counted["n"] == 2 and "cache" not in fresh.solver
+    assert counted["n"] == 2 and fresh.report.cache is None
     _solve(g, b)                                               # no limit is the longest of all
     assert counted["n"] == 3
     _solve(g, b, time_limit_s=1e6)
@@ -107,7 +107,7 @@ def test_a_damaged_or_invalid_entry_is_ignored_and_replaced(counted, damage):
             d["format"] = "poet-cache/0"
         path.write_text(json.dumps(d))
     again = _solve(g, b)
-    assert counted["n"] == 2 and "cache" not in again.solver and again.steps == first.steps
+    assert counted["n"] == 2 and again.report.cache is None and again.steps == first.steps
     assert json.loads(path.read_text())["steps"] == steps_to_dicts(first.steps)   # replaced by the fresh answer
 
 
@@ -117,7 +117,7 @@ def test_an_unwritable_cache_is_reported_not_fatal(counted, tmp_path, monkeypatc
     monkeypatch.setenv("POET_CACHE_DIR", str(blocker / "cache"))   # a directory inside a file
     g, b = _problem()
     s = _solve(g, b)
-    assert s.status == OPTIMAL and "cannot write the cache" in s.solver["cache_error"]
+    assert s.status == OPTIMAL and "cannot write the cache" in s.report.cache_error
 
 
 def test_past_its_size_cap_the_least_recently_used_entries_go_and_nothing_else(counted, monkeypatch):
@@ -134,7 +134,7 @@ def test_past_its_size_cap_the_least_recently_used_entries_go_and_nothing_else(c
     import os
     os.utime(a, (old, old))
     os.utime(bb, (old + 1, old + 1))
-    assert "cache" in _solve(g, budgets[0]).solver             # a hit: now the most recently used
+    assert _solve(g, budgets[0]).report.cache is not None             # a hit: now the most recently used
     monkeypatch.setenv("POET_CACHE_MAX_MB", str((2 * max(sizes) + min(sizes) // 2) / 1e6))
     _solve(g, budgets[2])                                      # three entries do not fit the cap, two do
     assert a.is_file() and not bb.is_file() and other.read_text() == "mine"

@@ -84,14 +84,14 @@ def test_the_solve_runs_the_interval_search_after_the_guide_search_and_returns_a
     policy = SolvePolicy(interval_min_rest_s=0.0)       # the real gate needs a 30-s limit
     s = solve_costed(g, b, "poet", SolveOptions(time_limit_s=8, threads=2, gap=1e-4, find_min_budgets=False,
                                                  progress=seen.append, policy=policy))
-    info = s.solver["interval_search"]
+    info = s.report.phase("interval search").facts
     cp = [d for d in seen if d["phase"] == "interval search"]
     assert cp and all(d["objective"] <= info["start_energy_j"] and d["bound"] <= d["objective"] for d in cp)
     if info["cp_status"] in ("FEASIBLE", "OPTIMAL"):
         assert len(cp) >= 2        # the start, then each solution CP-SAT finds (the hint, at least)
     assert info["cp_variables"] > 0 and info["cp_status"] in ("FEASIBLE", "OPTIMAL", "UNKNOWN")
-    assert s.solver["method"] in ("greedy", "intervals")
-    assert s.totals.energy_j == pytest.approx(s.solver["heuristic_energy_j"], rel=1e-9)
+    assert s.report.method in ("greedy", "intervals")
+    assert s.totals.energy_j == pytest.approx(s.report.heuristic_energy_j, rel=1e-9)
     assert info["energy_j"] <= info["start_energy_j"] and s.totals.energy_j == pytest.approx(info["energy_j"])
     validate(g, s.steps, b)
 
@@ -113,10 +113,10 @@ def test_after_the_interval_search_a_milp_that_cannot_start_is_not_even_built(mo
     policy = SolvePolicy(interval_min_rest_s=0.0, milp_setup_s_per_nonzero=1e-9)
     s = solve_costed(g, b, "poet", SolveOptions(time_limit_s=6, threads=2, gap=1e-4, find_min_budgets=False,
                                                  policy=policy, clock=lambda: time.perf_counter() + late[0]))
-    assert "interval_search" in s.solver and "build_seconds" not in s.solver      # never built
-    assert s.solver["milp_skipped"] and s.solver["method"] in ("greedy", "intervals")
+    assert s.report.phase("interval search") is not None and s.report.phase("MILP build") is None      # never built
+    assert s.report.milp_skipped and s.report.method in ("greedy", "intervals")
     nonzeros = policy.milp_nonzeros_per_node_squared * len(g.nodes) ** 2
-    assert f"a MILP of about {nonzeros:,} nonzeros" in s.solver["message"]
+    assert f"a MILP of about {nonzeros:,} nonzeros" in s.report.message
     validate(g, s.steps, b)
 
 
@@ -127,7 +127,7 @@ def test_without_ortools_the_solve_skips_the_interval_search(monkeypatch):
     b = _budget(g, 0.2, 1.2)
     s = solve_costed(g, b, "poet", SolveOptions(time_limit_s=4, threads=2, gap=1e-4, find_min_budgets=False,
                                                  policy=SolvePolicy(interval_min_rest_s=0.0)))
-    assert "interval_search" not in s.solver and s.solver["method"] in ("greedy", "milp-fast")
+    assert s.report.phase("interval search") is None and s.report.method in ("greedy", "milp-fast")
     validate(g, s.steps, b)
 
 

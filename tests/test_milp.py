@@ -36,7 +36,7 @@ def test_milp_optimum_equals_exhaustive_search(seed, layers, frac, slack, skip, 
     if expected is None:
         assert s.status == "infeasible" and not s.steps
     else:
-        assert s.status == "optimal", s.solver
+        assert s.status == "optimal", s.report
         assert s.totals.energy_j == pytest.approx(expected, rel=1e-7)
 
 
@@ -73,7 +73,7 @@ def test_every_emitted_schedule_validates_within_budgets(seed, n, frac, slack, m
         assert t.energy_j >= g.plain_energy_j - 1e-9     # every node computed at least once
         assert s.status in ("optimal", "feasible", "heuristic")
     else:
-        assert s.status in ("infeasible", "no_solution") and s.solver.get("message")
+        assert s.status in ("infeasible", "no_solution") and s.report.message
 
 
 @pytest.mark.parametrize("seed", range(6))

@@ -48,13 +48,13 @@ def test_a_solve_stopped_in_its_guide_search_returns_the_best_plan_so_far_and_sk
     progress, stop = _stop_at("guide search")
     s = solve_costed(g, b, "poet", SolveOptions(threads=2, gap=0.01, progress=progress, stop=stop,
                                                  time_limit_s=300, find_min_budgets=False))
-    assert s.solver["stopped_early"] and "stopped early on request" in s.solver["message"]
-    assert s.steps and s.status == "feasible" and s.solver["method"] == "greedy"
-    assert "interval_search" not in s.solver and "mip_seconds" not in s.solver
-    assert s.solver["solve_seconds"] < 60          # far from the 300-s limit it would otherwise use
+    assert s.report.stopped_early and "stopped early on request" in s.report.message
+    assert s.steps and s.status == "feasible" and s.report.method == "greedy"
+    assert s.report.phase("interval search") is None and s.report.milp is None
+    assert s.report.solve_seconds < 60          # far from the 300-s limit it would otherwise use
     assert validate(g, s.steps, b) == s.totals
-    lb = s.solver["bound_energy_j"]
-    assert s.solver["gap"] == pytest.approx((s.totals.energy_j - lb) / s.totals.energy_j)
+    lb = s.report.bound_energy_j
+    assert s.report.gap == pytest.approx((s.totals.energy_j - lb) / s.totals.energy_j)
 
 
 def test_stopped_highs_hands_back_its_start_as_the_incumbent():
@@ -93,11 +93,11 @@ def test_a_stop_during_an_infeasible_solve_keeps_the_verdict_and_cuts_the_budget
     lo, hi = g.min_ram_bytes(), keep_all_peak(g)
     b = Budget(int(lo + 0.2 * (hi - lo)), 1.0 * g.plain_runtime_s, "serial")    # no slack: proven infeasible
     s = solve_costed(g, b, "poet", SolveOptions(threads=2, gap=0.01, stop=lambda: True, time_limit_s=300))
-    assert s.status == "infeasible" and s.solver["stopped_early"]
-    assert "before the smallest feasible budgets were all found" in s.solver["message"]
-    assert "min_runtime_s" not in s.solver and "min_runtime_note" not in s.solver     # not started
-    assert s.solver["solve_seconds"] < 60         # not the up to 2 x 300 s of the two budget MILPs
-    note = s.solver.get("min_ram_note")        # stopped at HiGHS's first callback, if it had one
+    assert s.status == "infeasible" and s.report.stopped_early
+    assert "before the smallest feasible budgets were all found" in s.report.message
+    assert s.report.min_budgets.runtime_s is None and s.report.min_budgets.runtime_note is None     # not started
+    assert s.report.solve_seconds < 60         # not the up to 2 x 300 s of the two budget MILPs
+    note = s.report.min_budgets.ram_note        # stopped at HiGHS's first callback, if it had one
     assert note is None or note == "proven" or "best found before the stop" in note
 
 
@@ -113,7 +113,7 @@ def test_an_unproven_answer_cut_short_is_not_cached(monkeypatch):
     b = Budget(ram_bytes=max(n.ram_bytes for n in g.nodes) * 4, runtime_s=1.5 * g.plain_runtime_s)
     for _ in range(2):
         s = solve_costed(g, b, "poet", SolveOptions(cache=True, stop=lambda: True))
-        assert s.solver["stopped_early"] and "cache_error" not in s.solver
+        assert s.report.stopped_early and s.report.cache_error is None
     assert len(calls) == 2                          # the second solve ran again
 
 

@@ -142,7 +142,7 @@ def test_tiled_schedule_replays_valid():
     p = tiled_problem("vgg16_cifar", "m4", memory=262144, runtime=None)
     assert p.plan.tiled and p.graph.min_ram_bytes() <= 262144
     s = solve_costed(p.graph, p.budget, "poet", SolveOptions(time_limit_s=10))
-    assert s.steps, s.solver
+    assert s.steps, s.report
     t = validate(s.graph, s.steps, s.budget)
     assert t.peak_ram_bytes <= 262144
 
@@ -152,7 +152,7 @@ def test_budget_below_tiled_minimum_is_answered_with_it():
     assert p.plan.tiled and not p.plan.fits
     s = solve_costed(p.graph, p.budget, "poet", SolveOptions(time_limit_s=30))
     assert s.status == "infeasible"
-    assert s.solver["min_ram_bytes_lower_bound"] == p.plan.tiled_min_bytes == p.graph.min_ram_bytes()
+    assert s.report.min_budgets.ram_bytes_lower_bound == p.plan.tiled_min_bytes == p.graph.min_ram_bytes()
 
 
 def test_cli_tile_off_keeps_the_untiled_answer(capsys):

@@ -35,7 +35,7 @@ def _solve(cg, strategy, fractions, kind):
         s = poet.solve(cg, memory=int(lo + frac * (hi - lo)), strategy=strategy, time_limit=30, gap=0.05)
         if s.feasible:
             return s
-        assert s.status == "infeasible", s.solver
+        assert s.status == "infeasible", s.report
     return reference_schedule(cg, kind, every=3)
 
 

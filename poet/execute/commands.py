@@ -187,7 +187,7 @@ def cmd_train(a) -> int:
         say(pl)
         if not pl.feasible:
             _emit_json(a, {"model": a.model, "device": pl.device, "strategy": a.strategy, "status": pl.schedule.status,
-                           "message": str(pl.schedule.solver.get("message", ""))})
+                           "message": pl.schedule.report.message})
             return 3
         losses = []
         results = []

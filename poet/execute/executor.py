@@ -147,7 +147,7 @@ class Executor:
                                  f"({p.granularity} granularity); plan and run the same program")
         if not schedule.steps:
             raise ExecutionError(f"the schedule has no steps (status {schedule.status}): "
-                                 f"{schedule.solver.get('message', 'nothing to run')}")
+                                 f"{schedule.report.message or 'nothing to run'}")
         fixed_vals = self._fixed_values(batch)
         fixed_keys = {t.untyped_storage()._cdata for t in fixed_vals if isinstance(t, torch.Tensor)}
         for t in list(self._grads.values()) + list(self._bufs.values()):

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from ..graph.core import BACKWARD, FORWARD, CostedGraph
 from ..schedule.core import HEURISTIC, Budget, Schedule, Step
+from ..schedule.report import SolveReport
 from ..schedule.validate import validate
 
 KINDS = ("keep", "remat", "paging")
@@ -89,4 +90,4 @@ def reference_schedule(g: CostedGraph, kind: str = "keep", every: int = 4, ram_b
     budget = Budget(ram_bytes=ram_bytes if ram_bytes is not None else tot.peak_ram_bytes, paging_time=paging_time)
     tot = validate(g, steps, budget)
     return Schedule(graph=g, budget=budget, steps=tuple(steps), status=HEURISTIC, strategy=f"reference-{kind}",
-                    totals=tot, solver={"method": f"rule-based {kind} (every={every})"})
+                    totals=tot, report=SolveReport(method=f"rule-based {kind} (every={every})"))

@@ -84,7 +84,7 @@ def schedule_markdown(s, source: str = "") -> str:
              f"* budget: RAM {fmt_bytes(b.ram_bytes)} ({b.ram_bytes} B), deadline "
              f"{fmt_seconds(b.runtime_s) if b.runtime_s else 'none'}, paging time {b.paging_time}", ""]
     if not s.steps or s.totals is None:
-        lines.append(f"No schedule: {s.solver.get('message', '')}")
+        lines.append(f"No schedule: {s.report.message}")
         return "\n".join(lines) + "\n"
     t = s.totals
     plain_e, plain_t = g.plain_energy_j, g.plain_runtime_s

@@ -2,67 +2,63 @@
 from __future__ import annotations
 
 from ..schedule.core import FEASIBLE, HEURISTIC, INFEASIBLE, NO_SOLUTION, OPTIMAL, Schedule
+from ..schedule.report import SolveReport
 from ..units import fmt_bytes, fmt_energy, fmt_seconds
 
 
-def cache_note(solver: dict) -> str:
+def cache_note(report: SolveReport) -> str:
     """Where a schedule answered from the solve cache came from ("" for a fresh solve)."""
-    cached = solver.get("cache")
-    if not cached or not isinstance(cached, dict):
+    cached = report.cache
+    if cached is None:
         return ""
-    took = cached.get("solve_seconds")
-    took = took if isinstance(took, (int, float)) and not isinstance(took, bool) else None
+    took = cached.solve_seconds
     return ("from the cache (solved" + (f" in {took:.1f} s" if took is not None else "")
-            + (f" on {str(cached['solved_at'])[:40]}" if cached.get("solved_at") else "") + "; --no-cache, or cache=False from Python, solves again)")
+            + (f" on {cached.solved_at[:40]}" if cached.solved_at else "")
+            + "; --no-cache, or cache=False from Python, solves again)")
 
 
-def _bound_note(sv: dict) -> str:
+def _bound_note(r: SolveReport) -> str:
     """Where a schedule read from a file got its bound (see poet.schedule.io.checked_claims)."""
-    if sv.get("bound_checked") is False:
-        return " (claimed by the file, not re-checked)"
-    return ""
+    return "" if r.bound_checked else " (claimed by the file, not re-checked)"
 
 
-def _claims_note(sv: dict) -> str:
+def _claims_note(r: SolveReport) -> str:
     """What a file claimed that its replay did not support."""
     notes = []
-    if sv.get("claimed_status"):
-        notes.append(f"the file said {sv['claimed_status']}")
-    if isinstance(sv.get("claimed_gap"), float) and sv.get("claimed_status") == OPTIMAL:
-        notes.append(f"with gap {sv['claimed_gap']:.2e}")
-    if sv.get("claimed_bound_energy_j") is not None:
-        notes.append(f"its lower bound {sv['claimed_bound_energy_j']:.6g} J is above the replayed energy")
+    if r.claimed_status:
+        notes.append(f"the file said {r.claimed_status}")
+    if r.claimed_gap is not None and r.claimed_status == OPTIMAL:
+        notes.append(f"with gap {r.claimed_gap:.2e}")
+    if r.claimed_bound_energy_j is not None:
+        notes.append(f"its lower bound {r.claimed_bound_energy_j:.6g} J is above the replayed energy")
     return f"; NOT as claimed: {' '.join(notes)}, which the replay does not support" if notes else ""
 
 
 def status_line(s: Schedule) -> str:
-    sv = s.solver
+    r = s.report
     how = []
-    if sv.get("method"):
-        how.append(f"method {sv['method']}")
-    if sv.get("stopped_early"):
+    if r.method:
+        how.append(f"method {r.method}")
+    if r.stopped_early:
         how.append("stopped early on request")
-    if sv.get("cache"):
-        how.append(cache_note(sv))
-    elif sv.get("solve_seconds") is not None:
-        how.append(f"{sv['solve_seconds']:.1f} s")
-    if isinstance(sv.get("variables"), int) and isinstance(sv.get("constraints"), int):
-        how.append(f"{sv['variables']:,} variables, {sv['constraints']:,} constraints")
+    if r.cache is not None:
+        how.append(cache_note(r))
+    elif r.solve_seconds:
+        how.append(f"{r.solve_seconds:.1f} s")
+    if r.milp is not None:
+        how.append(f"{r.milp.variables:,} variables, {r.milp.constraints:,} constraints")
     tail = f" [{'; '.join(how)}]" if how else ""
     if s.status == OPTIMAL:
-        gap = sv.get("gap")
-        bound = sv.get("bound_energy_j")
         extra = ""
-        if gap is not None:
-            extra = f", {'proven ' if sv.get('bound_checked') is not False else ''}relative gap {gap:.2e}"
-        if bound is not None:
-            extra += f", lower bound {fmt_energy(bound)}{_bound_note(sv)}"
-        return f"optimal{extra}{tail}{_claims_note(sv)}"
+        if r.gap is not None:
+            extra = f", {'proven ' if r.bound_checked else ''}relative gap {r.gap:.2e}"
+        if r.bound_energy_j is not None:
+            extra += f", lower bound {fmt_energy(r.bound_energy_j)}{_bound_note(r)}"
+        return f"optimal{extra}{tail}{_claims_note(r)}"
     if s.status == FEASIBLE:
-        gap = sv.get("gap")
-        g = f"{gap:.2%}" if isinstance(gap, (int, float)) else "unknown"
-        detail = f"; {sv['status_detail']}" if sv.get("status_detail") else ""
-        return f"feasible, NOT proven optimal (gap {g}{_bound_note(sv)}{detail}){tail}{_claims_note(sv)}"
+        g = f"{r.gap:.2%}" if r.gap is not None else "unknown"
+        detail = f"; {r.status_detail}" if r.status_detail else ""
+        return f"feasible, NOT proven optimal (gap {g}{_bound_note(r)}{detail}){tail}{_claims_note(r)}"
     if s.status == HEURISTIC:
         return f"heuristic schedule (no optimality claim){tail}"
     if s.status == INFEASIBLE:
@@ -73,30 +69,30 @@ def status_line(s: Schedule) -> str:
 
 
 def infeasibility_text(s: Schedule) -> str:
-    sv = s.solver
-    lines = [f"No {s.strategy} schedule fits: {sv.get('message', 'budgets cannot be met')}."]
-    if "min_ram_bytes" in sv:
-        note = sv.get("min_ram_note", "")
+    r, mb = s.report, s.report.min_budgets
+    lines = [f"No {s.strategy} schedule fits: {r.message or 'budgets cannot be met'}."]
+    if mb.ram_bytes is not None:
+        note = mb.ram_note or ""
         lines.append(f"  Smallest feasible RAM budget{' at this deadline' if s.budget.runtime_s else ''}: "
-                     f"{fmt_bytes(sv['min_ram_bytes'])} ({sv['min_ram_bytes']} B){f' - {note}' if note else ''}")
-    elif "min_ram_bytes_lower_bound" in sv:
-        lines.append(f"  Any schedule needs at least {fmt_bytes(sv['min_ram_bytes_lower_bound'])} "
-                     f"({sv['min_ram_bytes_lower_bound']} B); try --memory {sv['min_ram_bytes_lower_bound']} or more.")
-    elif sv.get("min_ram_note"):
-        lines.append(f"  {sv['min_ram_note']}")
-    if "min_runtime_s" in sv:
+                     f"{fmt_bytes(mb.ram_bytes)} ({mb.ram_bytes} B){f' - {note}' if note else ''}")
+    elif mb.ram_bytes_lower_bound is not None:
+        lines.append(f"  Any schedule needs at least {fmt_bytes(mb.ram_bytes_lower_bound)} "
+                     f"({mb.ram_bytes_lower_bound} B); try --memory {mb.ram_bytes_lower_bound} or more.")
+    elif mb.ram_note:
+        lines.append(f"  {mb.ram_note}")
+    if mb.runtime_s is not None:
         plain = s.graph.plain_runtime_s
-        x = f" ({sv['min_runtime_s'] / plain:.3g}x plain)" if plain else ""
-        lines.append(f"  Shortest feasible deadline at this RAM budget: {fmt_seconds(sv['min_runtime_s'])}{x}"
-                     f" - {sv.get('min_runtime_note', '')}")
-    elif "min_runtime_s_lower_bound" in sv:
-        t = sv["min_runtime_s_lower_bound"]
+        x = f" ({mb.runtime_s / plain:.3g}x plain)" if plain else ""
+        lines.append(f"  Shortest feasible deadline at this RAM budget: {fmt_seconds(mb.runtime_s)}{x}"
+                     f" - {mb.runtime_note or ''}")
+    elif mb.runtime_s_lower_bound is not None:
+        t = mb.runtime_s_lower_bound
         plain = s.graph.plain_runtime_s
         x = f" ({t / plain:.4g}x plain)" if plain else ""
         lines.append(f"  Any schedule within this RAM budget needs at least {fmt_seconds(t)}{x} (a proven bound, "
                      f"not necessarily reachable); try a longer --runtime or more --memory.")
-    elif sv.get("min_runtime_note"):
-        lines.append(f"  {sv['min_runtime_note']}")
+    elif mb.runtime_note:
+        lines.append(f"  {mb.runtime_note}")
     return "\n".join(lines)
 
 

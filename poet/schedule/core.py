@@ -13,9 +13,13 @@ model (paging of a stage runs concurrently with its compute) needs it.
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
+from types import MappingProxyType
+from typing import Any
 
 from ..graph.core import CostedGraph
+from .report import SolveReport
 
 OPS = ("compute", "page_out", "page_in", "free")
 
@@ -72,7 +76,7 @@ class Schedule:
     """A schedule for a costed graph under a budget, with its totals and solver facts.
 
     ``steps`` is empty when ``status`` is infeasible or no_solution; then
-    ``solver`` explains why and, where computed, the smallest feasible budgets.
+    ``report`` explains why and, where computed, the smallest feasible budgets.
     It is data only: :func:`poet.schedule.save_schedule` writes it, :func:`poet.schedule.simulate`
     replays it (``ram_after_step``).
     """
@@ -83,7 +87,14 @@ class Schedule:
     status: str
     strategy: str
     totals: Totals | None = None
-    solver: dict = field(default_factory=dict)
+    report: SolveReport = field(default_factory=SolveReport)
+
+    @property
+    def solver(self) -> Mapping[str, Any]:
+        """The report in its JSON form (the schedule file's ``"solver"`` object), read-only.
+
+        Kept for code written against the dict this used to be; read ``report``'s fields instead."""
+        return MappingProxyType(self.report.to_dict())
 
     @property
     def feasible(self) -> bool:

@@ -21,6 +21,7 @@ from .core import (
     Step,
     Totals,
 )
+from .report import SolveReport
 from .validate import ScheduleError, check_budget, validate
 
 SCHEDULE_FORMAT = "poet-schedule/1"
@@ -43,7 +44,7 @@ def schedule_to_dict(s: Schedule) -> dict:
                    "paging_time": s.budget.paging_time},
         "steps": steps,
         "totals": dataclasses.asdict(s.totals) if s.totals else None,
-        "solver": s.solver,
+        "solver": s.report.to_dict(),
     }
 
 
@@ -90,7 +91,7 @@ def schedule_from_dict(d: dict, source: str = "schedule") -> Schedule:
     solver = d.get("solver")
     s = Schedule(graph=g, budget=budget, steps=tuple(steps), status=status,
                  strategy=str(d.get("strategy", "unknown"))[:100], totals=totals,
-                 solver=_plain_facts(solver))
+                 report=SolveReport.from_dict(_plain_facts(solver)))
     return checked_claims(s)
 
 
@@ -136,30 +137,31 @@ def checked_claims(s: Schedule) -> Schedule:
     only when that gap is within the gap the file claims or asked for; a "no schedule" status
     next to steps that replay becomes ``feasible``.  What the file said is kept as ``claimed_*``.
     """
-    sv = s.solver
+    r = s.report
     if not s.steps:
         if s.status in (OPTIMAL, FEASIBLE, HEURISTIC):
-            sv.setdefault("claimed_status", s.status)
+            s.report = r.with_(claimed_status=r.claimed_status or s.status)
             s.status = NO_SOLUTION
         return s
-    claimed_gap, bound = _number(sv.pop("gap", None)), _number(sv.pop("bound_energy_j", None))
+    claimed_gap, bound = r.gap, r.bound_energy_j
     energy, plain = s.totals.energy_j, s.graph.plain_energy_j
-    if claimed_gap is not None:
-        sv.setdefault("claimed_gap", claimed_gap)
-    sv["bound_energy_j"], sv["bound_checked"] = plain, True
+    changes: dict = {"bound_energy_j": plain, "bound_checked": True}
+    if claimed_gap is not None and r.claimed_gap is None:
+        changes["claimed_gap"] = claimed_gap
     if bound is not None and bound > plain:
         if bound <= energy * (1 + 1e-9):
-            sv["bound_energy_j"], sv["bound_checked"] = bound, False
-        else:
-            sv.setdefault("claimed_bound_energy_j", bound)     # above the replayed energy: false
-    sv["gap"] = max(0.0, (energy - sv["bound_energy_j"]) / max(energy, 1e-300))
+            changes.update(bound_energy_j=bound, bound_checked=False)
+        elif r.claimed_bound_energy_j is None:
+            changes["claimed_bound_energy_j"] = bound     # above the replayed energy: false
+    changes["gap"] = max(0.0, (energy - changes["bound_energy_j"]) / max(energy, 1e-300))
     if s.status in (INFEASIBLE, NO_SOLUTION):
-        sv.setdefault("claimed_status", s.status)
+        changes["claimed_status"] = r.claimed_status or s.status
         s.status = FEASIBLE
-    limit = max(claimed_gap or 0.0, _number(sv.get("requested_gap")) or 1e-3)
-    if s.status == OPTIMAL and sv["gap"] > min(limit, 1.0) * (1 + 1e-6) + 1e-12:
-        sv.setdefault("claimed_status", OPTIMAL)
+    limit = max(claimed_gap or 0.0, r.requested_gap or 1e-3)
+    if s.status == OPTIMAL and changes["gap"] > min(limit, 1.0) * (1 + 1e-6) + 1e-12:
+        changes["claimed_status"] = r.claimed_status or OPTIMAL
         s.status = FEASIBLE
+    s.report = r.with_(**changes)
     return s
 
 

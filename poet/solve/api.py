@@ -13,6 +13,7 @@ from ..graph.io import load_graph
 from ..graph.zoo import build_model
 from ..hardware.cost import linear_cost_model
 from ..schedule.core import INFEASIBLE, PAGING_MODES, PAGING_SERIAL, Budget, Schedule
+from ..schedule.report import MinBudgets, SolveReport
 from ..units import MAX_BYTES, BudgetError, fmt_bytes, parse_bytes, parse_percent, parse_runtime
 from . import cache as disk
 from .baselines.keep_all import keep_all_peak
@@ -89,7 +90,7 @@ def solve(graph, device=None, *, memory, runtime=None, strategy: str = "poet",
     stop:    a callable polled during the ``poet`` strategy's solve; once it
              returns true the solve ends its current step (a greedy run, a
              HiGHS solve at its next callback) and returns the best validated
-             schedule found so far, with its gap and ``solver["stopped_early"]``.
+             schedule found so far, with its gap and ``report.stopped_early``.
              Such an answer is not cached unless it is proven.
     policy:  the pipeline's tuning (:class:`~poet.solve.policy.SolvePolicy`); the default
              is what the benchmarks were measured with.
@@ -112,34 +113,33 @@ def solve_costed(g: CostedGraph, budget: Budget, strategy: str, opts: SolveOptio
     lower = g.min_ram_bytes()
     if budget.ram_bytes < lower:
         # Hopeless before any MILP: some node cannot hold its inputs and output.
-        return Schedule(graph=g, budget=budget, steps=(), status=INFEASIBLE, strategy=strategy, solver={
-            "method": "bound", "solve_seconds": opts.clock() - t0,
-            "message": (f"RAM budget {fmt_bytes(budget.ram_bytes)} is below {fmt_bytes(lower)} "
-                        f"({lower} B), the largest node output plus all its inputs plus fixed RAM; "
-                        f"no schedule of any strategy can fit"),
-            "min_ram_bytes_lower_bound": lower,
-        })
+        return Schedule(graph=g, budget=budget, steps=(), status=INFEASIBLE, strategy=strategy, report=SolveReport(
+            method="bound", solve_seconds=opts.clock() - t0, min_budgets=MinBudgets(ram_bytes_lower_bound=lower),
+            message=(f"RAM budget {fmt_bytes(budget.ram_bytes)} is below {fmt_bytes(lower)} "
+                     f"({lower} B), the largest node output plus all its inputs plus fixed RAM; "
+                     f"no schedule of any strategy can fit")))
     entry = disk.entry_path(g, budget, strategy, opts) if opts.cache else None
     notes: list[str] = []
     if entry is not None and not opts.verbose:     # a verbose solve is asked for its log: it runs
         hit = disk.lookup(entry, g, budget, strategy, opts, notes)
         if hit is not None:
-            hit.solver["solve_seconds"] = opts.clock() - t0
+            hit.report = hit.report.with_(solve_seconds=opts.clock() - t0)
             return hit
     sched = strategy_table()[strategy](g, budget, opts)
     if notes:
-        sched.solver["cache_note"] = notes[0]
-    sched.solver.setdefault("solve_seconds", opts.clock() - t0)
+        sched.report = sched.report.with_(cache_note=notes[0])
+    if not sched.report.solve_seconds:      # the pipeline times itself; the baselines are timed here
+        sched.report = sched.report.with_(solve_seconds=opts.clock() - t0)
     if opts.stop is not None and opts.stop():
-        sched.solver["stopped_early"] = True
-        sched.solver["message"] = (sched.solver.get("message") or "") + "; stopped early on request" + (
-            ": the best schedule found by then" if sched.steps else
-            ", before the smallest feasible budgets were all found" if sched.status == INFEASIBLE else
-            ", before a schedule was found")
+        sched.report = sched.report.with_(stopped_early=True, message=(
+            sched.report.message + "; stopped early on request" + (
+                ": the best schedule found by then" if sched.steps else
+                ", before the smallest feasible budgets were all found" if sched.status == INFEASIBLE else
+                ", before a schedule was found")))
     sched = checked(sched)
-    if entry is not None and (sched.status in disk.PROVEN or not sched.solver.get("stopped_early")):
+    if entry is not None and (sched.status in disk.PROVEN or not sched.report.stopped_early):
         # an answer cut short is only as good as the time it had, which no time limit records
         why = disk.store(entry, sched, opts)
         if why:
-            sched.solver["cache_error"] = why
+            sched.report = sched.report.with_(cache_error=why)
     return sched

@@ -50,6 +50,7 @@ from ..schedule.core import (
     Step,
 )
 from ..schedule.io import steps_to_dicts
+from ..schedule.report import CacheHit, SolveReport
 from ..schedule.validate import ScheduleError, validate
 from ..units import BudgetError
 
@@ -199,19 +200,18 @@ def lookup(path: Path, g, budget: Budget, strategy: str, opts, notes: list | Non
         if notes is not None:
             notes.append(f"ignored the unreadable cache entry {path} ({type(e).__name__}); solved again")
         return None
-    for key in ("gap", "bound_energy_j", "objective_energy_j", "structural_bound_energy_j"):
-        solver.pop(key, None)
-    solver.update(facts)
+    report = SolveReport.from_dict(solver)
     try:
         os.utime(path)   # recently used: pruned last
     except OSError:
         pass
-    solver["cache"] = {"file": str(path), "solved_at": str(d.get("solved_at"))[:40],
-                       "solve_seconds": _seconds(solver.get("solve_seconds")),
-                       "time_limit_s": _seconds(d.get("time_limit_s")), "recheck": facts["recheck"]}
-    solver.pop("recheck", None)
+    # the re-derived facts replace the entry's (the cover's bound is not carried over: it was its word)
+    report = report.with_(gap=facts.get("gap"), bound_energy_j=facts.get("bound_energy_j"),
+                          energy_j=facts.get("objective_energy_j"), structural_bound_energy_j=None,
+                          cache=CacheHit(str(path), str(d.get("solved_at"))[:40], _seconds(report.solve_seconds),
+                                         _seconds(d.get("time_limit_s")), facts["recheck"]))
     return Schedule(graph=g, budget=budget, steps=steps, status=status, strategy=strategy, totals=totals,
-                    solver=solver)
+                    report=report)
 
 
 def _seconds(x) -> float | None:
@@ -224,7 +224,8 @@ def store(path: Path, s: Schedule, opts) -> str | None:
     directory = path.parent
     entry = {
         "format": CACHE_FORMAT, "status": s.status, "strategy": s.strategy, "time_limit_s": opts.time_limit_s,
-        "solved_at": time.strftime("%Y-%m-%d %H:%M:%S"), "steps": steps_to_dicts(s.steps), "solver": s.solver,
+        "solved_at": time.strftime("%Y-%m-%d %H:%M:%S"), "steps": steps_to_dicts(s.steps),
+        "solver": s.report.to_dict(),
     }
     try:
         text = json.dumps(entry, allow_nan=False)

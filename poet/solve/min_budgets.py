@@ -9,6 +9,7 @@ import math
 
 from ..graph.core import CostedGraph
 from ..schedule.core import INFEASIBLE, OPTIMAL, PAGING_HIDDEN, Budget
+from ..schedule.report import MinBudgets
 from ..units import fmt_bytes, fmt_seconds
 from .baselines.keep_all import keep_all_peak
 from .lp.highs import get_backend
@@ -17,7 +18,7 @@ from .policy import TimeBudget
 
 
 def min_budgets(g: CostedGraph, budget: Budget, opts, *, remat: bool, paging: bool,
-                time_budget: TimeBudget | None = None) -> dict:
+                time_budget: TimeBudget | None = None) -> MinBudgets:
     """Smallest feasible RAM (at the deadline) and runtime (at the RAM budget), computed by MILP:
     each gets ``policy.min_budget_seconds``, or, with a time limit, what is left of
     ``time_budget`` (by default, one that starts now)."""
@@ -78,5 +79,7 @@ def min_budgets(g: CostedGraph, budget: Budget, opts, *, remat: bool, paging: bo
         elif res.x is not None:
             out["min_runtime_s"] = res.objective * (g.plain_runtime_s or 1.0)
             out["min_runtime_note"] = "proven" if res.status == OPTIMAL else f"best found {searched(limit)}"
-    return out
+    return MinBudgets(ram_bytes=out.get("min_ram_bytes"), ram_bytes_lower_bound=out.get("min_ram_bytes_lower_bound"),
+                      ram_note=out.get("min_ram_note"), runtime_s=out.get("min_runtime_s"),
+                      runtime_note=out.get("min_runtime_note"))
 

@@ -17,16 +17,20 @@ In order (docs/pipeline.md says why):
    even set it up in the time left.
 
 The best validated schedule wins; its gap is measured against the better of the cover's bound
-and the MILP's.  What each phase did is kept in ``solver`` (the schedule's record).  The ``poet``
+and the MILP's.  What each phase did is recorded in the schedule's report (a
+:class:`~poet.schedule.report.PhaseRecord` per phase in ``SolveReport.phases``).  The ``poet``
 strategy also runs the Capuchin-style heuristic first and keeps the cheaper answer
 (:mod:`poet.solve.strategies.poet`).
 """
 from __future__ import annotations
 
+import dataclasses
 import math
+from types import MappingProxyType
 
 from ..graph.core import CostedGraph
 from ..schedule.core import FEASIBLE, INFEASIBLE, NO_SOLUTION, OPTIMAL, Budget, Schedule
+from ..schedule.report import MilpStats, MinBudgets, PhaseRecord, SolveReport
 from ..units import fmt_bytes, fmt_seconds
 from .bounds import eviction_cover
 from .errors import SolveError
@@ -59,7 +63,7 @@ def status_message(res, strategy: str) -> str:
 
 class Pipeline:
     """One solve of the stage form: the phases of the module docstring, in order, each a method that
-    updates the best plan held (``plan``, ``plan_e``) and records what it did in ``solver``."""
+    updates the best plan held (``plan``, ``plan_e``) and records what it did in ``report``."""
 
     def __init__(self, g: CostedGraph, budget: Budget, opts, *, remat: bool, paging: bool, strategy: str,
                  incumbent_energy: float | None = None):
@@ -82,8 +86,19 @@ class Pipeline:
         self.cover_info: dict = {}
         self.rule_plans: list = []             # each rule's cheapest plan
         self.closest: list = []                # the plan that overruns the deadline least, when none meets it
-        self.solver: dict = {"requested_method": opts.method, "requested_gap": opts.gap,
-                             "time_limit_s": opts.time_limit_s, "threads": opts.threads}
+        self.report = SolveReport(requested_method=opts.method, requested_gap=opts.gap,
+                                  time_limit_s=opts.time_limit_s, threads=opts.threads)
+        self.phases: list[PhaseRecord] = []
+        self.t_min: float | None = None        # the runtime cover's bound, once computed
+
+    # -- the record --------------------------------------------------------------------------------
+    def note(self, **changes) -> None:
+        """Set fields of the report (the names are checked: a misspelt field raises)."""
+        self.report = self.report.with_(**changes)
+
+    def record(self, name: str, since: float, **facts) -> None:
+        """A phase ended: how long since ``since`` (``time.elapsed()``), the best energy held, its facts."""
+        self.phases.append(PhaseRecord(name, self.time.elapsed() - since, self.plan_e, MappingProxyType(facts)))
 
     # -- helpers -----------------------------------------------------------------------------------
     def stopped(self) -> bool:
@@ -183,7 +198,7 @@ class Pipeline:
                 self.guide_search(milp_follows, cp_follows)
                 if cp_follows and self.gap() > self.opts.gap and not self.stopped():
                     self.interval_search()
-                self.solver["heuristic_energy_j"] = self.plan_e
+                self.note(heuristic_energy_j=self.plan_e)
                 gap_lb = self.gap()
             if self.method == "heuristic" or (self.method == "fast" and (outside_proven or (
                     gap_lb is not None and gap_lb <= self.opts.gap))):
@@ -195,34 +210,36 @@ class Pipeline:
     def lower_bound(self) -> bool:
         """Phase 1: the eviction cover's bound and guide; False when no eviction set meets the deadline."""
         self.progress("lower bound")
+        since = self.time.elapsed()
         self.lb, self.guide = eviction_cover(self.g, self.budget, remat=self.remat, paging=self.paging,
                                              time_limit=self.cover_seconds(), info=self.cover_info)
+        self.record("lower bound", since, bound_energy_j=self.lb, evictions=len(self.guide), **self.cover_info)
         if not math.isfinite(self.lb):
             return False
-        self.solver["structural_bound_energy_j"] = self.lb
+        self.note(structural_bound_energy_j=self.lb)
         return True
 
     def bound_result(self) -> Schedule:
         """No set of evictions that makes RAM fit leaves enough time: the deadline is out of reach."""
-        g, budget, solver = self.g, self.budget, self.solver
+        g, budget = self.g, self.budget
         t_min = self.runtime_cover()[0]
-        solver.update({"method": "bound", "min_runtime_s_lower_bound": t_min,
-                       "solve_seconds": self.time.elapsed(),
-                       "message": (f"the deadline {fmt_seconds(budget.runtime_s)} is too short for "
-                                   f"{fmt_bytes(budget.ram_bytes)} of RAM (proven by the eviction cover)")})
+        self.note(method="bound", solve_seconds=self.time.elapsed(),
+                  min_budgets=MinBudgets(runtime_s_lower_bound=t_min),
+                  message=(f"the deadline {fmt_seconds(budget.runtime_s)} is too short for "
+                           f"{fmt_bytes(budget.ram_bytes)} of RAM (proven by the eviction cover)"))
         if self.opts.find_min_budgets and len(g.nodes) <= self.policy.auto_max_nodes:
-            solver.update(min_budgets(g, budget, self.opts, remat=self.remat, paging=self.paging,
-                                      time_budget=self.time))
-        return Schedule(graph=g, budget=budget, steps=(), status=INFEASIBLE, strategy=self.strategy, solver=solver)
+            self.smallest_budgets()
+        return self.schedule((), INFEASIBLE)
 
     def greedy_rules(self) -> None:
         """Phase 2: the greedy rules, the deadline's guides first when the cover says the deadline binds."""
-        solver, lb = self.solver, self.lb
+        lb, since = self.lb, self.time.elapsed()
         # The cover's evictions take (nearly) all of the deadline's slack: the rules' plans, which
         # restore some tensors more than once, tend to overrun it (all of them on the op-level ResNets
         # on the a72 at 1.2x, minutes of runs on 4,818 nodes), so the deadline's guides go first.
-        solver["deadline_bound"] = self.cover_info.get("slack_used", 0.0) >= self.policy.deadline_bound_share
-        if solver["deadline_bound"]:
+        deadline_bound = self.cover_info.get("slack_used", 0.0) >= self.policy.deadline_bound_share
+        self.note(deadline_bound=deadline_bound)
+        if deadline_bound:
             guided, nearer = [], []
             plan = self.deadline_guided(guided)
             self.progress("greedy rules", bound=lb, objective=None if plan is None else self.energy(plan))
@@ -236,12 +253,14 @@ class Pipeline:
             if plan is None and self.closest:     # every rule overran the deadline
                 plan = self.deadline_guided(self.rule_plans)
         self.plan = plan
+        if plan is not None:
+            self.plan_e = self.energy(plan)
+        self.record("greedy rules", since, rule_plans=len(self.rule_plans), deadline_bound=deadline_bound)
         if plan is None and self.closest:
             self.deadline_search()
-        solver["heuristic_seconds"] = self.time.elapsed()
         if self.plan is not None:
             self.plan_e = self.energy(self.plan)
-            solver["heuristic_energy_j"] = self.plan_e
+            self.note(heuristic_energy_j=self.plan_e)
 
     def deadline_guided(self, per_rule: list) -> Plan | None:
         """Guide two rules by the energy cover's eviction set for a stricter deadline, then each rule
@@ -249,7 +268,7 @@ class Pipeline:
         their first restoration."""
         self.progress("greedy rules for the deadline", bound=self.lb)
         t_min, fast_guide = self.runtime_cover()
-        self.solver["min_runtime_s_lower_bound"] = t_min
+        self.t_min = t_min
         strict = self.tightened_guides(t_min, self.time.left())
         plan = None
         for rules in ([(r, gd, False) for gd in strict for r in ("energy", "remat")],
@@ -269,9 +288,10 @@ class Pipeline:
         miss = plan_costs(self.g, cand, self.budget.paging_time)[1]
         if miss <= self.budget.runtime_s * (1 + 1e-9):
             self.plan = cand
+            self.plan_e = self.energy(cand)
         else:
-            self.solver["nearest_runtime_s"] = miss
-        self.solver["deadline_search_seconds"] = self.time.elapsed() - ts
+            self.note(nearest_runtime_s=miss)
+        self.record("deadline search", ts, met=miss <= self.budget.runtime_s * (1 + 1e-9), runtime_s=miss)
 
     def plan_searches(self) -> tuple[bool, bool]:
         """Whether the MILP may follow the searches, and whether the interval search runs.  When the
@@ -344,8 +364,7 @@ class Pipeline:
                             self.plan, self.plan_e = sr.best, cand_e
                     self.progress("guide search", objective=self.plan_e, bound=lb, gap=self.gap())
                 rounds += 1
-        self.solver["guide_search_rounds"] = rounds
-        self.solver["guide_search_seconds"] = self.time.elapsed() - ts
+        self.record("guide search", ts, rounds=rounds, searches=len(searches))
 
     def interval_search(self) -> None:
         """Phase 4: retention intervals on CP-SAT, from the search's plan: a different neighbourhood
@@ -367,20 +386,19 @@ class Pipeline:
         cand_e = math.inf if cand is None else self.energy(cand)
         if cand_e < self.plan_e:
             self.plan, self.plan_e, self.origin = cand, cand_e, "intervals"
-        self.solver["interval_search"] = {**info, "energy_j": self.plan_e}
-        self.solver["interval_search_seconds"] = self.time.elapsed() - tc
+        self.record("interval search", tc, **info, energy_j=self.plan_e)
 
     def build_milp(self) -> Formulation:
         tb = self.time.elapsed()
         self.progress("building the MILP", objective=self.plan_e, bound=self.lb)
         built = build(self.g, self.budget, remat=self.remat, paging=self.paging, tighten=(self.method == "fast"))
-        self.solver["build_seconds"] = self.time.elapsed() - tb
+        self.record("MILP build", tb, nonzeros=built.problem.num_nonzeros)
         return built
 
     def milp(self) -> Schedule:
         """Phase 5: the MILP, warm-started from the plan held, unless HiGHS could not set it up in the
         time left; the better of its answer and the plan held, gap against the better bound."""
-        g, budget, opts, policy, solver, lb = self.g, self.budget, self.opts, self.policy, self.solver, self.lb
+        g, opts, policy, lb = self.g, self.opts, self.policy, self.lb
         plan, plan_e = self.plan, self.plan_e
         if self.f is None and plan is not None and opts.time_limit_s is not None:
             # not built yet (after the interval search, which leaves a tenth of the time): when what is
@@ -403,7 +421,7 @@ class Pipeline:
         start = None
         if plan is not None:
             start, why = plan_to_start(f, g, plan)
-            solver["warm_start"] = self.origin if start is not None else f"none ({why})"
+            self.note(warm_start=self.origin if start is not None else f"none ({why})")
         backend = get_backend(opts.backend)
         limit = opts.time_limit_s
         if limit is not None:
@@ -421,84 +439,90 @@ class Pipeline:
             bnd = max(lb, (d.get("bound") or 0.0) * f.energy_unit)
             self.progress("MILP", objective=obj, bound=bnd, nodes=d.get("nodes"),
                           gap=None if obj is None else relative_gap(obj, bnd))
+        since = self.time.elapsed()
         res = backend(f.problem, time_limit=limit, threads=opts.threads, gap=opts.gap,
                       progress=None if opts.progress is None else milp_progress, verbose=opts.verbose, **kw)
+        self.record("MILP", since, status=res.status, detail=res.detail, **res.extra)
         p = f.problem
         bound = None if res.bound is None or not math.isfinite(res.bound) else res.bound * f.energy_unit
-        solver.update({
-            "method": "milp-" + self.method, "backend": opts.backend, "status_detail": res.detail,
-            "variables": p.num_cols, "integer_variables": int(p.integer.sum()), "constraints": p.num_rows,
-            "nonzeros": p.num_nonzeros, "mip_seconds": res.seconds,
-            "gap": res.gap, "objective_energy_j": None if res.objective is None else res.objective * f.energy_unit,
-            "bound_energy_j": bound, "message": status_message(res, self.strategy),
-        })
-        solver["solve_seconds"] = self.time.elapsed()
+        obj = None if res.objective is None else res.objective * f.energy_unit
+        self.note(method="milp-" + self.method, status_detail=res.detail, gap=res.gap, energy_j=obj,
+                  bound_energy_j=bound, message=status_message(res, self.strategy), solve_seconds=self.time.elapsed(),
+                  milp=MilpStats(opts.backend, p.num_cols, int(p.integer.sum()), p.num_rows, p.num_nonzeros,
+                                 res.seconds))
         if res.x is None and plan is not None and res.status != INFEASIBLE:
             # the solver stopped without an incumbent of its own: the greedy schedule is the best found
             best_lb = max(lb, bound or 0.0)
             gap = relative_gap(plan_e, best_lb)
-            solver.update({"gap": gap, "objective_energy_j": plan_e, "bound_energy_j": best_lb,
-                           "message": f"feasible greedy schedule; gap {gap:.2%} to the best proven bound "
-                                      f"({res.detail})"})
+            self.note(gap=gap, energy_j=plan_e, bound_energy_j=best_lb,
+                      message=f"feasible greedy schedule; gap {gap:.2%} to the best proven bound ({res.detail})")
             return self.schedule(emit(g, plan), OPTIMAL if gap <= opts.gap else FEASIBLE)
         if res.x is None:
-            sched = self.schedule((), res.status if res.status != OPTIMAL else NO_SOLUTION)
             if res.status == INFEASIBLE and opts.find_min_budgets:
-                solver.update(min_budgets(g, budget, opts, remat=self.remat, paging=self.paging,
-                                          time_budget=self.time))
-            return sched
+                self.smallest_budgets()
+            return self.schedule((), res.status if res.status != OPTIMAL else NO_SOLUTION)
         status = res.status
-        obj = solver["objective_energy_j"]
         if obj is not None and (bound is None or lb > bound):
             # the structural bound is stronger than the solver's: the gap is measured against it
             gap = relative_gap(obj, lb)
             if res.gap is None or gap < res.gap:
-                solver.update({"gap": gap, "bound_energy_j": lb})
+                self.note(gap=gap, bound_energy_j=lb)
                 if status == FEASIBLE and gap <= opts.gap:
                     status = OPTIMAL
-                    solver["message"] = (f"optimal (relative gap {gap:.2e} to the structural lower bound; "
-                                         f"the solver stopped with {res.detail})")
+                    self.note(message=(f"optimal (relative gap {gap:.2e} to the structural lower bound; "
+                                       f"the solver stopped with {res.detail})"))
                 elif status == FEASIBLE:
-                    solver["message"] = (f"feasible; not proven optimal: gap {gap:.2%} to the structural lower "
-                                         f"bound ({res.detail})")
+                    self.note(message=(f"feasible; not proven optimal: gap {gap:.2%} to the structural lower "
+                                       f"bound ({res.detail})"))
         return self.schedule(emit(g, decode(f, res.x)), status)
+
+    def smallest_budgets(self) -> None:
+        """No schedule meets the budgets: the smallest RAM and deadline that have one (two MILPs)."""
+        since = self.time.elapsed()
+        found = min_budgets(self.g, self.budget, self.opts, remat=self.remat, paging=self.paging,
+                            time_budget=self.time)
+        if found.runtime_s_lower_bound is None:
+            found = dataclasses.replace(found, runtime_s_lower_bound=self.report.min_budgets.runtime_s_lower_bound)
+        self.note(min_budgets=found)
+        self.record("smallest budgets", since)
 
     # -- results -----------------------------------------------------------------------------------
     def schedule(self, steps, status: str) -> Schedule:
+        """The answer, with the report and the phases' records."""
+        mb = self.report.min_budgets
+        if self.t_min is not None and mb.runtime_s_lower_bound is None:     # the runtime cover ran on the way
+            self.note(min_budgets=dataclasses.replace(mb, runtime_s_lower_bound=self.t_min))
         return Schedule(graph=self.g, budget=self.budget, steps=tuple(steps), status=status,
-                        strategy=self.strategy, solver=self.solver)
+                        strategy=self.strategy, report=self.report.with_(phases=tuple(self.phases)))
 
     def plan_result(self, skipped: tuple[float, float, int] | None = None, estimated: bool = False) -> Schedule:
         """The best plan held as the answer, with its gap to the structural bound; ``skipped``:
         (seconds left, seconds HiGHS needs to start, nonzeros) when the MILP was not started;
         ``estimated``: those nonzeros are the estimate's, the MILP was not built."""
-        budget, solver, plan, plan_e, origin = self.budget, self.solver, self.plan, self.plan_e, self.origin
+        budget, plan, plan_e, origin = self.budget, self.plan, self.plan_e, self.origin
         gap = self.gap()
         proven = gap is not None and gap <= self.opts.gap
-        solver.update({
-            "method": origin + "+bound" if proven else origin, "variables": 0, "constraints": 0,
-            "gap": gap, "objective_energy_j": plan_e, "bound_energy_j": self.lb,
-            "solve_seconds": self.time.elapsed(),
-            "message": ("no schedule found by the greedy" if plan is None else
-                        (f"optimal: the {origin} schedule is within {gap:.2e} of the structural lower bound"
-                         if proven else f"feasible {origin} schedule, {gap:.2%} above the structural lower bound"))})
+        message = ("no schedule found by the greedy" if plan is None else
+                   (f"optimal: the {origin} schedule is within {gap:.2e} of the structural lower bound"
+                    if proven else f"feasible {origin} schedule, {gap:.2%} above the structural lower bound"))
+        self.note(method=origin + "+bound" if proven else origin, milp=None, gap=gap, energy_j=plan_e,
+                  bound_energy_j=self.lb, solve_seconds=self.time.elapsed(), message=message)
         if skipped is not None:
             rest, need, nonzeros = skipped
-            solver.update({"milp_skipped": True,
-                           "status_detail": f"{rest:.1f} s left, too few to start the MILP (about {need:.0f} s)"})
-            solver["message"] += (f"; the MILP was not started: {rest:.1f} s of the time limit were left, and HiGHS "
-                                  f"needs about {need:.0f} s to set up a MILP of {'about ' * estimated}{nonzeros:,} "
-                                  f"nonzeros (a longer --time-limit lets it run)")
+            self.note(milp_skipped=True,
+                      status_detail=f"{rest:.1f} s left, too few to start the MILP (about {need:.0f} s)",
+                      message=message + (f"; the MILP was not started: {rest:.1f} s of the time limit were left, and "
+                                         f"HiGHS needs about {need:.0f} s to set up a MILP of "
+                                         f"{'about ' * estimated}{nonzeros:,} nonzeros (a longer --time-limit lets "
+                                         f"it run)"))
         if plan is None:
             if budget.runtime_s is not None:
-                t_min = solver.get("min_runtime_s_lower_bound")
-                if t_min is None:
-                    t_min = self.runtime_cover()[0]
-                near = solver.get("nearest_runtime_s")
-                solver.update({"min_runtime_s_lower_bound": t_min,
-                               "message": (f"no schedule found within the deadline {fmt_seconds(budget.runtime_s)}"
-                                           + (f" (the nearest found takes {fmt_seconds(near)})" if near else "")
-                                           + "; a longer deadline or more RAM will help")})
+                t_min = self.t_min if self.t_min is not None else self.runtime_cover()[0]
+                near = self.report.nearest_runtime_s
+                self.note(min_budgets=MinBudgets(runtime_s_lower_bound=t_min),
+                          message=(f"no schedule found within the deadline {fmt_seconds(budget.runtime_s)}"
+                                   + (f" (the nearest found takes {fmt_seconds(near)})" if near else "")
+                                   + "; a longer deadline or more RAM will help"))
             return self.schedule((), NO_SOLUTION)
         return self.schedule(emit(self.g, plan), OPTIMAL if proven else FEASIBLE)
 

@@ -27,9 +27,9 @@ class SolverFields:
 
 def solver_fields(s) -> SolverFields:
     """The solver report of schedule ``s``, read in this one place (its type may change)."""
-    sv = s.solver
-    return SolverFields(gap=sv.get("gap"), bound_energy_j=sv.get("bound_energy_j"), method=sv.get("method"),
-                        message=str(sv.get("message", "")), solve_seconds=sv.get("solve_seconds"))
+    r = s.report
+    return SolverFields(gap=r.gap, bound_energy_j=r.bound_energy_j, method=r.method, message=r.message,
+                        solve_seconds=r.solve_seconds)
 
 
 def graph_of(spec_d: dict):

@@ -8,7 +8,10 @@ budgets, else ``infeasible`` with what it would need.
 from __future__ import annotations
 
 from ...graph.core import CostedGraph
+from types import MappingProxyType
+
 from ...schedule.core import INFEASIBLE, Budget, Schedule, Step
+from ...schedule.report import MinBudgets, SolveReport
 from ...schedule.validate import simulate
 from ...units import fmt_bytes, fmt_seconds
 
@@ -39,17 +42,22 @@ def judged(g: CostedGraph, budget: Budget, steps: list[Step], strategy: str, sta
         problems.append(f"needs {fmt_bytes(totals.peak_ram_bytes)} of RAM, budget {fmt_bytes(budget.ram_bytes)}")
     if budget.runtime_s is not None and totals.runtime_s > budget.runtime_s * (1 + 1e-6):
         problems.append(f"needs {fmt_seconds(totals.runtime_s)}, budget {fmt_seconds(budget.runtime_s)}")
-    solver = {"method": strategy, **info, "strategy_peak_ram_bytes": totals.peak_ram_bytes,
-              "strategy_runtime_s": totals.runtime_s, "strategy_energy_j": totals.energy_j}
+    info = dict(info)
+    facts = {k: v for k, v in info.items() if k not in ("message", "gap")}
+    facts.update(strategy_peak_ram_bytes=totals.peak_ram_bytes, strategy_runtime_s=totals.runtime_s,
+                 strategy_energy_j=totals.energy_j)
+    report = SolveReport(method=strategy, message=info.get("message", ""), gap=info.get("gap"),
+                         strategy_facts=MappingProxyType(facts))
     if problems:
-        solver["message"] = f"{strategy} schedule " + "; ".join(problems)
         if budget.runtime_s is None or totals.runtime_s <= budget.runtime_s * (1 + 1e-6):
-            solver["min_ram_bytes"] = totals.peak_ram_bytes
+            smallest = MinBudgets(ram_bytes=totals.peak_ram_bytes)
         else:    # its runtime does not depend on the RAM budget: no RAM budget makes it meet this deadline
-            solver["min_ram_note"] = (f"no RAM budget makes the {strategy} schedule meet this deadline: it needs "
-                                      f"{fmt_seconds(totals.runtime_s)} (and {fmt_bytes(totals.peak_ram_bytes)} of "
-                                      f"RAM); give --runtime {totals.runtime_s * (1 + 1e-6):.6g}s or more")
-        return Schedule(graph=g, budget=budget, steps=(), status=INFEASIBLE, strategy=strategy, solver=solver)
+            smallest = MinBudgets(ram_note=(
+                f"no RAM budget makes the {strategy} schedule meet this deadline: it needs "
+                f"{fmt_seconds(totals.runtime_s)} (and {fmt_bytes(totals.peak_ram_bytes)} of RAM); give --runtime "
+                f"{totals.runtime_s * (1 + 1e-6):.6g}s or more"))
+        report = report.with_(message=f"{strategy} schedule " + "; ".join(problems), min_budgets=smallest)
+        return Schedule(graph=g, budget=budget, steps=(), status=INFEASIBLE, strategy=strategy, report=report)
     return Schedule(graph=g, budget=budget, steps=tuple(steps), status=status_if_fits, strategy=strategy,
-                    solver=solver)
+                    report=report)
 

@@ -56,7 +56,8 @@ def _init(g: CostedGraph, reached) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
-def _run(search: GuideSearch, time_limit: float, patience: int | None) -> GuideSearch:
+def run_search(search: GuideSearch, time_limit: float, patience: int | None) -> GuideSearch:
+    """A worker's job: resume ``search`` for ``time_limit`` seconds (or ``patience`` moves without gain)."""
     search.g = _graph
     search.run(time_limit, patience, stop=_reached.is_set)
     if search.reached:
@@ -67,8 +68,9 @@ def _run(search: GuideSearch, time_limit: float, patience: int | None) -> GuideS
 class SearchPool:
     """Runs batches of guide searches side by side; with one worker, in this process."""
 
-    def __init__(self, g: CostedGraph, workers: int):
+    def __init__(self, g: CostedGraph, workers: int, job=run_search):
         self.g = g
+        self.job = job          # what a worker runs (a test passes one that dies)
         self.pool = None
         if workers > 1:
             ctx = mp.get_context("fork")
@@ -82,7 +84,7 @@ class SearchPool:
         ``stop``: polled ten times a second; once true, every search ends at its next move."""
         if self.pool is not None and len(jobs) > 1:
             try:
-                futures = [self.pool.submit(_run, s, t, p) for s, t, p in jobs]
+                futures = [self.pool.submit(self.job, s, t, p) for s, t, p in jobs]
                 if stop is not None:
                     while wait(futures, timeout=0.1).not_done:
                         if stop():

@@ -13,16 +13,17 @@ DESCRIPTION = "Capuchin-style greedy: evict across idle gaps, per tensor swap or
 def solve_capuchin(g: CostedGraph, budget: Budget, opts) -> Schedule:
     plan, steps, info = capuchin_plan(g, budget, time_limit=opts.time_limit_s)
     s = judged(g, budget, steps, "capuchin", HEURISTIC, info)
+    facts = s.report.strategy_facts
     if not s.steps and info.get("stopped"):
         # stopped before the peak fit: nothing is proven, and the unfinished plan is not returned
-        sv = dict(s.solver)
-        sv["message"] = (f"capuchin stopped at its {info['stopped']} after {info['evictions']} evictions, "
-                         f"before its schedule fit (it needs {fmt_bytes(sv['strategy_peak_ram_bytes'])} of RAM, "
-                         f"budget {fmt_bytes(budget.ram_bytes)}); a longer time limit may help")
-        return Schedule(graph=g, budget=budget, steps=(), status=NO_SOLUTION, strategy="capuchin", solver=sv)
+        rep = s.report.with_(message=(
+            f"capuchin stopped at its {info['stopped']} after {info['evictions']} evictions, before its schedule "
+            f"fit (it needs {fmt_bytes(facts['strategy_peak_ram_bytes'])} of RAM, budget "
+            f"{fmt_bytes(budget.ram_bytes)}); a longer time limit may help"))
+        return Schedule(graph=g, budget=budget, steps=(), status=NO_SOLUTION, strategy="capuchin", report=rep)
     if s.steps:   # judged() leaves its own message on an infeasible result
-        sv = s.solver
-        sv["message"] = (f"{info['evictions']} evictions ({info['swap_evictions']} swapped, "
-                         f"{info['recompute_evictions']} recomputed); peak {fmt_bytes(sv['strategy_peak_ram_bytes'])}, "
-                         f"runtime {fmt_seconds(sv['strategy_runtime_s'])}")
+        s.report = s.report.with_(message=(
+            f"{info['evictions']} evictions ({info['swap_evictions']} swapped, {info['recompute_evictions']} "
+            f"recomputed); peak {fmt_bytes(facts['strategy_peak_ram_bytes'])}, runtime "
+            f"{fmt_seconds(facts['strategy_runtime_s'])}"))
     return s

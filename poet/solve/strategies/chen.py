@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from ...graph.core import CostedGraph
 from ...schedule.core import HEURISTIC, Budget, Schedule
+from ...schedule.report import MinBudgets
 from ...schedule.validate import simulate
 from ...units import fmt_seconds
 from ..baselines.chen import chen_plans, segment_steps
@@ -38,12 +39,10 @@ def solve_chen(g: CostedGraph, budget: Budget, opts) -> Schedule:
         # the smallest RAM at which some plan also meets the deadline, if any plan does
         meets = [x[3].peak_ram_bytes for x in tried if x[3].runtime_s <= budget.runtime_s * (1 + 1e-6)]
         if meets:
-            s.solver["min_ram_bytes"] = min(meets)
-            s.solver.pop("min_ram_note", None)
+            s.report = s.report.with_(min_budgets=MinBudgets(ram_bytes=min(meets)))
         else:
             fastest = min(x[3].runtime_s for x in tried)
-            s.solver.pop("min_ram_bytes", None)
-            s.solver["min_ram_note"] = (f"no RAM budget helps: none of chen's {len(tried)} plans meets this "
-                                        f"deadline (the fastest needs {fmt_seconds(fastest)}); give --runtime "
-                                        f"{fastest * (1 + 1e-6):.6g}s or more")
+            s.report = s.report.with_(min_budgets=MinBudgets(ram_note=(
+                f"no RAM budget helps: none of chen's {len(tried)} plans meets this deadline (the fastest needs "
+                f"{fmt_seconds(fastest)}); give --runtime {fastest * (1 + 1e-6):.6g}s or more")))
     return s

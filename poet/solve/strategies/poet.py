@@ -59,23 +59,22 @@ def best_of(s: Schedule, h: Schedule | None, opts) -> Schedule:
     mine = checked(s).totals.energy_j if s.steps else math.inf
     if h.totals.energy_j >= mine:
         return s
-    sv = dict(s.solver)
+    rep = s.report
     e = h.totals.energy_j
     if s.status == INFEASIBLE and not s.steps:
         # proven impossible in the stage model, yet a freely ordered schedule fits
-        sv.update(gap=None, bound_energy_j=None, message=(
+        rep = rep.with_(gap=None, bound_energy_j=None, message=(
             "the MILP's stage model has no schedule here, but the Capuchin-style heuristic's "
             "freely ordered one fits; optimality unknown"))
         status = FEASIBLE
     else:
-        lb = max(x for x in (sv.get("bound_energy_j"), sv.get("structural_bound_energy_j"), g.plain_energy_j)
-                 if x is not None)
+        lb = max(x for x in (rep.bound_energy_j, rep.structural_bound_energy_j, g.plain_energy_j) if x is not None)
         gap = relative_gap(e, lb)
         status = OPTIMAL if gap <= opts.gap else FEASIBLE
-        sv.update(gap=gap, bound_energy_j=lb, message=(
+        rep = rep.with_(gap=gap, bound_energy_j=lb, message=(
             f"the Capuchin-style heuristic's schedule beat the solver's best ({mine:.6g} J); "
             f"gap {gap:.2%} to the proven bound"))
     # the schedule is the heuristic's; say so, and how it was proven when it was
-    sv.update(objective_energy_j=e, incumbent="capuchin", superseded_method=sv.get("method"),
-              method="capuchin+bound" if status == OPTIMAL else "capuchin")
-    return Schedule(graph=g, budget=s.budget, steps=h.steps, status=status, strategy=s.strategy, solver=sv)
+    rep = rep.with_(energy_j=e, incumbent="capuchin", superseded_method=rep.method,
+                    method="capuchin+bound" if status == OPTIMAL else "capuchin")
+    return Schedule(graph=g, budget=s.budget, steps=h.steps, status=status, strategy=s.strategy, report=rep)
