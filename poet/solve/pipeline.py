@@ -116,34 +116,16 @@ class Pipeline:
         return None if self.plan_e is None else relative_gap(self.plan_e, self.lb)
 
     def cover_seconds(self) -> float:
-        """The eviction cover's time (see ``SolvePolicy.cover_seconds``)."""
-        p, limit = self.policy, self.opts.time_limit_s
-        if limit is None:
-            return p.cover_seconds
-        return min(limit, max(p.cover_min_seconds, p.cover_share * limit))
+        return self.policy.cover_time(self.opts.time_limit_s)
 
     def rules_seconds(self) -> float | None:
-        """Time for the greedy rules: half of what the time limit leaves (they take a few seconds below
-        2,000 nodes, but minutes in all on 5,000), none without a limit."""
-        if self.opts.time_limit_s is None:
-            return None
-        return max(0.0, 0.5 * (self.opts.time_limit_s - self.time.elapsed()))
+        return self.policy.rules_time(self.opts.time_limit_s, self.time.elapsed())
 
     def search_seconds(self, milp_follows: bool, share: float | None = None) -> float:
-        """Time for a guide search: ``share`` of what the time limit leaves, by default half when the
-        MILP may follow and 90% when nothing does (the rest covers emitting and validating)."""
-        if self.opts.time_limit_s is None:
-            return self.policy.search_seconds
-        if share is None:
-            share = 0.5 if milp_follows else 0.9
-        return max(0.0, share * (self.opts.time_limit_s - self.time.elapsed()))
+        return self.policy.search_time(self.opts.time_limit_s, self.time.elapsed(), milp_follows, share)
 
     def interval_seconds(self) -> float:
-        """Time for the interval search: 90% of what the time limit leaves (it spends about 3 s in
-        CP-SAT's presolve on resnet18_cifar before it improves anything)."""
-        if self.opts.time_limit_s is None:
-            return self.policy.interval_seconds
-        return self.search_seconds(False)
+        return self.policy.interval_time(self.opts.time_limit_s, self.time.elapsed())
 
     def runtime_cover(self) -> tuple[float, dict[int, str]]:
         """A proven lower bound on the runtime of any schedule within the RAM budget, and the
