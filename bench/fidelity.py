@@ -65,7 +65,7 @@ def schedule_on(graph, steps) -> Schedule:
     tot = validate(graph, steps, Budget(ram_bytes=10 ** 18))
     budget = Budget(ram_bytes=tot.peak_ram_bytes)
     return Schedule(graph=graph, budget=budget, steps=tuple(steps), status=HEURISTIC, strategy="reference",
-                    totals=validate(graph, steps, budget), solver={})
+                    totals=validate(graph, steps, budget))
 
 
 def one_round(prog, steps_by_kind: dict, directory: str, runs: int, paging_dir: str) -> dict:

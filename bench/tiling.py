@@ -65,13 +65,13 @@ def run(models, devices, budgets, runtime: str, time_limit: float, max_solve_nod
                     s = solve_costed(g, budget, "poet", SolveOptions(time_limit_s=time_limit, threads=threads))
                     row["solve_seconds"] = time.perf_counter() - t
                     row["status"] = s.status
-                    row["gap"] = s.solver.get("gap")
+                    row["gap"] = s.report.gap
                     if s.totals is not None:
                         row["energy_overhead"] = s.totals.energy_j / g0.plain_energy_j - 1
                         row["time_overhead"] = s.totals.runtime_s / g0.plain_runtime_s - 1
                         row["peak_ram_bytes"] = s.totals.peak_ram_bytes
                     else:
-                        row["note"] = str(s.solver.get("message", ""))[:160]
+                        row["note"] = s.report.message[:160]
                 print(json.dumps(row), file=sys.stderr, flush=True)
                 rows.append(row)
     return rows

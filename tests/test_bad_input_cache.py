@@ -48,9 +48,9 @@ def test_an_unreadable_entry_is_a_miss_and_says_so(counted, content):
     entry.write_bytes(content if isinstance(content, bytes) else content.encode())
     again = _solve(g, b)
     assert counted["n"] == 2 and again.status == first.status and again.steps == first.steps
-    assert str(entry) in again.solver["cache_note"] and "solved again" in again.solver["cache_note"]
+    assert str(entry) in again.report.cache_note and "solved again" in again.report.cache_note
     json.loads(entry.read_text())           # replaced by a good entry
-    assert _solve(g, b).solver.get("cache") and counted["n"] == 2
+    assert (_solve(g, b).report.cache is not None) and counted["n"] == 2
 
 
 def test_the_cli_prints_the_note(capsys, tmp_path):
@@ -73,7 +73,7 @@ def test_an_entry_edited_to_infeasible_does_not_make_the_problem_infeasible(coun
     entry.write_text(json.dumps({**d, "status": "infeasible", "steps": []}))
     again = _solve(g, b)
     assert again.status == first.status == OPTIMAL and again.steps and counted["n"] == 2
-    assert "cannot be re-checked without solving" in again.solver["cache_note"]
+    assert "cannot be re-checked without solving" in again.report.cache_note
 
 
 def test_an_infeasible_answer_is_reused_only_when_the_cover_reproves_it(counted):
@@ -84,9 +84,9 @@ def test_an_infeasible_answer_is_reused_only_when_the_cover_reproves_it(counted)
         pytest.skip("this budget is feasible")
     again = _solve(g, hopeless)
     if counted["n"] == 1:     # reused: the eviction cover proved it again
-        assert again.status == INFEASIBLE and "re-proven on reuse" in again.solver["cache"]["recheck"]
+        assert again.status == INFEASIBLE and "re-proven on reuse" in again.report.cache.recheck
     else:
-        assert "cannot be re-checked" in again.solver["cache_note"]
+        assert "cannot be re-checked" in again.report.cache_note
 
 
 def _costlier(g, b, steps):
@@ -117,7 +117,7 @@ def test_costlier_steps_under_an_optimal_claim_are_not_reported_optimal(counted)
     # the optimality claim cannot be re-proven for these steps: solved again, the true optimum returned
     assert counted["n"] == 2 and again.status == OPTIMAL and again.totals.energy_j == pytest.approx(
         first.totals.energy_j)
-    assert "could not be re-checked" in again.solver["cache_note"]
+    assert "could not be re-checked" in again.report.cache_note
 
 
 def test_a_reused_answer_carries_the_rederived_gap_and_bound(counted):
@@ -129,8 +129,8 @@ def test_a_reused_answer_carries_the_rederived_gap_and_bound(counted):
     entry.write_text(json.dumps(d))
     again = _solve(g, b)
     assert counted["n"] == 1 and again.status == OPTIMAL
-    assert again.solver["gap"] <= 1e-3 and again.solver["bound_energy_j"] >= g.plain_energy_j
-    assert again.solver["bound_energy_j"] == pytest.approx(first.solver["bound_energy_j"], rel=1e-6)
+    assert again.report.gap <= 1e-3 and again.report.bound_energy_j >= g.plain_energy_j
+    assert again.report.bound_energy_j == pytest.approx(first.report.bound_energy_j, rel=1e-6)
 
 
 def test_a_feasible_claim_is_reused_with_the_gap_rederived(counted):
@@ -144,8 +144,8 @@ def test_a_feasible_claim_is_reused_with_the_gap_rederived(counted):
     entry.write_text(json.dumps(d))
     again = _solve(g, b, time_limit_s=30)
     e = validate(g, steps, b).energy_j
-    assert counted["n"] == 1 and again.status == FEASIBLE and again.solver["gap"] > 1e-3
-    assert again.solver["gap"] == pytest.approx((e - again.solver["bound_energy_j"]) / e)
+    assert counted["n"] == 1 and again.status == FEASIBLE and again.report.gap > 1e-3
+    assert again.report.gap == pytest.approx((e - again.report.bound_energy_j) / e)
 
 
 @pytest.mark.parametrize("value", ["nan", "-1", "abc", "inf", "1e400", "-inf"])

@@ -119,10 +119,10 @@ def test_report_rederives_status_and_gap_from_the_replay(capsys, tmp_path, overl
     d["solver"]["bound_energy_j"] = overlap.totals.energy_j       # the bound of the cheaper schedule
     s = schedule_from_dict(copy.deepcopy(d))
     gap = (s.totals.energy_j - overlap.totals.energy_j) / s.totals.energy_j
-    assert s.solver["gap"] == pytest.approx(gap) and s.solver["claimed_gap"] == 1e-6
-    assert s.solver["bound_checked"] is False
+    assert s.report.gap == pytest.approx(gap) and s.report.claimed_gap == 1e-6
+    assert s.report.bound_checked is False
     if gap > 1e-3:
-        assert s.status == FEASIBLE and s.solver["claimed_status"] == OPTIMAL
+        assert s.status == FEASIBLE and s.report.claimed_status == OPTIMAL
     p = tmp_path / "s.json"
     p.write_text(json.dumps(d))
     assert main(["report", str(p), "--out", str(tmp_path / "rep")]) == 0
@@ -134,8 +134,8 @@ def test_a_bound_above_the_replayed_energy_is_dropped_and_said(tmp_path, overlap
     d = schedule_to_dict(overlap)
     d["solver"]["bound_energy_j"] = overlap.totals.energy_j * 2
     s = schedule_from_dict(d)
-    assert s.solver["bound_energy_j"] == pytest.approx(overlap.graph.plain_energy_j) and s.solver["bound_checked"]
-    assert s.solver["claimed_bound_energy_j"] == overlap.totals.energy_j * 2
+    assert s.report.bound_energy_j == pytest.approx(overlap.graph.plain_energy_j) and s.report.bound_checked
+    assert s.report.claimed_bound_energy_j == overlap.totals.energy_j * 2
 
 
 def test_a_no_schedule_status_next_to_steps_that_replay_is_corrected(tmp_path, overlap):
@@ -144,4 +144,4 @@ def test_a_no_schedule_status_next_to_steps_that_replay_is_corrected(tmp_path, o
     p = tmp_path / "s.json"
     p.write_text(json.dumps(d))
     s = load_schedule(p)
-    assert s.status == FEASIBLE and s.solver["claimed_status"] == "infeasible"
+    assert s.status == FEASIBLE and s.report.claimed_status == "infeasible"

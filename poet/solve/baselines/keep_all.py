@@ -7,9 +7,9 @@ budgets, else ``infeasible`` with what it would need.
 """
 from __future__ import annotations
 
-from ...graph.core import CostedGraph
 from types import MappingProxyType
 
+from ...graph.core import CostedGraph
 from ...schedule.core import INFEASIBLE, Budget, Schedule, Step
 from ...schedule.report import MinBudgets, SolveReport
 from ...schedule.validate import simulate
