@@ -32,7 +32,11 @@ def test_every_strategy_reports_every_field_and_the_file_keeps_them(strategy, tm
         assert r.bound_energy_j <= s.totals.energy_j * (1 + 1e-9)
     if s.steps:
         save_schedule(s, tmp_path / "s.json")
-        assert load_schedule(tmp_path / "s.json").report == r
+        back = load_schedule(tmp_path / "s.json").report
+        # what the solve reported comes back; its bound is now the file's word (checked_claims), not re-proven
+        assert (back.method, back.message, back.energy_j, back.phases, back.min_budgets, back.milp) == \
+            (r.method, r.message, r.energy_j, r.phases, r.min_budgets, r.milp)
+        assert back.gap == pytest.approx(r.gap) if r.gap is not None else True
 
 
 def test_the_report_is_frozen_and_names_its_fields():
@@ -47,9 +51,10 @@ def test_the_report_is_frozen_and_names_its_fields():
 def test_the_schedule_s_old_dict_view_is_read_only():
     g = training_chain(3, 1)
     s = solve(g, memory=keep_all_peak(g), strategy="keep-all")
-    assert s.report.method == s.report.method == "keep-all"
+    view = s.solver
+    assert view["method"] == s.report.method == "keep-all"
     with pytest.raises(TypeError):
-        s.report.message = "changed"           # would be lost silently if it were a copy
+        view["message"] = "changed"           # would be lost silently if it were a copy
     assert s.report.message != "changed"
 
 

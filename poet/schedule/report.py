@@ -23,11 +23,14 @@ def _frozen(d: Mapping | None) -> Mapping[str, Any]:
 
 
 def _plain(x):
-    """A JSON-ready copy of a (possibly read-only) mapping or sequence."""
+    """A JSON-ready copy of a (possibly read-only) mapping or sequence; a number that is not finite (an
+    unbounded gap, a bound that does not exist) is written as null."""
     if isinstance(x, Mapping):
         return {k: _plain(v) for k, v in x.items()}
     if isinstance(x, (list, tuple)):
         return [_plain(v) for v in x]
+    if isinstance(x, float) and not math.isfinite(x):
+        return None
     return x
 
 
@@ -153,6 +156,7 @@ class SolveReport:
             "tiling": _plain(self.tiling) if self.tiling is not None else None,
         }
         d.update({k: v for k, v in optional.items() if v is not None})
+        d = {k: _plain(v) for k, v in d.items()}
         if self.stopped_early:
             d["stopped_early"] = True
         if self.milp_skipped:
