@@ -89,8 +89,12 @@ def table(rows) -> str:
         status = r["status"] or ""
         if r["gap"] is not None and r["status"] in ("feasible", "optimal"):
             status += f" ({100 * r['gap']:.2f}%)"
-        if r["note"] and r["status"] not in ("feasible", "optimal"):
-            status += f": {r['note']}"
+        if r["status"] == "below tiled minimum" and "graph's size" in r["note"]:
+            status += " (auto tiling stopped at its size / time cap)"
+        elif r["status"] == "no_solution":
+            status += " (no schedule within the time limit)"
+        elif r["status"] == "not solved":
+            status += f" ({r['note']})"
         solve = "" if r["solve_seconds"] is None else f"{r['solve_seconds']:.0f} s"
         out.append(f"| {r['model']} | {r['device']} | {fmt_bytes(r['budget_bytes'])} | "
                    f"{fmt_bytes(r['untiled_min_bytes'])} | {fmt_bytes(r['tiled_min_bytes'])} | "
