@@ -143,9 +143,12 @@ def warn_uncached(s) -> None:
 def check_out_path(path: str | None, force: bool):
     if not path:
         return
+    if Path(path).exists() and not Path(path).is_file():
+        raise OutputPathError(f"cannot write {path}: it exists and is not a regular file (a directory, device or "
+                              f"pipe); choose another --out")
     if Path(path).exists() and not force:
         raise FileExistsError(f"{path} exists; pass --force to overwrite it, or choose another --out")
-    parent = Path(path).absolute().parent
+    parent = Path(os.path.realpath(path)).parent
     if not parent.is_dir():
         raise OutputPathError(f"cannot write {path}: the directory {parent} does not exist")
     if not os.access(parent, os.W_OK):

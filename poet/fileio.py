@@ -32,7 +32,12 @@ def atomic_write(path: str | Path, write: Callable, *, binary: bool = False) -> 
     :class:`FileWriteError` names ``path``.
     """
     path = Path(path)
-    directory = path.absolute().parent
+    target = Path(os.path.realpath(path))      # through a symlink: its target is what gets replaced
+    if target.exists() and not target.is_file():
+        raise FileWriteError(f"cannot write {path}: it exists and is not a regular file "
+                             f"({'a directory' if target.is_dir() else 'a device, pipe or socket'}); "
+                             f"choose another path")
+    directory = target.parent
     try:
         fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{path.name}.", suffix=".tmp")
     except OSError as e:
@@ -42,24 +47,24 @@ def atomic_write(path: str | Path, write: Callable, *, binary: bool = False) -> 
             write(f)
             f.flush()
             os.fsync(f.fileno())
-        if path.exists():
+        if target.exists():
             try:
-                os.chmod(tmp, path.stat().st_mode & 0o7777)
+                os.chmod(tmp, target.stat().st_mode & 0o7777)
             except OSError:
                 pass
         else:
             umask = os.umask(0)
             os.umask(umask)
             os.chmod(tmp, 0o666 & ~umask)
-        os.replace(tmp, path)
+        os.replace(tmp, target)
     except BaseException as e:
         try:
             os.unlink(tmp)
         except OSError:
             pass
         if isinstance(e, OSError):
-            raise FileWriteError(f"cannot write {path}: {_why(e)}; "
-                                 f"{'its old content is unchanged' if path.exists() else 'nothing was written'}") from None
+            kept = "its old content is unchanged" if target.exists() else "nothing was written"
+            raise FileWriteError(f"cannot write {path}: {_why(e)}; {kept}") from None
         raise
     return path
 

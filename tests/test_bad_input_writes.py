@@ -187,3 +187,29 @@ def test_report_on_a_damaged_sweep_json_names_the_field_and_writes_nothing(capsy
     err = capsys.readouterr().err
     assert says in err and "re-run the sweep" in err and "Traceback" not in err
     assert not (sw / "summary.md").exists()
+
+
+def test_a_device_pipe_or_directory_is_never_replaced(tmp_path, schedule):
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    for target, says in ((fifo, "a device, pipe or socket"), (tmp_path, "a directory")):
+        with pytest.raises(fileio.FileWriteError, match=f"it exists and is not a regular file \\({says}\\)"):
+            save_schedule(schedule, target)
+    assert fifo.is_fifo()
+
+
+def test_a_symlinked_out_path_is_written_through_not_replaced(tmp_path, schedule):
+    real = tmp_path / "real.json"
+    real.write_bytes(OLD)
+    link = tmp_path / "link.json"
+    link.symlink_to(real)
+    save_schedule(schedule, link)
+    assert link.is_symlink() and json.loads(real.read_text())["format"] == "poet-schedule/1"
+
+
+def test_out_naming_a_directory_is_refused_before_solving(capsys, tmp_path):
+    g = tmp_path / "g.json"
+    save_graph(training_chain(4, seed=2), g)
+    assert main(["solve", "--graph", str(g), "--memory", "90%", "--quiet", "--out", str(tmp_path), "--force"]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and "is not a regular file" in err
