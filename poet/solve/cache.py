@@ -102,7 +102,12 @@ def entry_path(g, budget: Budget, strategy: str, opts) -> Path:
 
 
 class _Unusable(Exception):
-    """An entry that cannot be used: the message says why (it is solved again)."""
+    """An entry that cannot be used: the message says why (it is solved again, with a note)."""
+
+
+class _Unverifiable(_Unusable):
+    """A well-formed entry whose claim cannot be re-checked without solving (an optimum the cover does not
+    reach, an infeasibility only the MILP proved): solved again without a note, as that is no damage."""
 
 
 # strategy -> (remat, paging): the MILP strategies, whose bound the eviction cover re-checks
@@ -138,7 +143,7 @@ def _recheck(g, budget: Budget, strategy: str, opts, claimed: str, steps, totals
         if claimed == INFEASIBLE and cover is not None and cover == math.inf:
             return INFEASIBLE, {"recheck": "infeasible: re-proven on reuse (no eviction set meets the budgets); "
                                            "any smallest feasible budgets are the earlier solve's"}
-        raise _Unusable(f"its answer ({claimed}, no schedule) cannot be re-checked without solving")
+        raise _Unverifiable(f"its answer ({claimed}, no schedule) cannot be re-checked without solving")
     if claimed in (INFEASIBLE, NO_SOLUTION):
         raise _Unusable(f"it says {claimed} next to a schedule that replays")
     if claimed == HEURISTIC:
@@ -155,7 +160,7 @@ def _recheck(g, budget: Budget, strategy: str, opts, claimed: str, steps, totals
         return OPTIMAL, {**facts, "recheck": "optimal: re-proven on reuse against the plain energy and the "
                                              "eviction cover's bound"}
     if claimed == OPTIMAL:
-        raise _Unusable(f"its claim of optimality could not be re-checked (the bound re-checked now leaves a "
+        raise _Unverifiable(f"its claim of optimality could not be re-checked (the bound re-checked now leaves a "
                         f"gap of {gap:.2%})")
     return FEASIBLE, {**facts, "recheck": "feasible: gap re-derived on reuse from the plain energy and the "
                                           "eviction cover's bound"}
@@ -192,6 +197,8 @@ def lookup(path: Path, g, budget: Budget, strategy: str, opts, notes: list | Non
         status, facts = _recheck(g, budget, strategy, opts, claimed, steps, totals)
         solver = d.get("solver") if isinstance(d.get("solver"), dict) else {}
         json_text(solver, "the cached solver facts", indent=None)       # finite numbers only
+    except _Unverifiable:
+        return None
     except _Unusable as e:
         if notes is not None:
             notes.append(f"ignored the cache entry {path}: {e}; solved again")
@@ -222,6 +229,8 @@ def _seconds(x) -> float | None:
 def store(path: Path, s: Schedule, opts) -> str | None:
     """Write ``s`` at ``path`` (see `entry_path`); returns why it could not be written, or None."""
     directory = path.parent
+    if not s.steps and not (s.status == INFEASIBLE and s.strategy in _COVERED):
+        return None      # no schedule and nothing a later lookup could re-check: kept nowhere
     entry = {
         "format": CACHE_FORMAT, "status": s.status, "strategy": s.strategy, "time_limit_s": opts.time_limit_s,
         "solved_at": time.strftime("%Y-%m-%d %H:%M:%S"), "steps": steps_to_dicts(s.steps),
