@@ -18,8 +18,10 @@ read but re-derived: from the replayed energy, the plain energy (every node is c
 for the MILP strategies, the eviction cover's bound recomputed on reuse (at most 10 s; on the zoo
 it is the bound the solve reported).  An answer is reused as ``optimal`` only when that re-proves
 it, as ``infeasible`` only when the cover re-proves that no eviction set fits, as ``feasible``
-with the re-derived gap; anything else (a claim that cannot be re-checked, ``no_solution``, an
-entry that does not parse or replay) is a miss, solved again, and replaced.  A verbose solve (asked for the solver's log) always runs, and
+with the re-derived gap; anything else is a miss, solved again and replaced: a claim that cannot be
+re-checked silently, an entry that does not parse, replay or agree with a bound with a note naming it.
+Answers without a schedule that nothing could re-check (``no_solution``, a baseline's
+``infeasible``) are not stored.  A verbose solve (asked for the solver's log) always runs, and
 its answer replaces the entry.  The cache lives in ``$POET_CACHE_DIR``, else
 ``$XDG_CACHE_HOME/poet/schedules``, else ``~/.cache/poet/schedules``; deleting it is always safe.
 Its entries take at most ``$POET_CACHE_MAX_MB`` megabytes (256 by default): past that, the least
