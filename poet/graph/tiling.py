@@ -303,10 +303,9 @@ def build_tiled(model: str | ModelLayers, counts: dict[str, int], batch_size: in
                 reads = dy(p.lo, p.hi) + [u for x in xs for u in overlap(out[x], p.lo, p.hi)] + [fwd_stats[i]]
                 tile = Tile(name, t, len(own), axis_of(lay.shape), part="stats", start=(p.lo,), stop=(p.hi,))
                 prev = bd.add(Node(f"{name}.stats[{t}/{len(own)}]", BACKWARD, DTYPE_BYTES * 2 * c,
-                                   w_flops * (p.hi - p.lo) / R, 0, lay.op, tile), reads + ([prev] if prev else []),
+                                   w_flops * (p.hi - p.lo) / R, 0, lay.op, tile), reads + ([prev] if prev is not None else []),
                               None)
             bstats = prev
-            in_flops = bwd_flops - w_flops
         # grad-input tiles, split like the input they are the gradient of (add: like its own output)
         targets = xs[:1] if lay.op == "add" else xs
         for x in targets:
