@@ -23,7 +23,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from poet.graph.tiling_plan import plan_tiling
 from poet.hardware.cost import linear_cost_model
-from poet.solve.api import SolveOptions, costed_graph, make_budget, solve_costed
+from poet.solve.api import SolveOptions, costed_graph, make_budget
+from poet.solve.tiled import TiledProblem, solve_tiled
 from poet.units import fmt_bytes
 
 MODELS = ("resnet18_cifar", "vgg16_cifar", "bert", "transformer")
@@ -62,9 +63,11 @@ def run(models, devices, budgets, runtime: str, time_limit: float, max_solve_nod
                 else:
                     g = linear_cost_model(p.graph, dev) if p.tiled else g0
                     t = time.perf_counter()
-                    s = solve_costed(g, budget, "poet", SolveOptions(time_limit_s=time_limit, threads=threads))
+                    s = solve_tiled(TiledProblem(g, budget, g0, p, dev), "poet",
+                                    SolveOptions(time_limit_s=time_limit, threads=threads))
                     row["solve_seconds"] = time.perf_counter() - t
                     row["status"] = s.status
+                    row["method"] = s.report.method
                     row["gap"] = s.report.gap
                     if s.totals is not None:
                         row["energy_overhead"] = s.totals.energy_j / g0.plain_energy_j - 1

@@ -44,8 +44,8 @@ def cmd_solve(a) -> int:
     from .report.text import summary_text
     from .report.tiling import tiling_text
     from .schedule.io import save_schedule
-    from .solve.api import SolveOptions, costed_graph, solve_costed
-    from .solve.tiled import tiled_problem, tiling_costs
+    from .solve.api import SolveOptions, costed_graph
+    from .solve.tiled import solve_tiled, tiled_problem, tiling_costs
 
     if (a.graph is None) == (a.model is None):
         raise BudgetError("give either --model NAME --device DEVICE or --graph FILE.json")
@@ -62,7 +62,7 @@ def cmd_solve(a) -> int:
     # the budgets are read against the untiled graph; tiling happens only when its minimum does not fit
     problem = tiled_problem(a.graph or a.model, a.device, memory=a.memory, runtime=a.runtime,
                             paging_time=paging_time, batch_size=a.batch_size, fixed_ram_bytes=fixed, tile=a.tile)
-    g, budget = problem.graph, problem.budget
+    g = problem.graph
     from .solve.strategies import STRATEGIES
     if a.strategy not in STRATEGIES:
         raise BudgetError(f"unknown strategy {a.strategy!r}; choose one of {', '.join(STRATEGIES)}")
@@ -74,7 +74,7 @@ def cmd_solve(a) -> int:
         with ctrl_c_stops_the_solve() as stop:
             opts = SolveOptions(time_limit_s=time_limit, threads=a.threads, gap=a.gap, method=a.method,
                                 progress=prog, verbose=a.verbose, cache=not a.no_cache, stop=stop)
-            s = solve_costed(g, budget, a.strategy, opts)
+            s = solve_tiled(problem, a.strategy, opts)
     finally:
         prog.done()
     warn_uncached(s)

@@ -236,3 +236,14 @@ def test_tiling_adds_only_the_flops_it_says(model):
     assert math.isclose(rest_tiled, rest_plain, rel_tol=1e-9)
     if att_plain:
         assert att_plain < att_tiled < 2 * att_plain     # recomputed probabilities, costed, bounded
+
+
+def test_short_time_limit_on_a_tiled_graph_still_answers_with_a_validated_schedule():
+    from poet.solve.tiled import solve_tiled
+    p = tiled_problem("vgg16_cifar", "m0", memory=32768, runtime="3x")
+    s = solve_tiled(p, "poet", SolveOptions(time_limit_s=1.0))
+    assert s.steps and s.status in ("feasible", "optimal")
+    t = validate(s.graph, s.steps, s.budget)
+    assert t.peak_ram_bytes <= 32768
+    assert s.report.bound_energy_j is not None and s.report.bound_energy_j >= s.graph.plain_energy_j * (1 - 1e-9)
+    assert s.report.gap is not None and 0 <= s.report.gap < 1
