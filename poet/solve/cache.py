@@ -8,9 +8,8 @@ code starts afresh).  Threads and progress do not enter the key.
 What is reused, and when:
 
 * an ``optimal`` or ``infeasible`` answer is proven, so it is reused whatever the time limit;
-* any other answer (``feasible``, ``no_solution``) is only as good as the search that found it,
-  so it is reused only for a time limit no longer than the one it was found with (no limit
-  counts as the longest).
+* a ``feasible`` answer is only as good as the search that found it, so it is reused only for
+  a time limit no longer than the one it was found with (no limit counts as the longest).
 
 Nothing read from an entry is trusted (anyone can edit the files).  Its steps are replayed by the
 validator against the graph and budget being asked about, and its status, gap and bound are not
