@@ -3,6 +3,23 @@
 Data flows one way: model -> graph -> costs -> solver -> schedule -> (validate) -> execute / report.
 """
 import importlib
+import sys as _sys
+
+
+def interrupted_while_loading(signum, frame):
+    print("\npoet: interrupted", file=_sys.stderr)
+    raise SystemExit(130)
+
+
+# Run as the `poet` command (or `python -m poet`), a Ctrl-C while the modules load ends quietly, not with
+# an import traceback; poet.cli.main hands Ctrl-C back to Python once they are loaded.  A program that
+# imports poet keeps its own handler.
+if _sys.argv and (_sys.argv[0] == "-m" or _sys.argv[0].replace("\\", "/").rsplit("/", 1)[-1] in ("poet", "poet.exe")):
+    import signal as _signal
+    try:
+        _signal.signal(_signal.SIGINT, interrupted_while_loading)
+    except ValueError:      # not the main thread
+        pass
 
 from .graph import CostedGraph, Graph, load_graph, save_graph
 from .hardware import list_devices, load_device

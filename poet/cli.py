@@ -228,12 +228,30 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _default_ctrl_c() -> None:
+    """Ctrl-C raises KeyboardInterrupt again (poet/__init__ quiets it while the modules load)."""
+    import signal
+    import threading
+
+    from . import interrupted_while_loading
+    if threading.current_thread() is threading.main_thread() and \
+            signal.getsignal(signal.SIGINT) is interrupted_while_loading:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
 def main(argv=None) -> int:
-    p = build_parser()
     try:
-        a = p.parse_args(argv)
-    except SystemExit as e:      # --help, or argparse's error (already printed, naming the option)
-        return e.code if isinstance(e.code, int) else 2
+        # a Ctrl-C while the modules load ends quietly (poet/__init__), as any other
+        p = build_parser()
+        try:
+            a = p.parse_args(argv)
+        except SystemExit as e:      # --help, or argparse's error (already printed, naming the option)
+            return e.code if isinstance(e.code, int) else 2
+    except KeyboardInterrupt:
+        print("\npoet: interrupted", file=sys.stderr)
+        return 130
+    finally:
+        _default_ctrl_c()
     if not getattr(a, "func", None):
         p.print_help()
         return 1

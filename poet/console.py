@@ -26,19 +26,29 @@ if hasattr(os, "register_at_fork"):
                         after_in_child=_DRAWING.release)
 
 
+# A second SIGINT this soon after the first is the same Ctrl-C: `timeout -s INT` (and some shells) signal
+# both the process and its process group, so one request arrives twice.
+SAME_CTRL_C_S = 0.5
+
+
 @contextlib.contextmanager
 def ctrl_c_stops_the_solve():
     """While held, the first Ctrl-C asks the solve to stop early and return the best schedule found
-    so far (the ``stop`` callable it yields turns true); a second one aborts.  Outside the main thread
-    (where no signal handler can be set) it yields a stop that never turns true."""
+    so far (the ``stop`` callable it yields turns true); a second one, ``SAME_CTRL_C_S`` or more
+    later, aborts.  Outside the main thread (where no signal handler can be set) it yields a stop
+    that never turns true."""
     asked = threading.Event()
     if threading.current_thread() is not threading.main_thread():
         yield asked.is_set
         return
+    first = [0.0]
 
     def on_sigint(signum, frame):
         if asked.is_set():
+            if time.monotonic() - first[0] < SAME_CTRL_C_S:
+                return
             raise KeyboardInterrupt
+        first[0] = time.monotonic()
         asked.set()
         # this thread may be drawing the progress line, holding _DRAWING: never wait for it here
         held = _DRAWING.acquire(blocking=False)

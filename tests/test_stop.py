@@ -7,12 +7,14 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 from conftest import training_chain
 
+from poet.console import SAME_CTRL_C_S
 from poet.schedule import Budget, validate
 from poet.solve import SolveOptions, costed_graph, solve_costed
 from poet.solve.baselines import keep_all_peak
@@ -132,6 +134,7 @@ def test_ctrl_c_in_the_command_line_prints_the_best_schedule_so_far_and_a_second
                 os.killpg(p.pid, signal.SIGINT)          # the whole group: the search workers too
                 presses -= 1
             if "poet: stopping early" in line and presses:
+                time.sleep(SAME_CTRL_C_S + 0.3)            # sooner, it is the same Ctrl-C
                 os.killpg(p.pid, signal.SIGINT)
                 presses -= 1
         out, err = p.communicate(timeout=120)

@@ -106,3 +106,108 @@ def test_the_memoised_recompute_price_is_the_recursions(seed):
         stored = {v for v in range(x) if v not in present and rnd.random() < 0.2}
         at = rnd.randrange(x, len(g.nodes))
         assert recompute_cost(g, x, at, present, stored) == _recursive_cost(g, x, at, present, stored)
+
+
+# --- every strategy on every family: validated or honestly infeasible, within its time limit ---------
+
+LIMIT_S = 3.0
+
+
+def _within(seconds: float, limit: float) -> bool:
+    """The time limit held, against a bound generous enough for a shared, loaded machine."""
+    return seconds <= 1.5 * limit + 5.0
+
+
+@pytest.fixture(scope="module")
+def small_graphs():
+    return {f: costed_graph(f"{f}:48:5", "a72") for f in sorted(FAMILIES)}
+
+
+@pytest.mark.parametrize("strategy", ["keep-all", "chen", "capuchin", "paging", "remat", "poet"])
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_every_strategy_on_every_family_returns_a_validated_schedule_or_an_honest_no(small_graphs, family,
+                                                                                    strategy):
+    import time
+
+    from poet.schedule import validate
+    from poet.solve.api import SolveOptions, make_budget, solve_costed
+
+    g = small_graphs[family]
+    b = make_budget(g, "80%", "2x")
+    t0 = time.perf_counter()
+    s = solve_costed(g, b, strategy, SolveOptions(time_limit_s=LIMIT_S, threads=2))
+    took = time.perf_counter() - t0
+    assert _within(took, LIMIT_S), f"{strategy} on {family} took {took:.1f} s at a {LIMIT_S} s limit"
+    if s.steps:
+        assert validate(g, s.steps, b) == s.totals
+        assert s.status in ("optimal", "feasible", "heuristic")
+        if s.status == "optimal":
+            assert s.solver.get("gap") is not None and s.solver["gap"] <= 1e-3 + 1e-12
+    else:
+        assert s.status in ("infeasible", "no_solution")
+        assert s.solver.get("message")              # says why
+    if strategy in ("remat", "poet"):
+        # the recomputation strategies find a plan on every family at 80% of the peak with 2x the time
+        assert s.steps, f"{strategy} on {family}: {s.status}, {s.solver.get('message')}"
+        assert s.solver.get("gap") is not None
+
+
+# --- Ctrl-C on a generated graph, through the command line --------------------------------------------
+
+def _solve_process(spec: str, strategy: str = "poet"):
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    cmd = [sys.executable, "-m", "poet", "solve", "--model", spec, "--device", "a72", "--memory", "80%",
+           "--strategy", strategy, "--time-limit", "600", "--threads", "2", "--no-cache"]
+    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=root,
+                            env={**os.environ, "PYTHONPATH": str(root)}, start_new_session=True)
+
+
+@pytest.mark.parametrize("how", ["group", "process and group"])
+def test_the_first_ctrl_c_prints_the_best_validated_schedule_of_a_long_solve(how):
+    import os
+    import signal
+    import threading
+    import time
+
+    p = _solve_process("layered:120:1")
+    started = threading.Event()
+    err: list[str] = []
+
+    def read():
+        for line in p.stderr:
+            err.append(line)
+            if line.startswith("solving"):
+                started.set()
+    threading.Thread(target=read, daemon=True).start()
+    assert started.wait(300), "".join(err)
+    time.sleep(2.0)
+    t_sig = time.perf_counter()
+    if how == "process and group":     # what `timeout -s INT` does: one request, two signals
+        os.kill(p.pid, signal.SIGINT)
+    os.killpg(p.pid, signal.SIGINT)
+    out = p.stdout.read()
+    p.wait(timeout=120)
+    waited = time.perf_counter() - t_sig
+    assert waited < 30, f"exited {waited:.1f} s after the Ctrl-C"      # 1-2 s when the machine is idle
+    text = "".join(err)
+    assert p.returncode == 0, text
+    assert "stopped early on request" in out and "Validated: an independent replay" in out
+    assert "Traceback" not in text and "poet: interrupted" not in text
+
+
+def test_a_ctrl_c_while_poet_loads_ends_quietly():
+    import signal
+    import time
+
+    p = _solve_process("layered:40:1")
+    time.sleep(0.6)                      # loading the modules (torch among them) takes longer
+    p.send_signal(signal.SIGINT)
+    out, err = p.communicate(timeout=120)
+    if p.returncode == 130:
+        assert "poet: interrupted" in err
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err

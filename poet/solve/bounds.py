@@ -39,12 +39,18 @@ COVER_MAX_LINKS = 100_000
 # is still what is used, and proving the last 1e-5 took most of its time (HiGHS had the bound of
 # the 4,818-node a72 case at its root, then branched for minutes).
 COVER_ABS_GAP = 1e-5
+# HiGHS does not check its time limit through presolve and the root LP: on a 3,000-node chain's cover
+# (796,576 nonzeros) a 10-s limit stopped after 12.3 s, on a 1,000-node layered DAG's (270,297) after
+# 10.5 s, both with no bound above the plain energy (and a 9.3-s one after 15 s on a loaded machine).  A
+# cover whose setup would take over half of its time limit by this rate (the MILP's,
+# SolvePolicy.milp_setup_s_per_nonzero) is not solved: the plain energy (runtime) is its bound.
+COVER_SETUP_S_PER_NONZERO = 2.5e-5
 
 
 def eviction_cover(g: CostedGraph, budget: Budget | None = None, *, remat: bool = True,
                    paging: bool = True, time_limit: float = 10.0, objective: str = "energy",
                    abs_gap: float = COVER_ABS_GAP, info: dict | None = None, chain_depth: int = COVER_CHAIN_DEPTH,
-                   max_links: int = COVER_MAX_LINKS) -> tuple[float, dict[int, str]]:
+                   max_links: int = COVER_MAX_LINKS, stop=None) -> tuple[float, dict[int, str]]:
     """A valid lower bound on the energy of any schedule in the MILP's stage form, and the
     evictions that attain it (tensor -> ``"page"`` or ``"remat"``), a guide for the greedy.
 
@@ -68,13 +74,16 @@ def eviction_cover(g: CostedGraph, budget: Budget | None = None, *, remat: bool 
 
     It is a small covering ILP (binaries per tensor and per chain link, one row per
     moment); its proven dual bound is used, so a time limit keeps it valid.  It stops once
-    within ``abs_gap`` of the plain energy (or runtime) of optimal.
+    within ``abs_gap`` of the plain energy (or runtime) of optimal.  When HiGHS could not even set it
+    up within half of ``time_limit`` (``COVER_SETUP_S_PER_NONZERO``) it is not solved: the bound is then
+    the plain energy (runtime), and ``info`` gets ``skipped_nonzeros``.
 
     ``objective="time"`` bounds the runtime instead (the deadline is then not a
     constraint): above the budget's deadline, no schedule meets it.  ``info``, if
     given, receives ``slack_used``: the share of the deadline's slack over plain
     that the returned evictions' restorations take (energy objective, with a
-    deadline and a solution).
+    deadline and a solution).  ``stop``: polled during the solve; once true, the dual
+    bound reached by then is used (still valid).
     """
     plain = g.plain_energy_j
     if budget is None or not (remat or paging):
@@ -211,7 +220,11 @@ def eviction_cover(g: CostedGraph, budget: Budget | None = None, *, remat: bool 
     p = MilpProblem(c=np.array(cost) / unit, col_lo=np.zeros(ncol), col_hi=hi, integer=np.ones(ncol, bool),
                     starts=np.array(starts), index=np.array(index, dtype=np.int64), value=np.array(value),
                     row_lo=np.array([r[1] for r in rows]), row_hi=np.array([r[2] for r in rows]))
-    r = solve_highs(p, time_limit=time_limit, gap=1e-6, options={"mip_abs_gap": abs_gap})
+    if time_limit is not None and COVER_SETUP_S_PER_NONZERO * p.num_nonzeros > 0.5 * time_limit:
+        if info is not None:
+            info["skipped_nonzeros"] = p.num_nonzeros
+        return plain_obj, {}
+    r = solve_highs(p, time_limit=time_limit, gap=1e-6, options={"mip_abs_gap": abs_gap}, stop=stop)
     if r.status == "infeasible":
         return math.inf, {}      # no eviction set fits every moment (within the runtime budget)
     extra = r.bound if r.bound is not None and math.isfinite(r.bound) else 0.0

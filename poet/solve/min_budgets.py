@@ -43,6 +43,18 @@ def min_budgets(g: CostedGraph, budget: Budget, opts, *, remat: bool, paging: bo
     kw = {"stop": opts.stop} if opts.stop is not None else {}
     stopped = opts.stop or (lambda: False)
 
+    def unbuilt(what: str) -> str | None:
+        """Why the MILP is not even built: under half of what HiGHS would need to set it up is left, by
+        the estimate of its size (building a 1,000-node one alone takes longer than many limits)."""
+        if opts.time_limit_s is None:
+            return None
+        rest = opts.time_limit_s - clock.elapsed()
+        need = policy.milp_setup_seconds(policy.estimated_milp_nonzeros(len(g.nodes)))
+        if rest >= 0.5 * need:
+            return None
+        return (f"the smallest feasible {what} was not computed: {max(rest, 0.0):.1f} s of the time limit were "
+                f"left, and HiGHS needs about {need:.0f} s to set up its MILP (a longer --time-limit computes it)")
+
     def searched(limit: float) -> str:
         return "before the stop" if stopped() else f"in {limit:.0f} s"
     lower = g.min_ram_bytes()
@@ -51,8 +63,9 @@ def min_budgets(g: CostedGraph, budget: Budget, opts, *, remat: bool, paging: bo
         out["min_ram_note"] = "with paging and no binding deadline the node-plus-inputs bound is achievable"
     else:
         hi = max(keep_all_peak(g), lower)
-        f = build(g, budget, remat=remat, paging=paging, objective="peak_ram", ram_cap_bytes=hi)
-        limit, why = seconds(f, 0.5 if budget.runtime_s is not None else 1.0, "RAM budget")
+        why = unbuilt("RAM budget")
+        f = None if why else build(g, budget, remat=remat, paging=paging, objective="peak_ram", ram_cap_bytes=hi)
+        limit, why = (0.0, why) if why else seconds(f, 0.5 if budget.runtime_s is not None else 1.0, "RAM budget")
         res = None if why else backend(f.problem, time_limit=limit, threads=opts.threads, gap=1e-6, **kw)
         scale = hi  # the formulation's memory unit
         if why:
@@ -69,8 +82,9 @@ def min_budgets(g: CostedGraph, budget: Budget, opts, *, remat: bool, paging: bo
                                    f"best found {searched(limit)}; proven lower bound {fmt_bytes(max(lb, lower))}")
     if budget.runtime_s is not None and not stopped():
         nob = Budget(budget.ram_bytes, None, budget.paging_time)
-        f = build(g, nob, remat=remat, paging=paging, objective="runtime")
-        limit, why = seconds(f, 1.0, "deadline")
+        why = unbuilt("deadline")
+        f = None if why else build(g, nob, remat=remat, paging=paging, objective="runtime")
+        limit, why = (0.0, why) if why else seconds(f, 1.0, "deadline")
         res = None if why else backend(f.problem, time_limit=limit, threads=opts.threads, gap=1e-6, **kw)
         if why:
             out["min_runtime_note"] = why

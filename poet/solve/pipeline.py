@@ -43,6 +43,7 @@ from .policy import TimeBudget
 from .progress import report_progress
 from .result import relative_gap
 from .search import intervals
+from .search.gap_drops import gap_drop_plan
 from .search.greedy import best_greedy, checkpointed, rule_names
 from .search.guides import GuideSearch, search_guides
 from .search.pool import SearchPool, worker_count
@@ -79,7 +80,9 @@ class Pipeline:
         self.time = TimeBudget(opts.time_limit_s, opts.clock)
         self.plan: Plan | None = None          # the best plan held
         self.plan_e: float | None = None       # its energy
-        self.origin = "greedy"     # what found the plan held: the greedy (and its guide search) or "intervals"
+        self.origin = "greedy"     # what found the plan held: the greedy (and its guide search), "gap-drops"
+        #                            or "intervals"
+        self.gap_plan: Plan | None = None      # the idle-gap recomputation plan, held from the start
         self.f: Formulation | None = None      # the MILP, once built
         self.lb = 0.0                          # the eviction cover's bound
         self.guide: dict[int, str] = {}        # and its evictions
@@ -115,8 +118,11 @@ class Pipeline:
         """The gap of the plan held to the cover's bound (None without a plan)."""
         return None if self.plan_e is None else relative_gap(self.plan_e, self.lb)
 
-    def cover_seconds(self) -> float:
-        return self.policy.cover_time(self.opts.time_limit_s)
+    def cover_seconds(self, share_left: float = 1.0) -> float:
+        """The eviction cover's time (``policy.cover_time``), at most ``share_left`` of what the time
+        limit leaves (0.5 s at least: a cover cut short still bounds validly)."""
+        t, left = self.policy.cover_time(self.opts.time_limit_s), self.time.left()
+        return t if left is None else min(t, max(0.5, share_left * left))
 
     def rules_seconds(self) -> float | None:
         return self.policy.rules_time(self.opts.time_limit_s, self.time.elapsed())
@@ -131,7 +137,7 @@ class Pipeline:
         """A proven lower bound on the runtime of any schedule within the RAM budget, and the
         eviction set that attains it (eviction cover)."""
         return eviction_cover(self.g, self.budget, remat=self.remat, paging=self.paging, objective="time",
-                              time_limit=self.cover_seconds())
+                              time_limit=self.cover_seconds(), stop=self.opts.stop)
 
     def tightened_guides(self, t_min: float, time_left: float | None) -> list[dict[int, str]]:
         """The energy cover's guide for a deadline stricter than the real one, as it is and checkpointed:
@@ -168,6 +174,7 @@ class Pipeline:
     # -- the phases --------------------------------------------------------------------------------
     def run(self) -> Schedule:
         """The phases, in order; the best schedule found, with its gap and record."""
+        self.gap_drops()
         if not self.lower_bound():
             return self.bound_result()
         outside_proven = (self.incumbent_energy is not None
@@ -189,12 +196,26 @@ class Pipeline:
             return self.plan_result()
         return self.milp()
 
+    def gap_drops(self) -> None:
+        """Phase 0: the idle-gap recomputation plan (:mod:`poet.solve.search.gap_drops`).  It takes little
+        time and is feasible where the rules' recomputations cascade (dense DAGs, where every rule can
+        fail); held from the start, it is what a stop or the time limit returns when nothing else is."""
+        if not self.remat or self.method == "faithful":
+            return
+        self.progress("recomputation across idle gaps")
+        since, limit = self.time.elapsed(), self.opts.time_limit_s
+        self.gap_plan = gap_drop_plan(self.g, self.budget, stop=self.opts.stop,
+                                      time_limit=None if limit is None else self.policy.gap_drops_share * limit)
+        self.record("gap drops", since, found=self.gap_plan is not None,
+                    energy_j=None if self.gap_plan is None else self.energy(self.gap_plan))
+
     def lower_bound(self) -> bool:
         """Phase 1: the eviction cover's bound and guide; False when no eviction set meets the deadline."""
         self.progress("lower bound")
         since = self.time.elapsed()
         self.lb, self.guide = eviction_cover(self.g, self.budget, remat=self.remat, paging=self.paging,
-                                             time_limit=self.cover_seconds(), info=self.cover_info)
+                                             time_limit=self.cover_seconds(0.5), info=self.cover_info,
+                                             stop=self.opts.stop)
         self.record("lower bound", since, bound_energy_j=self.lb, evictions=len(self.guide), **self.cover_info)
         if not math.isfinite(self.lb):
             return False
@@ -240,6 +261,8 @@ class Pipeline:
         self.record("greedy rules", since, rule_plans=len(self.rule_plans), deadline_bound=deadline_bound)
         if plan is None and self.closest:
             self.deadline_search()
+        if self.gap_plan is not None and (self.plan is None or self.energy(self.gap_plan) < self.energy(self.plan)):
+            self.plan, self.origin = self.gap_plan, "gap-drops"
         if self.plan is not None:
             self.plan_e = self.energy(self.plan)
             self.note(heuristic_energy_j=self.plan_e)
@@ -310,8 +333,9 @@ class Pipeline:
         self.target = lb / (1 - opts.gap) if opts.gap < 1 else math.inf
         guided = [p for p in self.rule_plans if p is not plan and p.rule and p.rule[1]][:1]
         others = sorted((p for p in self.rule_plans if p is not plan and p.rule and not p.rule[1]
-                         and p.rule[0] != plan.rule[0]), key=self.energy)
-        starts = [plan] + (guided or others[:1])
+                         and p.rule[0] != (plan.rule or ("",))[0]), key=self.energy)
+        # a plan no rule made (gap drops) has no guide to search from: the rules' plans are searched
+        starts = ([plan] if plan.rule else []) + (guided or others[:1 if plan.rule else 2])
         max_seeds = policy.search_rounds if len(g.nodes) >= policy.restart_min_nodes else 1
         searches: list = []
         rounds = 0

@@ -87,6 +87,10 @@ class SolvePolicy:
     capuchin_seconds: float = 60.0
     # Each smallest-feasible-budget MILP's time without a time limit.
     min_budget_seconds: float = 120.0
+    # The share of the time limit that the idle-gap recomputation plan (poet.solve.search.gap_drops)
+    # may take, before the cover: under a second on 250-node layered DAGs, 5-13 s on 1,000 nodes for
+    # all of its covers on a loaded machine; it stops with the best so far.
+    gap_drops_share: float = 0.25
 
     # -- each phase's share of the time limit (``limit`` None: no limit; ``elapsed``: since the start)
     def cover_time(self, limit: float | None) -> float:

@@ -52,7 +52,9 @@ def tiled_problem(source, device=None, *, memory, runtime=None, paging_time: str
     if fixed_ram_bytes is not None:
         g0 = g0.with_fixed_ram(fixed_ram_bytes)
     budget = make_budget(g0, memory, runtime, paging_time)
-    is_zoo = isinstance(source, str) and not (source.endswith(".json") or Path(source).is_file())
+    from ..graph.generate import is_spec
+    # a generated graph (layered:250:1) has no layer shapes either
+    is_zoo = isinstance(source, str) and not (source.endswith(".json") or Path(source).is_file() or is_spec(source))
     if not is_zoo:
         if mode not in (TILE_AUTO, TILE_OFF):
             raise GraphError(f"--tile {mode} needs a built-in model (--model): a graph file or a structural graph "

@@ -65,18 +65,38 @@ def segment_steps(g: CostedGraph, checkpoints) -> list[Step]:
             return s not in resident or (forward_phase and s in droppable)
 
         def need(i: int) -> bool:
-            if i not in memo:
-                memo[i] = any(s > k or (missing(s) and need(s)) for s in g.succs[i])
+            # readers before their inputs, without recursion (chains run thousands deep)
+            stack = [i]
+            while stack:
+                v = stack[-1]
+                if v in memo:
+                    stack.pop()
+                    continue
+                pending = [s for s in g.succs[v] if s <= k and s not in memo and missing(s)]
+                if pending:
+                    stack.extend(pending)
+                    continue
+                memo[v] = any(s > k or (missing(s) and memo[s]) for s in g.succs[v])
+                stack.pop()
             return memo[i]
         return need
 
     def ensure(x: int, stage: int):
+        """Compute x and, first, every missing input, depth first (without recursion)."""
         if x in resident:
             return
-        for p in g.preds[x]:
-            ensure(p, stage)
-        steps.append(Step("compute", x, stage))
-        resident.add(x)
+        stack = [(x, iter(g.preds[x]))]
+        while stack:
+            v, inputs = stack[-1]
+            for p in inputs:
+                if p not in resident:
+                    stack.append((p, iter(g.preds[p])))
+                    break
+            else:
+                stack.pop()
+                if v not in resident:
+                    steps.append(Step("compute", v, stage))
+                    resident.add(v)
 
     for k in range(n):
         for p in g.preds[k]:

@@ -200,23 +200,23 @@ def _greedy(g, budget, remat, paging, prefer, cap_bytes, guide, guide_once=False
                 C: set[int] = {t}
                 ins: dict[int, int] = {}
 
-                def avail(p, k):
+                # every missing input: paged in before its first reader k, or recomputed with its own
+                # missing inputs (the result does not depend on the order; no recursion: chains run deep)
+                todo = [(p, t) for p in preds[t]]
+                while todo:
+                    p, k = todo.pop()
                     if p in K or p in C:
-                        return
+                        continue
                     if p in ins:
                         ins[p] = min(ins[p], k)
-                        return
+                        continue
                     if p in stored and paging:
                         ins[p] = k
-                        return
+                        continue
                     if not remat:
                         raise _Fail
                     C.add(p)
-                    for q in preds[p]:
-                        avail(q, p)
-
-                for p in preds[t]:
-                    avail(p, t)
+                    todo.extend((q, p) for q in preds[p])
                 comp = sorted(C)
                 keep_next = carried()
                 # --- RAM exactly as the MILP charges it (last: stage.emit.last_readers, built with readers)

@@ -11,7 +11,7 @@ DESCRIPTION = "Capuchin-style greedy: evict across idle gaps, per tensor swap or
 
 
 def solve_capuchin(g: CostedGraph, budget: Budget, opts) -> Schedule:
-    plan, steps, info = capuchin_plan(g, budget, time_limit=opts.time_limit_s)
+    plan, steps, info = capuchin_plan(g, budget, time_limit=opts.time_limit_s, stop=opts.stop)
     s = judged(g, budget, steps, "capuchin", HEURISTIC, info)
     facts = s.report.strategy_facts
     if not s.steps and info.get("stopped"):
