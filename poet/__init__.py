@@ -21,10 +21,10 @@ if _sys.argv and (_sys.argv[0] == "-m" or _sys.argv[0].replace("\\", "/").rsplit
     except ValueError:      # not the main thread
         pass
 
-from .graph import CostedGraph, Graph, load_graph, save_graph
-from .hardware import list_devices, load_device
-from .schedule import Budget, Schedule, ScheduleError, load_schedule, save_schedule, validate
-from .solve import solve
+from .graph import CostedGraph, Graph, load_graph, save_graph  # noqa: E402 (the Ctrl-C handler first)
+from .hardware import list_devices, load_device  # noqa: E402 (the Ctrl-C handler first)
+from .schedule import Budget, Schedule, ScheduleError, load_schedule, save_schedule, validate  # noqa: E402 (the Ctrl-C handler first)
+from .solve import solve  # noqa: E402 (the Ctrl-C handler first)
 
 __version__ = "0.1.0"
 
