@@ -182,7 +182,8 @@ class Pipeline:
         if self.method != "faithful":
             self.greedy_rules()
             gap_lb = self.gap()
-            if gap_lb is not None and gap_lb > self.opts.gap and not outside_proven:
+            # (asked to stop: not even the searches' setup, which loads OR-Tools and forks workers)
+            if gap_lb is not None and gap_lb > self.opts.gap and not outside_proven and not self.stopped():
                 milp_follows, cp_follows = self.plan_searches()
                 self.guide_search(milp_follows, cp_follows)
                 if cp_follows and self.gap() > self.opts.gap and not self.stopped():
