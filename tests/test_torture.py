@@ -142,14 +142,14 @@ def test_every_strategy_on_every_family_returns_a_validated_schedule_or_an_hones
         assert validate(g, s.steps, b) == s.totals
         assert s.status in ("optimal", "feasible", "heuristic")
         if s.status == "optimal":
-            assert s.solver.get("gap") is not None and s.solver["gap"] <= 1e-3 + 1e-12
+            assert s.report.gap is not None and s.report.gap <= 1e-3 + 1e-12
     else:
         assert s.status in ("infeasible", "no_solution")
-        assert s.solver.get("message")              # says why
+        assert s.report.message              # says why
     if strategy in ("remat", "poet"):
         # the recomputation strategies find a plan on every family at 80% of the peak with 2x the time
-        assert s.steps, f"{strategy} on {family}: {s.status}, {s.solver.get('message')}"
-        assert s.solver.get("gap") is not None
+        assert s.steps, f"{strategy} on {family}: {s.status}, {s.report.message}"
+        assert s.report.gap is not None
 
 
 # --- Ctrl-C on a generated graph, through the command line --------------------------------------------

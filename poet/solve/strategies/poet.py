@@ -31,7 +31,7 @@ def solve_poet(g: CostedGraph, budget: Budget, opts) -> Schedule:
     s = solve_milp(g, budget, opts, remat=True, paging=True, strategy="poet",
                    incumbent_energy=None if h is None else h.totals.energy_j)
     s = best_of(s, h, opts)
-    s.solver["solve_seconds"] = opts.clock() - t0     # the Capuchin-style schedule's time included
+    s.report = s.report.with_(solve_seconds=opts.clock() - t0)     # the Capuchin-style schedule's time included
     return s
 
 
