@@ -169,3 +169,34 @@ def test_forced_tile_count():
     assert max(nd.tile.count for nd in pl.graph.nodes if nd.tile is not None) == 4
     with pytest.raises(ValueError, match="at least 2"):
         _cnn_plan("100%", tile=1)
+
+
+def _gpt(batch):
+    from poet.execute import models
+    torch.manual_seed(0)
+    m = models.TinyGPT(vocab=20, d=16, heads=2, layers=1, max_len=12).train()
+    ids = torch.randint(0, 20, (batch, 12))
+    return m, ids, torch.randint(0, 20, (batch, 12))
+
+
+@pytest.mark.parametrize("batch,count", [(1, 3), (2, 2)])
+def test_tiled_transformer_matches_autograd_within_the_bound(batch, count):
+    # batch 1: token tiles are query tiles of one sequence; batch 2: tiles of whole sequences
+    from poet.execute.models import lm_loss
+    m, ids, y = _gpt(batch)
+    prog = export_training_graph(m, (ids,), lm_loss, (y,))
+    tp, rep = tile_program(prog, count, threshold=0, min_split=0)
+    ops = {op for op, _, _ in rep.tiled.values()}
+    for fam in ("addmm", "aten.mm", "aten.bmm", "_softmax.default", "_softmax_backward_data", "native_layer_norm.",
+                "native_layer_norm_backward", "embedding.default", "embedding_dense_backward", "gelu.default",
+                "nll_loss_forward", "nll_loss_backward", "_log_softmax.default"):
+        assert any(fam in op for op in ops), (fam, sorted(ops))
+    axes = {nd.tile.axis for nd in tp.graph.nodes if nd.tile is not None}
+    assert axes == {"tokens", "rows"} if batch == 1 else "tokens" in axes
+    ref = copy.deepcopy(m)
+    loss = lm_loss(ref(ids), y)
+    loss.backward()
+    res = Executor(tp).run(reference_schedule(tp.costed("m4"), "remat", every=4), (ids, y), apply=False)
+    assert relative_difference(res.loss, loss) <= GRADIENT_BOUND
+    for name, p in ref.named_parameters():
+        assert relative_difference(res.grads[name], p.grad) <= GRADIENT_BOUND, name

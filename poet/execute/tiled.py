@@ -81,10 +81,10 @@ def relative_difference(a, b) -> float:
 class Rewriter:
     """Builds the tiled joint graph op by op (the rules in :mod:`tiled_rules` call its helpers)."""
 
-    def __init__(self, program: TorchProgram, count: int, threshold: int):
+    def __init__(self, program: TorchProgram, count: int, threshold: int, min_split: int = MIN_SPLIT_BYTES):
         self.p = program
         self.count = count
-        self.threshold = threshold
+        self.threshold = max(threshold, min_split)
         self.g = torch.fx.Graph()
         self.env: dict = {}
         self.flops: dict[str, float] = {}
@@ -198,7 +198,7 @@ class Rewriter:
 
     # ---------------------------------------------------------------- driver
     def wants(self, n) -> bool:
-        if self.working_set.get(n.name, 0) > max(self.threshold, MIN_SPLIT_BYTES):
+        if self.working_set.get(n.name, 0) > self.threshold:
             return True
         return any(self.is_tiled(a) for a in n.all_input_nodes)
 
@@ -251,13 +251,17 @@ class Rewriter:
         return torch.fx.GraphModule(self.p.gm, self.g)
 
 
-def tile_program(program: TorchProgram, count: int, threshold: int = 0) -> tuple[TorchProgram, TilingReport]:
-    """``program`` with ops whose working set exceeds ``threshold`` bytes split into ``count`` tiles."""
+def tile_program(program: TorchProgram, count: int, threshold: int = 0,
+                 min_split: int = MIN_SPLIT_BYTES) -> tuple[TorchProgram, TilingReport]:
+    """``program`` with ops whose working set exceeds ``threshold`` bytes split into ``count`` tiles.
+
+    Ops whose working set is at most ``min_split`` bytes are split only when they read a tiled tensor.
+    """
     if program.granularity != "aten":
         raise TilingError("tiling needs the aten-level program (granularity 'aten'), not a coarsened one")
     if count < 2:
         raise TilingError(f"a tile count must be at least 2, got {count}")
-    rw = Rewriter(program, count, threshold)
+    rw = Rewriter(program, count, threshold, min_split)
     gm = rw.run()
     tiled = program_from_joint_graph(gm, program, name=program.name, flops=rw.flops)
     nodes = []

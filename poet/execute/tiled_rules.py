@@ -127,7 +127,7 @@ def convolution_backward(rw, n):
             t = rw.tile_of(n, i, lay, halo=max(0, (re - rs) - (b0 - a0)) // 2)
             tiles.append(rw.emit(K.tile_conv_input_grad, (ps, rs, re - rs, a0, b0, list(xs), rw.full(w), stride,
                                                           padding, dilation, groups), n, tile=t,
-                                 flops=flops / parts * (b0 - a0) / H))
+                                 flops=flops / parts * max(b0 - a0, re - rs) / H))     # the halo is recomputed
         items[0] = Tiled(lay, tiles, tuple(xs), _val(x).dtype)
     if mask[1] or mask[2]:
         lay = _layout_of(rw, go, gos)
@@ -295,7 +295,7 @@ def avg_pool_backward(rw, n):
         rs, re = _window(o0, o1, k, s, p, 1) if o1 > o0 else (a0, a0)
         tiles.append(rw.emit(K.tile_avg_pool_grad, (rw.pieces(go, 2, o0, o1), rs, re - rs, a0, b0, list(shape), kernel,
                                                     stride, padding, cip, divisor, _val(n).dtype), n,
-                             tile=rw.tile_of(n, i, lay), flops=rw.share(n, a0, b0, shape[2])))
+                             tile=rw.tile_of(n, i, lay), flops=rw.share(n, a0, a0 + max(b0 - a0, re - rs), shape[2])))
     return Tiled(lay, tiles, shape, _val(n).dtype, _val(n))
 
 
@@ -659,7 +659,7 @@ def _pointwise_targets():
             continue
         for ov in pk.overloads():
             op = getattr(pk, ov)
-            if torch.Tag.pointwise in op.tags and not (torch.Tag.nondeterministic_seeded in op.tags):
+            if torch.Tag.nondeterministic_seeded not in op.tags and not op._schema.is_mutable:
                 out[op] = pointwise
     return out
 
