@@ -28,8 +28,12 @@ import torch.fx
 from ..graph.core import Graph, Tile
 from ..graph.torch_export import TorchProgram, program_from_joint_graph
 from . import tiled_ops as K
-from .tiled_rules import ALIAS_RULES, RULES
+from .tiled_rules import RULES as SPATIAL_RULES
+from .tiled_tokens import RULES as TOKEN_RULES
 from .tiled_values import Layout, Tiled, TilingError, TupleVal, even_bounds
+from .tiled_views import ALIAS_RULES
+
+RULES = {**SPATIAL_RULES, **TOKEN_RULES}
 
 aten = torch.ops.aten
 

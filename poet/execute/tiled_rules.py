@@ -3,16 +3,16 @@
 Each rule takes the :class:`~poet.execute.tiled.Rewriter` and an original FX
 node and returns the rewritten value (a :class:`Tiled` tensor, a
 :class:`TupleVal` for tuple ops, or a whole FX node), or ``None`` to leave the
-op whole.  Rows are the spatial height of NCHW tensors (convolutions, pooling,
-BatchNorm); tokens are the leading axis of 2-D/3-D activations (linear,
-LayerNorm, softmax, embedding, the loss).  Geometry of a convolution or pooling
+op whole.  This module holds the spatial rules (rows: the height of NCHW
+tensors, for convolutions, pooling, BatchNorm), elementwise ops and
+reductions; token rules are in :mod:`poet.execute.tiled_tokens`, views of tiled
+tensors in :mod:`poet.execute.tiled_views`.  Geometry of a convolution or pooling
 window: output rows ``[a, b)`` read input rows ``[a*s - p, (b-1)*s - p + d*(k-1) + 1)``,
 the part outside the tensor being padding (zeros, or -inf for max pooling).
 """
 from __future__ import annotations
 
 import math
-import operator
 
 import torch
 
@@ -22,19 +22,19 @@ from .tiled_values import Layout, Tiled, TilingError, TupleVal
 aten = torch.ops.aten
 
 
-def _val(n):
+def fx_value(n):
     return n.meta.get("val")
 
 
-def _norm_dim(d: int, ndim: int) -> int:
+def norm_dim(d: int, ndim: int) -> int:
     return d + ndim if d < 0 else d
 
 
-def _window(a: int, b: int, k: int, s: int, p: int, d: int) -> tuple[int, int]:
+def window_rows(a: int, b: int, k: int, s: int, p: int, d: int) -> tuple[int, int]:
     return a * s - p, (b - 1) * s - p + d * (k - 1) + 1
 
 
-def _reaching(a: int, b: int, k: int, s: int, p: int, d: int, n_out: int) -> tuple[int, int]:
+def reaching_rows(a: int, b: int, k: int, s: int, p: int, d: int, n_out: int) -> tuple[int, int]:
     """Output rows whose windows reach input rows ``[a, b)``."""
     lo = max(0, math.ceil((a + p - d * (k - 1)) / s))
     hi = min(n_out, (b - 1 + p) // s + 1)
@@ -48,9 +48,20 @@ def _layout_of(rw, a, shape, axis="rows") -> Layout:
     return rw.layout_for(shape, axis)
 
 
+
+def tiled_layout(rw, n, shape, dims_reduced=()):
+    """The layout of an input with ``shape`` that is tiled along an axis the op does not reduce, else the default."""
+    for a in n.all_input_nodes:
+        v = rw.env.get(a)
+        if isinstance(v, Tiled) and v.shape == tuple(shape) and v.layout.dim not in dims_reduced:
+            return v.layout
+    lay = rw.layout_for(tuple(shape))
+    return None if lay.dim in dims_reduced else lay
+
+
 # ------------------------------------------------------------------ pointwise
 def pointwise(rw, n):
-    out = _val(n)
+    out = fx_value(n)
     if not isinstance(out, torch.Tensor) or out.dim() == 0:
         return None
     shape = tuple(out.shape)
@@ -88,16 +99,16 @@ def _conv_params(stride, padding, dilation, weight_shape):
 
 def convolution(rw, n):
     x, w, b, stride, padding, dilation, transposed, _, groups = n.args
-    out = _val(n)
+    out = fx_value(n)
     if transposed or out.dim() != 4:
         raise TilingError("transposed or non-2-D convolution: not tiled yet")
-    k, s, p, dl = _conv_params(stride, padding, dilation, _val(w).shape)
+    k, s, p, dl = _conv_params(stride, padding, dilation, fx_value(w).shape)
     H = rw.shape(x)[2]
     lay = rw.layout_for(tuple(out.shape))
     tiles = []
     for i in range(lay.count):
         a0, b0 = lay.rows(i)
-        lo, hi = _window(a0, b0, k, s, p, dl)
+        lo, hi = window_rows(a0, b0, k, s, p, dl)
         ps = rw.pieces(x, 2, lo, hi)
         t = rw.tile_of(n, i, lay, halo=(hi - lo - (b0 - a0) * s + 1) // 2)
         tiles.append(rw.emit(K.tile_conv, (ps, max(0, -lo), max(0, hi - H), rw.full(w), rw.full(b), stride, padding,
@@ -109,7 +120,7 @@ def convolution_backward(rw, n):
     go, x, w, bias_sizes, stride, padding, dilation, transposed, _, groups, mask = n.args
     if transposed or len(rw.shape(x)) != 4:
         raise TilingError("transposed or non-2-D convolution: not tiled yet")
-    wshape = _val(w).shape
+    wshape = fx_value(w).shape
     k, s, p, dl = _conv_params(stride, padding, dilation, wshape)
     xs, gos = rw.shape(x), rw.shape(go)
     H, Ho = xs[2], gos[2]
@@ -121,14 +132,14 @@ def convolution_backward(rw, n):
         tiles = []
         for i in range(lay.count):
             a0, b0 = lay.rows(i)
-            o0, o1 = _reaching(a0, b0, k, s, p, dl, Ho)
+            o0, o1 = reaching_rows(a0, b0, k, s, p, dl, Ho)
             ps = rw.pieces(go, 2, o0, o1)
-            rs, re = _window(o0, o1, k, s, p, dl) if o1 > o0 else (a0, a0)
+            rs, re = window_rows(o0, o1, k, s, p, dl) if o1 > o0 else (a0, a0)
             t = rw.tile_of(n, i, lay, halo=max(0, (re - rs) - (b0 - a0)) // 2)
             tiles.append(rw.emit(K.tile_conv_input_grad, (ps, rs, re - rs, a0, b0, list(xs), rw.full(w), stride,
                                                           padding, dilation, groups), n, tile=t,
                                  flops=flops / parts * max(b0 - a0, re - rs) / H))     # the halo is recomputed
-        items[0] = Tiled(lay, tiles, tuple(xs), _val(x).dtype)
+        items[0] = Tiled(lay, tiles, tuple(xs), fx_value(x).dtype)
     if mask[1] or mask[2]:
         lay = _layout_of(rw, go, gos)
         acc_w = acc_b = None
@@ -136,7 +147,7 @@ def convolution_backward(rw, n):
             o0, o1 = lay.rows(j)
             t = rw.tile_of(n, j, lay, part="partial")
             g = rw.rows_of(go, 2, o0, o1, n, t)
-            lo, hi = _window(o0, o1, k, s, p, dl)
+            lo, hi = window_rows(o0, o1, k, s, p, dl)
             xp = rw.pieces(x, 2, lo, hi)
             node = rw.emit(K.tile_conv_weight_grad, (acc_w, acc_b, g, xp, max(0, -lo), max(0, hi - H), rw.full(w),
                                                      bias_sizes, stride, padding, dilation, groups, bool(mask[1]),
@@ -165,7 +176,7 @@ def batch_norm(rw, n):
         t = rw.tile_of(n, i, lay, part="stats")
         stats.append(rw.emit(K.tile_bn_stats, (rw.rows_of(x, lay.dim, a0, b0, n, t),), n, tile=t,
                              flops=flops / 2 * (b0 - a0) / shape[lay.dim]))
-    comb = rw.emit(K.tile_bn_combine, (stats, rw.full(rm), rw.full(rv), momentum, eps, _val(x).dtype), n,
+    comb = rw.emit(K.tile_bn_combine, (stats, rw.full(rm), rw.full(rv), momentum, eps, fx_value(x).dtype), n,
                    tile=rw.tile_of(n, lay.count - 1, lay, part="stats"), flops=10 * shape[1] * lay.count)
     mean, invstd = rw.item(comb, 0), rw.item(comb, 1)
     tiles = []
@@ -174,7 +185,7 @@ def batch_norm(rw, n):
         t = rw.tile_of(n, i, lay)
         tiles.append(rw.emit(K.tile_bn_apply, (rw.rows_of(x, lay.dim, a0, b0, n, t), mean, invstd, rw.full(w),
                                                rw.full(b)), n, tile=t, flops=flops / 2 * (b0 - a0) / shape[lay.dim]))
-    return TupleVal({0: Tiled(lay, tiles, shape, _val(x).dtype), 1: mean, 2: invstd, 3: rw.item(comb, 2),
+    return TupleVal({0: Tiled(lay, tiles, shape, fx_value(x).dtype), 1: mean, 2: invstd, 3: rw.item(comb, 2),
                      4: rw.item(comb, 3)})
 
 
@@ -195,7 +206,7 @@ def batch_norm_backward(rw, n):
         xs.append(rw.rows_of(x, lay.dim, a0, b0, n, t))
         parts.append(rw.emit(K.tile_bn_grad_partial, (gos[-1], xs[-1], mean), n, tile=t,
                              flops=flops / 2 * (b0 - a0) / shape[lay.dim]))
-    comb = rw.emit(K.tile_bn_grad_combine, (parts, invstd, _val(x).dtype), n,
+    comb = rw.emit(K.tile_bn_grad_combine, (parts, invstd, fx_value(x).dtype), n,
                    tile=rw.tile_of(n, lay.count - 1, lay, part="partial"), flops=4 * shape[1] * lay.count)
     items = {1: rw.item(comb, 0), 2: rw.item(comb, 1)}
     if mask[0]:
@@ -205,7 +216,7 @@ def batch_norm_backward(rw, n):
             a0, b0 = lay.rows(i)
             tiles.append(rw.emit(K.tile_bn_grad_input, (gos[i], xs[i], mean, invstd, rw.full(w), sums, count), n,
                                  tile=rw.tile_of(n, i, lay), flops=flops / 2 * (b0 - a0) / shape[lay.dim]))
-        items[0] = Tiled(lay, tiles, shape, _val(x).dtype)
+        items[0] = Tiled(lay, tiles, shape, fx_value(x).dtype)
     return TupleVal(items)
 
 
@@ -220,7 +231,7 @@ def max_pool(rw, n):
     stride = stride or kernel
     kernel, stride, padding, dilation = (list(v) * 2 if len(v) == 1 else list(v)
                                          for v in (kernel, stride, padding, dilation))
-    out = _val(n)[0]
+    out = fx_value(n)[0]
     shape = rw.shape(x)
     k, s, p, dl = kernel[0], stride[0], padding[0], dilation[0]
     if out.shape[2] != (shape[2] + 2 * p - dl * (k - 1) - 1) // s + 1:
@@ -229,7 +240,7 @@ def max_pool(rw, n):
     outs, idxs = [], []
     for i in range(lay.count):
         a0, b0 = lay.rows(i)
-        lo, hi = _window(a0, b0, k, s, p, dl)
+        lo, hi = window_rows(a0, b0, k, s, p, dl)
         node = rw.emit(K.tile_max_pool, (rw.pieces(x, 2, lo, hi), max(0, -lo), max(0, hi - shape[2]), lo, shape[3],
                                          kernel, stride, padding, dilation), n,
                        tile=rw.tile_of(n, i, lay, halo=max(0, (hi - lo) - (b0 - a0) * s) // 2),
@@ -251,18 +262,18 @@ def max_pool_backward(rw, n):
     tiles = []
     for i in range(lay.count):
         a0, b0 = lay.rows(i)
-        o0, o1 = _reaching(a0, b0, k, s, p, dl, gos[2])
+        o0, o1 = reaching_rows(a0, b0, k, s, p, dl, gos[2])
         tiles.append(rw.emit(K.tile_max_pool_grad, (rw.pieces(go, 2, o0, o1), rw.pieces(idx, 2, o0, o1), a0, b0,
                                                     list(shape)), n, tile=rw.tile_of(n, i, lay),
                              flops=rw.share(n, a0, b0, shape[2])))
-    return Tiled(lay, tiles, shape, _val(n).dtype)
+    return Tiled(lay, tiles, shape, fx_value(n).dtype)
 
 
 def avg_pool(rw, n):
     x, kernel, stride, padding, ceil, cip, divisor = _pool_args(n.args, [None, None, None, [0, 0], False, True, None])
     stride = stride or kernel
     kernel, stride, padding = (list(v) * 2 if len(v) == 1 else list(v) for v in (kernel, stride, padding))
-    out = _val(n)
+    out = fx_value(n)
     shape = rw.shape(x)
     k, s, p = kernel[0], stride[0], padding[0]
     if ceil or (p and not cip):
@@ -271,7 +282,7 @@ def avg_pool(rw, n):
     tiles = []
     for i in range(lay.count):
         a0, b0 = lay.rows(i)
-        lo, hi = _window(a0, b0, k, s, p, 1)
+        lo, hi = window_rows(a0, b0, k, s, p, 1)
         tiles.append(rw.emit(K.tile_avg_pool, (rw.pieces(x, 2, lo, hi), max(0, -lo), max(0, hi - shape[2]), kernel,
                                                stride, padding, cip, divisor), n,
                              tile=rw.tile_of(n, i, lay, halo=max(0, (hi - lo) - (b0 - a0) * s) // 2),
@@ -291,12 +302,12 @@ def avg_pool_backward(rw, n):
     tiles = []
     for i in range(lay.count):
         a0, b0 = lay.rows(i)
-        o0, o1 = _reaching(a0, b0, k, s, p, 1, gos[2])
-        rs, re = _window(o0, o1, k, s, p, 1) if o1 > o0 else (a0, a0)
+        o0, o1 = reaching_rows(a0, b0, k, s, p, 1, gos[2])
+        rs, re = window_rows(o0, o1, k, s, p, 1) if o1 > o0 else (a0, a0)
         tiles.append(rw.emit(K.tile_avg_pool_grad, (rw.pieces(go, 2, o0, o1), rs, re - rs, a0, b0, list(shape), kernel,
-                                                    stride, padding, cip, divisor, _val(n).dtype), n,
+                                                    stride, padding, cip, divisor, fx_value(n).dtype), n,
                              tile=rw.tile_of(n, i, lay), flops=rw.share(n, a0, a0 + max(b0 - a0, re - rs), shape[2])))
-    return Tiled(lay, tiles, shape, _val(n).dtype, _val(n))
+    return Tiled(lay, tiles, shape, fx_value(n).dtype, fx_value(n))
 
 
 # ------------------------------------------------------------------ reductions, cat
@@ -311,8 +322,8 @@ def reduction(rw, n):
     else:
         dims = n.args[1] if len(n.args) > 1 and n.args[1] is not None else list(range(len(shape)))
         keepdim = n.args[2] if len(n.args) > 2 else n.kwargs.get("keepdim", False)
-    dims = sorted(_norm_dim(d, len(shape)) for d in dims)
-    out = _val(n)
+    dims = sorted(norm_dim(d, len(shape)) for d in dims)
+    out = fx_value(n)
     lay = v.layout
     if lay.dim not in dims:
         return pointwise_reduce(rw, n, v, dims, keepdim)
@@ -330,7 +341,7 @@ def reduction(rw, n):
 def pointwise_reduce(rw, n, v, dims, keepdim):
     lay = v.layout
     newdim = lay.dim if keepdim else lay.dim - sum(1 for d in dims if d < lay.dim)
-    out = _val(n)
+    out = fx_value(n)
     tiles = []
     for i in range(lay.count):
         a0, b0 = lay.rows(i)
@@ -342,8 +353,8 @@ def pointwise_reduce(rw, n, v, dims, keepdim):
 
 def cat(rw, n):
     tensors = n.args[0]
-    out = _val(n)
-    dim = _norm_dim(n.args[1] if len(n.args) > 1 else n.kwargs.get("dim", 0), out.dim())
+    out = fx_value(n)
+    dim = norm_dim(n.args[1] if len(n.args) > 1 else n.kwargs.get("dim", 0), out.dim())
     lay = rw.layout_for(tuple(out.shape))
     if dim == lay.dim:
         raise TilingError("concatenation along the tiled axis: not tiled yet")
@@ -354,295 +365,6 @@ def cat(rw, n):
         tiles.append(rw.emit(aten.cat.default, ([rw.rows_of(x, lay.dim, a0, b0, n, t) for x in tensors], dim), n,
                              tile=t, flops=0.0))
     return Tiled(lay, tiles, tuple(out.shape), out.dtype, out)
-
-
-# ------------------------------------------------------------------ tokens: row-wise ops, matmuls, LayerNorm, loss
-def _tiled_layout(rw, n, shape, dims_reduced=()):
-    """The layout of an input with ``shape`` that is tiled along an axis the op does not reduce, else the default."""
-    for a in n.all_input_nodes:
-        v = rw.env.get(a)
-        if isinstance(v, Tiled) and v.shape == tuple(shape) and v.layout.dim not in dims_reduced:
-            return v.layout
-    lay = rw.layout_for(tuple(shape))
-    return None if lay.dim in dims_reduced else lay
-
-
-def _split_outputs(rw, n, nodes, lay, out):
-    """Per-tile nodes of a tuple op -> a TupleVal of tiled outputs."""
-    items = {}
-    for j, o in enumerate(out):
-        if isinstance(o, torch.Tensor):
-            items[j] = Tiled(lay, [rw.item(t, j) for t in nodes], tuple(o.shape), o.dtype)
-    return TupleVal(items)
-
-
-def rowwise(rw, n):
-    """Ops that reduce only along other axes (softmax, log-softmax and their backward, LayerNorm)."""
-    x = n.args[0]
-    shape = rw.shape(x)
-    nd = len(shape)
-    if n.target is aten.native_layer_norm.default:
-        reduced = list(range(nd - len(n.args[1]), nd))
-    else:
-        reduced = [_norm_dim(n.args[1] if "backward" not in str(n.target) else n.args[2], nd)]
-    lay = _tiled_layout(rw, n, shape, reduced)
-    if lay is None:
-        return None
-    out = _val(n)
-    nodes = []
-    for i in range(lay.count):
-        a0, b0 = lay.rows(i)
-        t = rw.tile_of(n, i, lay)
-        args = [rw.rows_of(a, lay.dim, a0, b0, n, t) if isinstance(a, torch.fx.Node) and len(rw.shape(a)) == nd
-                and rw.shape(a)[lay.dim] == shape[lay.dim] else rw.full(a) for a in n.args]
-        nodes.append(rw.emit(n.target, args, n, tile=t, flops=rw.share(n, a0, b0, shape[lay.dim])))
-    if isinstance(out, (tuple, list)):
-        return _split_outputs(rw, n, nodes, lay, out)
-    return Tiled(lay, nodes, tuple(out.shape), out.dtype, out)
-
-
-def layer_norm_backward(rw, n):
-    go, x, normalized_shape, mean, rstd, w, b, mask = n.args
-    shape = rw.shape(x)
-    nd = len(shape)
-    if len(normalized_shape) != 1:
-        raise TilingError("LayerNorm over more than the last axis: not tiled yet")
-    lay = _tiled_layout(rw, n, shape, [nd - 1])
-    items = {}
-    gis, acc_w, acc_b = [], None, None
-    for i in range(lay.count):
-        a0, b0 = lay.rows(i)
-        t = rw.tile_of(n, i, lay)
-        g_i, x_i = rw.rows_of(go, lay.dim, a0, b0, n, t), rw.rows_of(x, lay.dim, a0, b0, n, t)
-        m_i, r_i = rw.rows_of(mean, lay.dim, a0, b0, n, t), rw.rows_of(rstd, lay.dim, a0, b0, n, t)
-        share = rw.share(n, a0, b0, shape[lay.dim]) / 2
-        if mask[0]:
-            node = rw.emit(aten.native_layer_norm_backward.default,
-                           (g_i, x_i, normalized_shape, m_i, r_i, rw.full(w), rw.full(b), [True, False, False]), n,
-                           tile=t, flops=share)
-            gis.append(rw.item(node, 0))
-        if mask[1] or mask[2]:
-            acc = rw.emit(K.tile_layer_norm_param_grad, (acc_w, acc_b, g_i, x_i, m_i, r_i, bool(mask[1]),
-                                                         bool(mask[2])), n,
-                          tile=rw.tile_of(n, i, lay, part="partial"), flops=share)
-            acc_w = rw.item(acc, 0) if mask[1] else None
-            acc_b = rw.item(acc, 1) if mask[2] else None
-    if mask[0]:
-        items[0] = Tiled(lay, gis, shape, _val(x).dtype)
-    if mask[1]:
-        items[1] = acc_w
-    if mask[2]:
-        items[2] = acc_b
-    return TupleVal(items)
-
-
-def matmul(rw, n):
-    """mm / bmm / addmm: output rows from row tiles of the left operand; a contraction over the
-    tiled axis (a weight gradient, attention's value gradient) accumulated tile by tile."""
-    if n.target is aten.addmm.default:
-        bias, a, b = n.args[:3]
-    else:
-        bias, (a, b) = None, n.args[:2]
-    row = 0 if n.target is not aten.bmm.default else 1
-    va = rw.env.get(a)
-    out = _val(n)
-    if isinstance(va, Tiled) and va.layout.dim == row + 1 and bias is None:
-        lay = va.layout                     # contraction over the tiled axis
-        acc = None
-        for i in range(lay.count):
-            a0, b0 = lay.rows(i)
-            t = rw.tile_of(n, i, lay, part="partial")
-            acc = rw.emit(K.tile_mm_accumulate, (acc, va.tiles[i], rw.rows_of(b, row, a0, b0, n, t)), n, tile=t,
-                          flops=rw.share(n, a0, b0, va.shape[row + 1]))
-        return acc
-    if isinstance(va, Tiled) and va.layout.dim not in (row, 0):
-        return None
-    lay = va.layout if isinstance(va, Tiled) else rw.layout_for(tuple(out.shape), dim=row)
-    tiles = []
-    for i in range(lay.count):
-        a0, b0 = lay.rows(i)
-        t = rw.tile_of(n, i, lay)
-        a_i = rw.rows_of(a, lay.dim, a0, b0, n, t)
-        b_i = rw.rows_of(b, 0, a0, b0, n, t) if lay.dim == 0 and row == 1 else rw.full(b, "the whole right operand")
-        args = (rw.full(bias), a_i, b_i) if bias is not None else (a_i, b_i)
-        tiles.append(rw.emit(n.target, args + tuple(n.args[len(args):]), n, tile=t, kwargs=dict(n.kwargs),
-                             flops=rw.share(n, a0, b0, out.shape[lay.dim])))
-    return Tiled(lay, tiles, tuple(out.shape), out.dtype, out)
-
-
-def embedding(rw, n):
-    w, ids = n.args[:2]
-    out = _val(n)
-    lay = _tiled_layout(rw, n, tuple(out.shape))
-    if lay.dim >= len(rw.shape(ids)):
-        return None
-    tiles = []
-    for i in range(lay.count):
-        a0, b0 = lay.rows(i)
-        t = rw.tile_of(n, i, lay)
-        tiles.append(rw.emit(n.target, (rw.full(w), rw.rows_of(ids, lay.dim, a0, b0, n, t)) + tuple(n.args[2:]), n,
-                             tile=t, flops=rw.share(n, a0, b0, out.shape[lay.dim])))
-    return Tiled(lay, tiles, tuple(out.shape), out.dtype, out)
-
-
-def embedding_backward(rw, n):
-    g, ids = n.args[:2]
-    v = rw.env.get(g)
-    if not isinstance(v, Tiled) or v.layout.dim >= len(rw.shape(ids)):
-        return None
-    lay, acc = v.layout, None
-    for i in range(lay.count):
-        a0, b0 = lay.rows(i)
-        t = rw.tile_of(n, i, lay, part="partial")
-        acc = rw.emit(K.tile_embedding_grad_accumulate, (acc, v.tiles[i], rw.rows_of(ids, lay.dim, a0, b0, n, t))
-                      + tuple(n.args[2:]), n, tile=t, flops=rw.share(n, a0, b0, v.shape[lay.dim]))
-    return acc
-
-
-def nll_loss(rw, n):
-    logp, target, weight, reduction, ignore = n.args
-    v = rw.env.get(logp)
-    if not isinstance(v, Tiled) or v.layout.dim != 0 or reduction not in (1, 2):
-        return None
-    lay, parts = v.layout, []
-    for i in range(lay.count):
-        a0, b0 = lay.rows(i)
-        t = rw.tile_of(n, i, lay, part="partial")
-        parts.append(rw.emit(K.tile_nll_partial, (v.tiles[i], rw.rows_of(target, 0, a0, b0, n, t), rw.full(weight),
-                                                  ignore), n, tile=t, flops=rw.share(n, a0, b0, v.shape[0])))
-    comb = rw.emit(K.tile_nll_combine, (parts, reduction, _val(n)[0].dtype), n,
-                   tile=rw.tile_of(n, lay.count - 1, lay, part="partial"), flops=2 * lay.count)
-    return TupleVal({0: rw.item(comb, 0), 1: rw.item(comb, 1)})
-
-
-def nll_loss_backward(rw, n):
-    tangent, logp, target, weight, reduction, ignore, total_weight = n.args
-    shape = rw.shape(logp)
-    lay = _tiled_layout(rw, n, shape, [len(shape) - 1])
-    if lay is None or lay.dim != 0:
-        return None
-    out = _val(n)
-    tiles = []
-    for i in range(lay.count):
-        a0, b0 = lay.rows(i)
-        t = rw.tile_of(n, i, lay)
-        tiles.append(rw.emit(n.target, (rw.full(tangent), rw.rows_of(logp, 0, a0, b0, n, t),
-                                        rw.rows_of(target, 0, a0, b0, n, t), rw.full(weight), reduction, ignore,
-                                        rw.full(total_weight)), n, tile=t, flops=rw.share(n, a0, b0, shape[0])))
-    return Tiled(lay, tiles, tuple(out.shape), out.dtype, out)
-
-
-# ------------------------------------------------------------------ views of tiled tensors
-def alias_passthrough(rw, n):
-    v = rw.env[n.args[0]]
-    if not isinstance(v, Tiled) or len(n.all_input_nodes) != 1:
-        return None
-    tiles = [rw.view(n.target, (t,) + tuple(n.args[1:])) for t in v.tiles]
-    return Tiled(v.layout, tiles, v.shape, v.dtype, _val(n))
-
-
-def alias_slice(rw, n):
-    v = rw.env[n.args[0]]
-    if not isinstance(v, Tiled):
-        return None
-    dim = _norm_dim(n.args[1] if len(n.args) > 1 else 0, len(v.shape))
-    if dim == v.layout.dim:
-        return None
-    tiles = [rw.view(n.target, (t,) + tuple(n.args[1:])) for t in v.tiles]
-    return Tiled(v.layout, tiles, tuple(_val(n).shape), v.dtype, _val(n))
-
-
-def alias_split(rw, n):
-    v = rw.env[n.args[0]]
-    if not isinstance(v, Tiled):
-        return None
-    dim = _norm_dim(n.args[2] if len(n.args) > 2 else n.kwargs.get("dim", 0), len(v.shape))
-    if dim == v.layout.dim:
-        return None
-    parts = [rw.view(n.target, (t,) + tuple(n.args[1:])) for t in v.tiles]
-    items = {}
-    for j, o in enumerate(_val(n)):
-        items[j] = Tiled(v.layout, [rw.view(operator.getitem, (p, j)) for p in parts], tuple(o.shape), v.dtype, o)
-    return TupleVal(items)
-
-
-def alias_unsqueeze(rw, n):
-    v = rw.env[n.args[0]]
-    if not isinstance(v, Tiled):
-        return None
-    d = _norm_dim(n.args[1], len(v.shape) + 1)
-    newdim = v.layout.dim + (1 if d <= v.layout.dim else 0)
-    tiles = [rw.view(n.target, (t, d)) for t in v.tiles]
-    return Tiled(Layout(newdim, v.layout.bounds, v.layout.axis), tiles, tuple(_val(n).shape), v.dtype, _val(n))
-
-
-def alias_permute(rw, n):
-    v = rw.env[n.args[0]]
-    if not isinstance(v, Tiled):
-        return None
-    nd = len(v.shape)
-    if n.target is aten.t.default:
-        perm = [1, 0] if nd == 2 else [0]
-    elif n.target is aten.transpose.int:
-        perm = list(range(nd))
-        i, j = _norm_dim(n.args[1], nd), _norm_dim(n.args[2], nd)
-        perm[i], perm[j] = perm[j], perm[i]
-    else:
-        perm = [_norm_dim(d, nd) for d in n.args[1]]
-    newdim = perm.index(v.layout.dim)
-    tiles = [rw.view(n.target, (t,) + tuple(n.args[1:])) for t in v.tiles]
-    return Tiled(Layout(newdim, v.layout.bounds, v.layout.axis), tiles, tuple(_val(n).shape), v.dtype, _val(n))
-
-
-def alias_view(rw, n):
-    """A reshape that keeps the dims before the tiled one and merges or splits the tiled dim with later ones."""
-    v = rw.env[n.args[0]]
-    if not isinstance(v, Tiled):
-        return None
-    old, new = list(v.shape), list(_val(n).shape)
-    d = v.layout.dim
-    lead = math.prod(old[:d])
-    cands = [e for e in range(len(new)) if math.prod(new[:e]) == lead]
-    if not cands:
-        return None
-    e = next((c for c in cands if new[c] == old[d]), next((c for c in cands if new[c] > 1), cands[0]))
-    bounds = v.layout.bounds
-    if new[e] == old[d]:
-        nb = bounds
-    elif new[e] > old[d] and new[e] % old[d] == 0 and math.prod(old[d:]) == math.prod(new[e:]):
-        f = new[e] // old[d]
-        if math.prod(old[d + 1:]) % f:
-            return None
-        nb = tuple(x * f for x in bounds)
-    elif old[d] % new[e] == 0:
-        f = old[d] // new[e]
-        if any(x % f for x in bounds) or math.prod(new[e + 1:]) % f:
-            return None
-        nb = tuple(x // f for x in bounds)
-    else:
-        return None
-    tiles = []
-    for i, t in enumerate(v.tiles):
-        shp = list(new)
-        shp[e] = nb[i + 1] - nb[i]
-        tiles.append(rw.view(n.target, (t, shp)))
-    return Tiled(Layout(e, nb, v.layout.axis), tiles, tuple(new), v.dtype, _val(n))
-
-
-def alias_expand(rw, n):
-    v = rw.env[n.args[0]]
-    if not isinstance(v, Tiled):
-        return None
-    sizes = list(n.args[1])
-    if len(sizes) != len(v.shape) or sizes[v.layout.dim] not in (-1, v.shape[v.layout.dim]):
-        return None
-    tiles = []
-    for i, t in enumerate(v.tiles):
-        s = list(sizes)
-        a0, b0 = v.layout.rows(i)
-        s[v.layout.dim] = b0 - a0
-        tiles.append(rw.view(n.target, (t, s)))
-    return Tiled(v.layout, tiles, tuple(_val(n).shape), v.dtype, _val(n))
 
 
 def _pointwise_targets():
@@ -678,32 +400,5 @@ RULES = {
     aten.sum.dim_IntList: reduction,
     aten.sum.default: reduction,
     aten.cat.default: cat,
-    aten._softmax.default: rowwise,
-    aten._log_softmax.default: rowwise,
-    aten._softmax_backward_data.default: rowwise,
-    aten._log_softmax_backward_data.default: rowwise,
-    aten.native_layer_norm.default: rowwise,
-    aten.native_layer_norm_backward.default: layer_norm_backward,
-    aten.mm.default: matmul,
-    aten.bmm.default: matmul,
-    aten.addmm.default: matmul,
-    aten.embedding.default: embedding,
-    aten.embedding_dense_backward.default: embedding_backward,
-    aten.nll_loss_forward.default: nll_loss,
-    aten.nll_loss_backward.default: nll_loss_backward,
 }
 
-ALIAS_RULES = {
-    aten.detach.default: alias_passthrough,
-    aten.alias.default: alias_passthrough,
-    aten.slice.Tensor: alias_slice,
-    aten.unsqueeze.default: alias_unsqueeze,
-    aten.t.default: alias_permute,
-    aten.transpose.int: alias_permute,
-    aten.permute.default: alias_permute,
-    aten.view.default: alias_view,
-    aten._unsafe_view.default: alias_view,
-    aten.expand.default: alias_expand,
-    aten.split.Tensor: alias_split,
-    aten.split_with_sizes.default: alias_split,
-}
