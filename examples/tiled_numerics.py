@@ -19,7 +19,7 @@ import torch
 
 import poet
 from poet.execute import models
-from poet.execute.tiled import relative_difference
+from poet.execute.tiled import parameter_difference, relative_difference
 
 
 def run(name: str, steps: int, fraction: float, time_limit: float) -> dict:
@@ -65,7 +65,9 @@ def run(name: str, steps: int, fraction: float, time_limit: float) -> dict:
         peak = max(peak, res.measured_peak_bytes)
     row.update(peak=peak, first_step_grad=first_grad, first_step_loss=first_loss,
                loss_curve=max(abs(a - b) / abs(b) for a, b in zip(losses, plain)),
-               params=max(relative_difference(p, q) for p, q in zip(model.parameters(), reference.parameters())))
+               params=max((relative_difference(p, q), n) for (n, p), q in zip(model.named_parameters(),
+                                                                                 reference.parameters())),
+               model_params=parameter_difference(model.parameters(), reference.parameters()))
     return row
 
 
@@ -85,7 +87,8 @@ def main() -> None:
         if "peak" in r:
             print(f"  measured peak {r['peak']} B <= budget: {r['peak'] <= r['budget']}; step 1: gradients within "
                   f"{r['first_step_grad']:.2e}, loss within {r['first_step_loss']:.2e}; after {a.steps} steps: loss "
-                  f"curve within {r['loss_curve']:.2e}, parameters within {r['params']:.2e}")
+                  f"curve within {r['loss_curve']:.2e}, parameters within {r['model_params']:.2e} of the largest "
+                  f"parameter (per tensor: {r['params'][0]:.2e}, {r['params'][1]})")
 
 
 if __name__ == "__main__":

