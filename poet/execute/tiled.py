@@ -108,7 +108,7 @@ class Rewriter:
         self.flops: dict[str, float] = {}
         self.tiles: dict[str, Tile] = {}
         self.assembled: dict[int, object] = {}
-        self.report = TilingReport(count=count, threshold_bytes=threshold, nodes_before=len(program.graph))
+        self.report = TilingReport(count=count, threshold_bytes=self.threshold, nodes_before=len(program.graph))
         ws = {}
         for u in program.units:
             ws[u.fx_name] = u.bytes + sum(program.units[q].bytes for q in u.preds)
