@@ -174,7 +174,8 @@ def test_the_first_ctrl_c_prints_the_best_validated_schedule_of_a_long_solve(how
     import threading
     import time
 
-    p = _solve_process("layered:120:1")
+    # remat on a dense 250-node DAG: its gap stays open, so with a 600-s limit it searches for minutes
+    p = _solve_process("layered:250:1", "remat")
     started = threading.Event()
     err: list[str] = []
 
