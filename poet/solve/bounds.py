@@ -83,14 +83,13 @@ def eviction_cover(g: CostedGraph, budget: Budget | None = None, *, remat: bool 
     given, receives ``slack_used``: the share of the deadline's slack over plain
     that the returned evictions' restorations take (energy objective, with a
     deadline and a solution).  ``stop``: polled during the solve; once true, the dual
-    bound reached by then is used (still valid); true before the solve, the plain bound is.  (HiGHS
+    bound reached by then is used (still valid); true before the solve of a cover HiGHS needs over a
+    second to set up, the plain bound is.  (HiGHS
     hears it only after its presolve: 36 s on a 1,000-node layered DAG's cover on a loaded machine.)
     """
     plain = g.plain_energy_j
     if budget is None or not (remat or paging):
         return plain, {}
-    if stop is not None and stop():
-        return (g.plain_runtime_s if objective == "time" else plain), {}     # asked to stop: the plain bound
     n, m, nd = len(g.nodes), g.ram, g.nodes
     cap = ram_cap(budget.ram_bytes) - g.fixed_ram_bytes
     last_read = g.last_reader
@@ -223,8 +222,9 @@ def eviction_cover(g: CostedGraph, budget: Budget | None = None, *, remat: bool 
     p = MilpProblem(c=np.array(cost) / unit, col_lo=np.zeros(ncol), col_hi=hi, integer=np.ones(ncol, bool),
                     starts=np.array(starts), index=np.array(index, dtype=np.int64), value=np.array(value),
                     row_lo=np.array([r[1] for r in rows]), row_hi=np.array([r[2] for r in rows]))
-    if (time_limit is not None and COVER_SETUP_S_PER_NONZERO * p.num_nonzeros > 0.5 * time_limit) or \
-            (stop is not None and stop()):
+    setup = COVER_SETUP_S_PER_NONZERO * p.num_nonzeros
+    # asked to stop: a small cover still runs (it may prove the budgets infeasible at once), a large one not
+    if (time_limit is not None and setup > 0.5 * time_limit) or (setup > 1.0 and stop is not None and stop()):
         if info is not None:
             info["skipped_nonzeros"] = p.num_nonzeros
         return plain_obj, {}
