@@ -13,6 +13,7 @@ forward+backward.  Paging time counts as ``--paging-time`` (default serial).
     python bench/bench_solve.py --methods faithful,fast --time-limit 120
     python bench/bench_solve.py --models resnet18_cifar --devices a72 --mult 1.2
 """
+
 from __future__ import annotations
 
 import argparse
@@ -33,25 +34,32 @@ MODELS = ["linear", "vgg16_cifar", "vgg16", "resnet18_cifar", "resnet18", "trans
 def aten_resnet(blocks: int, device: str):
     """A residual conv net exported op by op (about 16 nodes per block), priced on ``device``."""
     from poet.execute.models import resnet_training_graph
+
     return resnet_training_graph(blocks, device)
 
 
 def case_budget(g, mult: float, ram_frac: float, paging_time: str) -> Budget:
     lo, hi = g.min_ram_bytes(), keep_all_peak(g)
-    return Budget(ram_bytes=int(lo + ram_frac * (hi - lo)), runtime_s=mult * g.plain_runtime_s,
-                  paging_time=paging_time)
+    return Budget(ram_bytes=int(lo + ram_frac * (hi - lo)), runtime_s=mult * g.plain_runtime_s, paging_time=paging_time)
 
 
 def run_one(g, budget, method: str, time_limit: float, threads: int, gap: float) -> dict:
     t0 = time.perf_counter()
-    opts = SolveOptions(time_limit_s=time_limit, threads=threads, gap=gap, method=method,
-                        find_min_budgets=False)
+    opts = SolveOptions(time_limit_s=time_limit, threads=threads, gap=gap, method=method, find_min_budgets=False)
     s = solve_costed(g, budget, "poet", opts)
     wall = time.perf_counter() - t0
     r = s.report
-    return {"method": method, "used": r.method, "vars": r.milp.variables if r.milp else 0,
-            "rows": r.milp.constraints if r.milp else 0, "seconds": wall, "status": s.status, "gap": r.gap,
-            "energy_j": s.totals.energy_j if s.steps else None, "bound_j": r.bound_energy_j}
+    return {
+        "method": method,
+        "used": r.method,
+        "vars": r.milp.variables if r.milp else 0,
+        "rows": r.milp.constraints if r.milp else 0,
+        "seconds": wall,
+        "status": s.status,
+        "gap": r.gap,
+        "energy_j": s.totals.energy_j if s.steps else None,
+        "bound_j": r.bound_energy_j,
+    }
 
 
 def fmt(r: dict, case: dict) -> str:
@@ -59,12 +67,16 @@ def fmt(r: dict, case: dict) -> str:
     e = "-" if r["energy_j"] is None else f"{r['energy_j']:.6g}"
     v = "-" if r["vars"] is None else str(r["vars"])
     c = "-" if r["rows"] is None else str(r["rows"])
-    return (f"| {case['model']} | {case['device']} | {case['mult']}x | {case['ram_bytes']} | {case['nodes']} | "
-            f"{r['method']} ({r['used']}) | {v} | {c} | {r['seconds']:.1f} | {r['status']} | {gap} | {e} |")
+    return (
+        f"| {case['model']} | {case['device']} | {case['mult']}x | {case['ram_bytes']} | {case['nodes']} | "
+        f"{r['method']} ({r['used']}) | {v} | {c} | {r['seconds']:.1f} | {r['status']} | {gap} | {e} |"
+    )
 
 
-HEADER = ("| model | device | runtime | RAM budget (B) | nodes | method (used) | vars | rows | seconds | status | "
-          "gap | energy (J) |\n|---|---|---|---|---|---|---|---|---|---|---|---|")
+HEADER = (
+    "| model | device | runtime | RAM budget (B) | nodes | method (used) | vars | rows | seconds | status | "
+    "gap | energy (J) |\n|---|---|---|---|---|---|---|---|---|---|---|---|"
+)
 
 
 def main(argv=None):
@@ -79,14 +91,25 @@ def main(argv=None):
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--gap", type=float, default=1e-2)
     ap.add_argument("--json", help="append one JSON line per result to this file")
-    ap.add_argument("--graphs", default="", help="comma-separated poet-graph/1 files (e.g. aten-level exports, "
-                    "already costed for a device) benchmarked after the zoo models; --models '' skips the zoo")
-    ap.add_argument("--aten-resnet", default="", help="comma-separated block counts: export "
-                    "poet.execute.models.SmallResNet(channels=16, blocks=N) on a 1x3x32x32 batch at aten "
-                    "granularity (torch needed) and benchmark it on each --devices")
+    ap.add_argument(
+        "--graphs",
+        default="",
+        help="comma-separated poet-graph/1 files (e.g. aten-level exports, "
+        "already costed for a device) benchmarked after the zoo models; --models '' skips the zoo",
+    )
+    ap.add_argument(
+        "--aten-resnet",
+        default="",
+        help="comma-separated block counts: export "
+        "poet.execute.models.SmallResNet(channels=16, blocks=N) on a 1x3x32x32 batch at aten "
+        "granularity (torch needed) and benchmark it on each --devices",
+    )
     a = ap.parse_args(argv)
-    print(f"# gap {a.gap}, time limit {a.time_limit} s, threads {a.threads}, ram-frac {a.ram_frac}, "
-          f"paging time {a.paging_time}", flush=True)
+    print(
+        f"# gap {a.gap}, time limit {a.time_limit} s, threads {a.threads}, ram-frac {a.ram_frac}, "
+        f"paging time {a.paging_time}",
+        flush=True,
+    )
     print(HEADER, flush=True)
     todo = [(m, d, None) for m in a.models.split(",") if m for d in a.devices.split(",")]
     todo += [(Path(p).stem, "file", p) for p in a.graphs.split(",") if p]
@@ -105,8 +128,9 @@ def main(argv=None):
                     print(fmt(r, case), flush=True)
                     if a.json:
                         with open(a.json, "a") as fh:
-                            fh.write(json.dumps({**case, **r, "ram_frac": a.ram_frac,
-                                                 "paging_time": a.paging_time}) + "\n")
+                            fh.write(
+                                json.dumps({**case, **r, "ram_frac": a.ram_frac, "paging_time": a.paging_time}) + "\n"
+                            )
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@ issue 27 is at most 0.4 s for ``--help`` on an idle 2-core machine; a loaded mac
 (``uptime``) inflates every number.  It also prints the CPU time (user + system) of the median
 run, which load inflates less than wall time.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -41,11 +42,29 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:
         env = {**os.environ, "PYTHONPATH": str(ROOT), "POET_CACHE_DIR": str(Path(tmp) / "cache")}
-        solve = ["solve", "--model", "linear", "--device", "m4", "--memory", "80%", "--runtime", "1.2x",
-                 "--quiet", "--no-cache", "--out", "s.json", "--force"]
+        solve = [
+            "solve",
+            "--model",
+            "linear",
+            "--device",
+            "m4",
+            "--memory",
+            "80%",
+            "--runtime",
+            "1.2x",
+            "--quiet",
+            "--no-cache",
+            "--out",
+            "s.json",
+            "--force",
+        ]
         subprocess.run([sys.executable, "-m", "poet", *solve], cwd=tmp, env=env, capture_output=True, check=True)
-        commands = {"poet --help": ["--help"], "poet devices": ["devices"],
-                    "poet validate s.json": ["validate", "s.json"], "poet solve (linear/m4, 20 nodes)": solve}
+        commands = {
+            "poet --help": ["--help"],
+            "poet devices": ["devices"],
+            "poet validate s.json": ["validate", "s.json"],
+            "poet solve (linear/m4, 20 nodes)": solve,
+        }
         print(f"median of {a.runs} runs, {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}\n")
         print("| command | wall s (median) | wall s (min) | CPU s (median) |")
         print("|---|---|---|---|")
@@ -53,8 +72,10 @@ def main(argv=None) -> int:
             runs = [timed(args, tmp, env) for _ in range(a.runs)]
             walls = [w for w, _ in runs]
             cpus = [c for _, c in runs]
-            print(f"| `{name}` | {statistics.median(walls):.3f} | {min(walls):.3f} | {statistics.median(cpus):.3f} |",
-                  flush=True)
+            print(
+                f"| `{name}` | {statistics.median(walls):.3f} | {min(walls):.3f} | {statistics.median(cpus):.3f} |",
+                flush=True,
+            )
     return 0
 
 

@@ -19,6 +19,7 @@ measurements ("node"), measured wall seconds and busy seconds (wall minus the ti
 a CPU behind other processes; see poet/execute/timing.py) with their ratios to "pred", predicted and
 measured peak bytes.  The load average (``uptime``) is printed with the table.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -46,7 +47,7 @@ from poet.schedule.core import HEURISTIC, Budget, Schedule
 from poet.schedule.validate import validate
 
 SCHEDULES = {"keep-all": "keep", "remat-heavy": "remat", "paging-heavy": "paging"}
-STORAGE_SIZES = tuple(1024 * 4 ** i for i in range(6))       # 1 KiB .. 1 MiB: the pages here are small
+STORAGE_SIZES = tuple(1024 * 4**i for i in range(6))  # 1 KiB .. 1 MiB: the pages here are small
 
 
 def load() -> str:
@@ -62,10 +63,16 @@ def trace(name: str, batch: int):
 
 
 def schedule_on(graph, steps) -> Schedule:
-    tot = validate(graph, steps, Budget(ram_bytes=10 ** 18))
+    tot = validate(graph, steps, Budget(ram_bytes=10**18))
     budget = Budget(ram_bytes=tot.peak_ram_bytes)
-    return Schedule(graph=graph, budget=budget, steps=tuple(steps), status=HEURISTIC, strategy="reference",
-                    totals=validate(graph, steps, budget))
+    return Schedule(
+        graph=graph,
+        budget=budget,
+        steps=tuple(steps),
+        status=HEURISTIC,
+        strategy="reference",
+        totals=validate(graph, steps, budget),
+    )
 
 
 def one_round(prog, steps_by_kind: dict, directory: str, runs: int, paging_dir: str) -> dict:
@@ -77,7 +84,7 @@ def one_round(prog, steps_by_kind: dict, directory: str, runs: int, paging_dir: 
     base = prog.costed("m4")
     calib_steps = reference_steps(base, "paging", every=3)
     ex = Executor(prog, paging_dir=paging_dir, fsync=True, drop_cache=True)
-    meter = Executor(prog)                     # the profiling runs' own executor, as poet profile's
+    meter = Executor(prog)  # the profiling runs' own executor, as poet profile's
     keep = keep_schedule(prog)
     measure_program(prog, runs=1, warmup=2, executor=meter, schedule=keep)
     out = {}
@@ -90,7 +97,7 @@ def one_round(prog, steps_by_kind: dict, directory: str, runs: int, paging_dir: 
         free_sum = 0.0
         walls, busys, calib_busy, peak = [], [], [], 0
         kinds = {"compute": [], "page_out": [], "page_in": [], "free": []}
-        ex.run(s, apply=False)                 # warm-up
+        ex.run(s, apply=False)  # warm-up
         for _ in range(runs):
             t = measure_program(prog, runs=1, warmup=0, executor=meter, schedule=keep)
             node_sum = [a + b for a, b in zip(node_sum, t.node_busy_s)]
@@ -105,31 +112,52 @@ def one_round(prog, steps_by_kind: dict, directory: str, runs: int, paging_dir: 
                 v.append(res.busy_seconds[kk])
         node_busy = [x / runs for x in node_sum]
         free_s = free_sum / runs
-        samples = [OpSample(prog.units[g[0]].op, prog.units[g[0]].flops, node_busy[v])
-                   for v, g in enumerate(prog.groups)]
+        samples = [
+            OpSample(prog.units[g[0]].op, prog.units[g[0]].flops, node_busy[v]) for v, g in enumerate(prog.groups)
+        ]
         fams, rate = fit_families(samples)
-        hp = HostProfile(name="host", threads=1, families=fams, flops_per_s=rate, free_overhead_s=free_s,
-                         power=choose_power(None, None, None), storage=storage, models=[prog.name])
-        if pages:                              # as measure_paging_overhead, on the alternated runs
-            ct = validate(prog.costed(profile_device(hp)), calib_steps, Budget(ram_bytes=10 ** 18))
-            hp.page_overhead_s = max(0.0, (statistics.fmean(calib_busy) - ct.runtime_s)
-                                     / (ct.page_ins + ct.page_outs))
+        hp = HostProfile(
+            name="host",
+            threads=1,
+            families=fams,
+            flops_per_s=rate,
+            free_overhead_s=free_s,
+            power=choose_power(None, None, None),
+            storage=storage,
+            models=[prog.name],
+        )
+        if pages:  # as measure_paging_overhead, on the alternated runs
+            ct = validate(prog.costed(profile_device(hp)), calib_steps, Budget(ram_bytes=10**18))
+            hp.page_overhead_s = max(0.0, (statistics.fmean(calib_busy) - ct.runtime_s) / (ct.page_ins + ct.page_outs))
         dev = profile_device(hp)
         g_fam = prog.costed(dev)
         g_node = price_measured(prog.graph, dev, node_busy, free_s, prog.fixed_ram_bytes)
-        tot = validate(g_fam, list(steps), Budget(ram_bytes=10 ** 18))
-        node_tot = validate(g_node, list(steps), Budget(ram_bytes=10 ** 18))
-        pred_kind = {"compute": tot.compute_time_s,
-                     "page_out": sum(g_fam.nodes[x.node].pageout_time_s for x in steps if x.op == "page_out"),
-                     "page_in": sum(g_fam.nodes[x.node].pagein_time_s for x in steps if x.op == "page_in")}
-        out[k] = {"pred_s": tot.runtime_s, "node_pred_s": node_tot.runtime_s,
-                  "wall_s": statistics.median(walls), "busy_s": statistics.median(busys),
-                  "pred_peak": tot.peak_ram_bytes, "meas_peak": peak,
-                  "pred_kind": pred_kind, "meas_kind": {kk: statistics.median(v) for kk, v in kinds.items()},
-                  "recomputes": tot.recomputes, "page_outs": tot.page_outs,
-                  "page_overhead_s": hp.page_overhead_s,
-                  "storage": {"write_latency_s": storage.write.latency_s, "write_bytes_per_s": storage.write.bytes_per_s,
-                              "read_latency_s": storage.read.latency_s, "read_bytes_per_s": storage.read.bytes_per_s}}
+        tot = validate(g_fam, list(steps), Budget(ram_bytes=10**18))
+        node_tot = validate(g_node, list(steps), Budget(ram_bytes=10**18))
+        pred_kind = {
+            "compute": tot.compute_time_s,
+            "page_out": sum(g_fam.nodes[x.node].pageout_time_s for x in steps if x.op == "page_out"),
+            "page_in": sum(g_fam.nodes[x.node].pagein_time_s for x in steps if x.op == "page_in"),
+        }
+        out[k] = {
+            "pred_s": tot.runtime_s,
+            "node_pred_s": node_tot.runtime_s,
+            "wall_s": statistics.median(walls),
+            "busy_s": statistics.median(busys),
+            "pred_peak": tot.peak_ram_bytes,
+            "meas_peak": peak,
+            "pred_kind": pred_kind,
+            "meas_kind": {kk: statistics.median(v) for kk, v in kinds.items()},
+            "recomputes": tot.recomputes,
+            "page_outs": tot.page_outs,
+            "page_overhead_s": hp.page_overhead_s,
+            "storage": {
+                "write_latency_s": storage.write.latency_s,
+                "write_bytes_per_s": storage.write.bytes_per_s,
+                "read_latency_s": storage.read.latency_s,
+                "read_bytes_per_s": storage.read.bytes_per_s,
+            },
+        }
     return out
 
 
@@ -160,32 +188,50 @@ def main(argv=None) -> int:
         for label in SCHEDULES:
             rs = [x[label] for x in rounds]
             med = {k: statistics.median(x[k] for x in rs) for k in ("pred_s", "node_pred_s", "wall_s", "busy_s")}
-            row = {"model": name, "schedule": label, "nodes": len(prog.graph), **med,
-                   "ratio_wall": statistics.median(x["wall_s"] / x["pred_s"] for x in rs),
-                   "ratio_busy": statistics.median(x["busy_s"] / x["pred_s"] for x in rs),
-                   "ratio_busy_node": statistics.median(x["busy_s"] / x["node_pred_s"] for x in rs),
-                   "pred_peak": rs[0]["pred_peak"], "meas_peak": max(x["meas_peak"] for x in rs),
-                   "recomputes": rs[0]["recomputes"], "page_outs": rs[0]["page_outs"],
-                   "page_overhead_s": statistics.median(x["page_overhead_s"] for x in rs),
-                   "storage": [x["storage"] for x in rs],
-                   "kinds": {kk: {"pred": statistics.median(x["pred_kind"][kk] for x in rs) if kk != "free" else None,
-                                  "meas": statistics.median(x["meas_kind"][kk] for x in rs)}
-                             for kk in ("compute", "page_out", "page_in", "free")},
-                   "rounds": a.rounds, "runs": a.runs}
+            row = {
+                "model": name,
+                "schedule": label,
+                "nodes": len(prog.graph),
+                **med,
+                "ratio_wall": statistics.median(x["wall_s"] / x["pred_s"] for x in rs),
+                "ratio_busy": statistics.median(x["busy_s"] / x["pred_s"] for x in rs),
+                "ratio_busy_node": statistics.median(x["busy_s"] / x["node_pred_s"] for x in rs),
+                "pred_peak": rs[0]["pred_peak"],
+                "meas_peak": max(x["meas_peak"] for x in rs),
+                "recomputes": rs[0]["recomputes"],
+                "page_outs": rs[0]["page_outs"],
+                "page_overhead_s": statistics.median(x["page_overhead_s"] for x in rs),
+                "storage": [x["storage"] for x in rs],
+                "kinds": {
+                    kk: {
+                        "pred": statistics.median(x["pred_kind"][kk] for x in rs) if kk != "free" else None,
+                        "meas": statistics.median(x["meas_kind"][kk] for x in rs),
+                    }
+                    for kk in ("compute", "page_out", "page_in", "free")
+                },
+                "rounds": a.rounds,
+                "runs": a.runs,
+            }
             rows.append(row)
             if a.json:
                 with open(a.json, "a") as f:
                     f.write(json.dumps(row) + "\n")
-    print(f"load average before {load0}, after {load()}; {os.cpu_count()} CPUs; one torch thread; "
-          f"{a.rounds} rounds x {a.runs} runs per schedule; {time.perf_counter() - t0:.0f} s")
-    print("| model | schedule | recomp | page-outs | pred ms | node-pred ms | wall ms | wall/pred | busy ms | "
-          "busy/pred | busy/node-pred | pred peak B | meas peak B | peak exact |")
+    print(
+        f"load average before {load0}, after {load()}; {os.cpu_count()} CPUs; one torch thread; "
+        f"{a.rounds} rounds x {a.runs} runs per schedule; {time.perf_counter() - t0:.0f} s"
+    )
+    print(
+        "| model | schedule | recomp | page-outs | pred ms | node-pred ms | wall ms | wall/pred | busy ms | "
+        "busy/pred | busy/node-pred | pred peak B | meas peak B | peak exact |"
+    )
     print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
     for r in rows:
-        print(f"| {r['model']} | {r['schedule']} | {r['recomputes']} | {r['page_outs']} | {r['pred_s'] * 1e3:.2f} | "
-              f"{r['node_pred_s'] * 1e3:.2f} | {r['wall_s'] * 1e3:.2f} | {r['ratio_wall']:.2f} | "
-              f"{r['busy_s'] * 1e3:.2f} | {r['ratio_busy']:.2f} | {r['ratio_busy_node']:.2f} | {r['pred_peak']} | "
-              f"{r['meas_peak']} | {r['pred_peak'] == r['meas_peak']} |")
+        print(
+            f"| {r['model']} | {r['schedule']} | {r['recomputes']} | {r['page_outs']} | {r['pred_s'] * 1e3:.2f} | "
+            f"{r['node_pred_s'] * 1e3:.2f} | {r['wall_s'] * 1e3:.2f} | {r['ratio_wall']:.2f} | "
+            f"{r['busy_s'] * 1e3:.2f} | {r['ratio_busy']:.2f} | {r['ratio_busy_node']:.2f} | {r['pred_peak']} | "
+            f"{r['meas_peak']} | {r['pred_peak'] == r['meas_peak']} |"
+        )
     print("\nper instruction kind (ms, predicted / measured busy):")
     for r in rows:
         parts = []
@@ -195,13 +241,17 @@ def main(argv=None) -> int:
         extra = ""
         if r["page_outs"]:
             st = r["storage"][0]
-            extra = (f"  [paging overhead {r['page_overhead_s'] * 1e6:.0f} us/op; round 1 storage: write "
-                     f"{st['write_latency_s'] * 1e3:.2f} ms + {st['write_bytes_per_s'] / 1e6:.0f} MB/s, read "
-                     f"{st['read_latency_s'] * 1e3:.2f} ms + {st['read_bytes_per_s'] / 1e6:.0f} MB/s]")
+            extra = (
+                f"  [paging overhead {r['page_overhead_s'] * 1e6:.0f} us/op; round 1 storage: write "
+                f"{st['write_latency_s'] * 1e3:.2f} ms + {st['write_bytes_per_s'] / 1e6:.0f} MB/s, read "
+                f"{st['read_latency_s'] * 1e3:.2f} ms + {st['read_bytes_per_s'] / 1e6:.0f} MB/s]"
+            )
         print(f"  {r['model']:<6} {r['schedule']:<13} " + "; ".join(parts) + extra)
     within = sum(abs(r["ratio_busy"] - 1) <= 0.15 for r in rows)
-    print(f"\nrows with busy time within 15% of the prediction: {within}/{len(rows)}; "
-          f"peak bytes exact: {sum(r['pred_peak'] == r['meas_peak'] for r in rows)}/{len(rows)}")
+    print(
+        f"\nrows with busy time within 15% of the prediction: {within}/{len(rows)}; "
+        f"peak bytes exact: {sum(r['pred_peak'] == r['meas_peak'] for r in rows)}/{len(rows)}"
+    )
     return 0
 
 

@@ -10,6 +10,7 @@ Usage (from the repository, with ray installed: pip install -e '.[cluster]')::
     python bench/study_backends.py --args "--model resnet18,resnet50 --device m4,a72 --memory 25%,50%,75%,100% \
         --runtime 1.2x,2x --time-limit 30 --no-plots"
 """
+
 from __future__ import annotations
 
 import argparse

@@ -11,6 +11,7 @@ solve time, and energy / time overhead against plain untiled backprop (every nod
 Cells whose tiled graph has more than ``--max-solve-nodes`` nodes are planned but not solved (said so in the
 table); a budget below the tiled minimum is reported with that minimum, not solved.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -40,19 +41,36 @@ def run(models, devices, budgets, runtime: str, time_limit: float, max_solve_nod
             t = time.perf_counter()
             plans[B] = plan_tiling(m, B)
             p = plans[B]
-            print(f"{m} @ {B} B: untiled min {p.untiled_min_bytes} B, tiled min {p.tiled_min_bytes} B, "
-                  f"nodes {p.nodes_before} -> {p.nodes_after}, fits {p.fits} ({time.perf_counter() - t:.1f} s plan)",
-                  file=sys.stderr, flush=True)
+            print(
+                f"{m} @ {B} B: untiled min {p.untiled_min_bytes} B, tiled min {p.tiled_min_bytes} B, "
+                f"nodes {p.nodes_before} -> {p.nodes_after}, fits {p.fits} ({time.perf_counter() - t:.1f} s plan)",
+                file=sys.stderr,
+                flush=True,
+            )
         for dev in devices:
             g0 = costed_graph(m, dev)
             for B in budgets:
                 p = plans[B]
-                row = {"model": m, "device": dev, "budget_bytes": B, "untiled_min_bytes": p.untiled_min_bytes,
-                       "tiled_min_bytes": p.tiled_min_bytes, "nodes_before": p.nodes_before,
-                       "nodes_after": p.nodes_after, "tiled": p.tiled, "limit": p.limit,
-                       "plain_energy_j": g0.plain_energy_j, "plain_runtime_s": g0.plain_runtime_s,
-                       "status": None, "solve_seconds": None, "gap": None, "energy_overhead": None,
-                       "time_overhead": None, "peak_ram_bytes": None, "note": ""}
+                row = {
+                    "model": m,
+                    "device": dev,
+                    "budget_bytes": B,
+                    "untiled_min_bytes": p.untiled_min_bytes,
+                    "tiled_min_bytes": p.tiled_min_bytes,
+                    "nodes_before": p.nodes_before,
+                    "nodes_after": p.nodes_after,
+                    "tiled": p.tiled,
+                    "limit": p.limit,
+                    "plain_energy_j": g0.plain_energy_j,
+                    "plain_runtime_s": g0.plain_runtime_s,
+                    "status": None,
+                    "solve_seconds": None,
+                    "gap": None,
+                    "energy_overhead": None,
+                    "time_overhead": None,
+                    "peak_ram_bytes": None,
+                    "note": "",
+                }
                 budget = make_budget(g0, B, runtime)
                 if not p.fits:
                     row["status"] = "below tiled minimum"
@@ -63,8 +81,11 @@ def run(models, devices, budgets, runtime: str, time_limit: float, max_solve_nod
                 else:
                     g = linear_cost_model(p.graph, dev) if p.tiled else g0
                     t = time.perf_counter()
-                    s = solve_tiled(TiledProblem(g, budget, g0, p, dev), "poet",
-                                    SolveOptions(time_limit_s=time_limit, threads=threads))
+                    s = solve_tiled(
+                        TiledProblem(g, budget, g0, p, dev),
+                        "poet",
+                        SolveOptions(time_limit_s=time_limit, threads=threads),
+                    )
                     row["solve_seconds"] = time.perf_counter() - t
                     row["status"] = s.status
                     row["method"] = s.report.method
@@ -85,9 +106,13 @@ def _pct(x):
 
 
 def table(rows) -> str:
-    out = [("| model | device | budget | min RAM untiled | min RAM tiled | nodes before -> after | status (gap) "
-            "| solve time | energy overhead | time overhead |"),
-           "|---|---|---:|---:|---:|---:|---|---:|---:|---:|"]
+    out = [
+        (
+            "| model | device | budget | min RAM untiled | min RAM tiled | nodes before -> after | status (gap) "
+            "| solve time | energy overhead | time overhead |"
+        ),
+        "|---|---|---:|---:|---:|---:|---|---:|---:|---:|",
+    ]
     for r in rows:
         status = r["status"] or ""
         if r["gap"] is not None and r["status"] in ("feasible", "optimal"):
@@ -99,10 +124,12 @@ def table(rows) -> str:
         elif r["status"] == "not solved":
             status += f" ({r['note']})"
         solve = "" if r["solve_seconds"] is None else f"{r['solve_seconds']:.0f} s"
-        out.append(f"| {r['model']} | {r['device']} | {fmt_bytes(r['budget_bytes'])} | "
-                   f"{fmt_bytes(r['untiled_min_bytes'])} | {fmt_bytes(r['tiled_min_bytes'])} | "
-                   f"{r['nodes_before']} -> {r['nodes_after']} | {status} | {solve} | "
-                   f"{_pct(r['energy_overhead'])} | {_pct(r['time_overhead'])} |")
+        out.append(
+            f"| {r['model']} | {r['device']} | {fmt_bytes(r['budget_bytes'])} | "
+            f"{fmt_bytes(r['untiled_min_bytes'])} | {fmt_bytes(r['tiled_min_bytes'])} | "
+            f"{r['nodes_before']} -> {r['nodes_after']} | {status} | {solve} | "
+            f"{_pct(r['energy_overhead'])} | {_pct(r['time_overhead'])} |"
+        )
     return "\n".join(out)
 
 

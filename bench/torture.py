@@ -16,6 +16,7 @@ The limit defaults to the issue's: 60 s up to 250 nodes, 240 s above.  The grace
 start (imports) and printing.  The machine's load average is printed before and after: the
 machine may be shared.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -42,9 +43,25 @@ def default_limit(nodes: int) -> float:
 
 
 def _cmd(spec: str, device: str, frac: float, strategy: str, limit: float, threads: int, text: bool) -> list[str]:
-    cmd = [sys.executable, "-m", "poet", "solve", "--model", spec, "--device", device,
-           "--memory", f"{100 * frac:g}%", "--strategy", strategy, "--time-limit", f"{limit:g}",
-           "--threads", str(threads), "--no-cache"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "poet",
+        "solve",
+        "--model",
+        spec,
+        "--device",
+        device,
+        "--memory",
+        f"{100 * frac:g}%",
+        "--strategy",
+        strategy,
+        "--time-limit",
+        f"{limit:g}",
+        "--threads",
+        str(threads),
+        "--no-cache",
+    ]
     return cmd if text else cmd + ["--json"]
 
 
@@ -54,8 +71,13 @@ def _env() -> dict:
 
 def timed_solve(spec, device, frac, strategy, limit, threads) -> dict:
     t0 = time.perf_counter()
-    p = subprocess.run(_cmd(spec, device, frac, strategy, limit, threads, text=False), capture_output=True,
-                       text=True, env=_env(), cwd=ROOT)
+    p = subprocess.run(
+        _cmd(spec, device, frac, strategy, limit, threads, text=False),
+        capture_output=True,
+        text=True,
+        env=_env(),
+        cwd=ROOT,
+    )
     wall = time.perf_counter() - t0
     row = {"wall_s": wall, "rc": p.returncode}
     try:
@@ -65,15 +87,28 @@ def timed_solve(spec, device, frac, strategy, limit, threads) -> dict:
         return row
     sv = d.get("solver", {})
     totals = d.get("totals") or {}
-    row.update(status=d.get("status"), solve_s=sv.get("solve_seconds"), gap=sv.get("gap"),
-               method=sv.get("method"), steps=d.get("num_steps"), energy_j=totals.get("energy_j"))
+    row.update(
+        status=d.get("status"),
+        solve_s=sv.get("solve_seconds"),
+        gap=sv.get("gap"),
+        method=sv.get("method"),
+        steps=d.get("num_steps"),
+        energy_j=totals.get("energy_j"),
+    )
     return row
 
 
 def ctrl_c(spec, device, frac, strategy, limit, threads, after: float) -> dict:
     """SIGINT to the process group ``after`` s into the solve; seconds until it exited, and what it printed."""
-    p = subprocess.Popen(_cmd(spec, device, frac, strategy, limit, threads, text=True), stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE, text=True, env=_env(), cwd=ROOT, start_new_session=True)
+    p = subprocess.Popen(
+        _cmd(spec, device, frac, strategy, limit, threads, text=True),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=_env(),
+        cwd=ROOT,
+        start_new_session=True,
+    )
     started = threading.Event()
     err: list[str] = []
 
@@ -82,6 +117,7 @@ def ctrl_c(spec, device, frac, strategy, limit, threads, after: float) -> dict:
             err.append(line)
             if line.startswith("solving"):
                 started.set()
+
     reader = threading.Thread(target=read_stderr, daemon=True)
     reader.start()
     out_box: list[str] = []
@@ -101,9 +137,11 @@ def ctrl_c(spec, device, frac, strategy, limit, threads, after: float) -> dict:
     out = out_box[0] if out_box else ""
     m = re.search(r"^Status:\s+(\w[\w ,]*)", out, re.M)
     printed = "Validated:" in out
-    return {"ctrl_c_s": response, "ctrl_c_rc": p.returncode,
-            "ctrl_c_status": (m.group(1).split(",")[0] if m else "nothing printed") +
-                             (" + schedule" if printed else "")}
+    return {
+        "ctrl_c_s": response,
+        "ctrl_c_rc": p.returncode,
+        "ctrl_c_status": (m.group(1).split(",")[0] if m else "nothing printed") + (" + schedule" if printed else ""),
+    }
 
 
 def _fmt(x, spec="{:.1f}") -> str:
@@ -124,13 +162,18 @@ def main(argv=None) -> int:
     ap.add_argument("--json", help="append one JSON line per row to this file")
     a = ap.parse_args(argv)
     families = list(FAMILIES) if a.families == "all" else [f for f in a.families.split(",") if f]
-    print(f"load average before: {' '.join(f'{x:.1f}' for x in os.getloadavg())} on {os.cpu_count()} cores",
-          file=sys.stderr)
-    head = ("| family | nodes | seed | RAM | strategy | limit s | solve s | wall s | within limit+grace | status "
-            "| gap | energy / plain | Ctrl-C: exit after s | Ctrl-C: printed |")
+    print(
+        f"load average before: {' '.join(f'{x:.1f}' for x in os.getloadavg())} on {os.cpu_count()} cores",
+        file=sys.stderr,
+    )
+    head = (
+        "| family | nodes | seed | RAM | strategy | limit s | solve s | wall s | within limit+grace | status "
+        "| gap | energy / plain | Ctrl-C: exit after s | Ctrl-C: printed |"
+    )
     print(head)
     print("|" + "---|" * (head.count("|") - 1))
     from poet.solve.api import costed_graph
+
     for family in families:
         for size in (int(s) for s in a.sizes.split(",")):
             for seed in (int(s) for s in a.seeds.split(",")):
@@ -139,18 +182,27 @@ def main(argv=None) -> int:
                 for frac in (float(f) for f in a.fracs.split(",")):
                     for strategy in a.strategies.split(","):
                         limit = a.limit or default_limit(len(g.nodes))
-                        row = {"family": family, "nodes": len(g.nodes), "seed": seed, "frac": frac,
-                               "strategy": strategy, "limit_s": limit,
-                               **timed_solve(spec, a.device, frac, strategy, limit, a.threads)}
+                        row = {
+                            "family": family,
+                            "nodes": len(g.nodes),
+                            "seed": seed,
+                            "frac": frac,
+                            "strategy": strategy,
+                            "limit_s": limit,
+                            **timed_solve(spec, a.device, frac, strategy, limit, a.threads),
+                        }
                         if a.ctrl_c_after is not None:
                             row.update(ctrl_c(spec, a.device, frac, strategy, limit, a.threads, a.ctrl_c_after))
                         solve_s = row.get("solve_s")
                         ok = solve_s is not None and solve_s <= limit * (1 + GRACE_SHARE) + GRACE_S
                         rel = None if row.get("energy_j") is None else row["energy_j"] / g.plain_energy_j
-                        print(f"| {family} | {len(g.nodes)} | {seed} | {frac:.0%} | {strategy} | {limit:g} | "
-                              f"{_fmt(solve_s)} | {_fmt(row['wall_s'])} | {'yes' if ok else 'NO'} | "
-                              f"{row.get('status')} | {_fmt(row.get('gap'), '{:.2%}')} | {_fmt(rel, '{:.4f}')} | "
-                              f"{_fmt(row.get('ctrl_c_s'))} | {row.get('ctrl_c_status', '-')} |", flush=True)
+                        print(
+                            f"| {family} | {len(g.nodes)} | {seed} | {frac:.0%} | {strategy} | {limit:g} | "
+                            f"{_fmt(solve_s)} | {_fmt(row['wall_s'])} | {'yes' if ok else 'NO'} | "
+                            f"{row.get('status')} | {_fmt(row.get('gap'), '{:.2%}')} | {_fmt(rel, '{:.4f}')} | "
+                            f"{_fmt(row.get('ctrl_c_s'))} | {row.get('ctrl_c_status', '-')} |",
+                            flush=True,
+                        )
                         if a.json:
                             with open(a.json, "a") as fh:
                                 fh.write(json.dumps(row) + "\n")

@@ -10,6 +10,7 @@ plain backprop (above which nothing needs saving). ``--fracs 0.2,0.6`` means
 Each row is one `poet.solve` call with the default method and a time limit.
 The numbers come from this machine and are not fixed anywhere.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -37,10 +38,14 @@ def main(argv=None) -> int:
     ap.add_argument("--threads", type=int, default=None)
     a = ap.parse_args(argv)
 
-    print(f"strategy {a.strategy}, method {a.method}, gap {a.gap:g}, paging time {a.paging_time}, "
-          f"time limit {a.time_limit:.0f} s per solve\n")
-    print("| model | device | nodes | RAM budget | deadline | status | gap | solve s | energy J | vs plain | "
-          "recomputes | page-ins | peak RAM | method |")
+    print(
+        f"strategy {a.strategy}, method {a.method}, gap {a.gap:g}, paging time {a.paging_time}, "
+        f"time limit {a.time_limit:.0f} s per solve\n"
+    )
+    print(
+        "| model | device | nodes | RAM budget | deadline | status | gap | solve s | energy J | vs plain | "
+        "recomputes | page-ins | peak RAM | method |"
+    )
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for model in a.models.split(","):
         for dev in a.devices.split(","):
@@ -49,21 +54,35 @@ def main(argv=None) -> int:
             for frac, runtime in ((float(f), r) for f in a.fracs.split(",") for r in a.runtime.split(",")):
                 ram = int(lo + frac * (hi - lo))
                 t0 = time.perf_counter()
-                s = solve(g, memory=ram, runtime=runtime, strategy=a.strategy, paging_time=a.paging_time,
-                          time_limit=a.time_limit, threads=a.threads, method=a.method, gap=a.gap,
-                          find_min_budgets=False)
+                s = solve(
+                    g,
+                    memory=ram,
+                    runtime=runtime,
+                    strategy=a.strategy,
+                    paging_time=a.paging_time,
+                    time_limit=a.time_limit,
+                    threads=a.threads,
+                    method=a.method,
+                    gap=a.gap,
+                    find_min_budgets=False,
+                )
                 sec = time.perf_counter() - t0
                 gap = s.report.gap
                 gap_s = "" if gap is None else f"{gap:.1e}"
                 if s.feasible:
                     t = s.totals
-                    row = (f"{s.status} | {gap_s} | {sec:.1f} | {t.energy_j:.5g} | "
-                           f"{t.energy_j / g.plain_energy_j - 1:+.2%} | {t.recomputes} | {t.page_ins} | "
-                           f"{fmt_bytes(t.peak_ram_bytes)}")
+                    row = (
+                        f"{s.status} | {gap_s} | {sec:.1f} | {t.energy_j:.5g} | "
+                        f"{t.energy_j / g.plain_energy_j - 1:+.2%} | {t.recomputes} | {t.page_ins} | "
+                        f"{fmt_bytes(t.peak_ram_bytes)}"
+                    )
                 else:
                     row = f"{s.status} | {gap_s} | {sec:.1f} | - | - | - | - | -"
-                print(f"| {model} | {dev} | {len(g)} | {fmt_bytes(ram)} ({frac:.0%}) | {runtime} | {row} | "
-                      f"{s.report.method} |", flush=True)
+                print(
+                    f"| {model} | {dev} | {len(g)} | {fmt_bytes(ram)} ({frac:.0%}) | {runtime} | {row} | "
+                    f"{s.report.method} |",
+                    flush=True,
+                )
     return 0
 
 

@@ -1,7 +1,8 @@
 """Fine-tune a tiny BERT-style classifier (transformers BertConfig, random init) with an executed schedule.
 
-    python examples/finetune_bert.py [--steps 10] [--memory 50%] [--granularity layer]
+python examples/finetune_bert.py [--steps 10] [--memory 50%] [--granularity layer]
 """
+
 import argparse
 import copy
 
@@ -25,8 +26,18 @@ data_state, rng_state = data.g.get_state(), torch.get_rng_state()
 
 opt = torch.optim.Adam(model.parameters(), lr=1e-3)
 (ids,), (labels,) = data.batch()
-plan = poet.plan(model, (ids,), loss_fn=models.bert_loss, targets=(labels,), device="m4", memory=a.memory,
-                 strategy=a.strategy, granularity=a.granularity, optimizer=opt, time_limit=30)
+plan = poet.plan(
+    model,
+    (ids,),
+    loss_fn=models.bert_loss,
+    targets=(labels,),
+    device="m4",
+    memory=a.memory,
+    strategy=a.strategy,
+    granularity=a.granularity,
+    optimizer=opt,
+    time_limit=30,
+)
 print(plan)
 losses = []
 batch = ((ids,), (labels,))
@@ -42,7 +53,7 @@ data.g.set_state(data_state)
 torch.set_rng_state(rng_state)
 ropt = torch.optim.Adam(reference.parameters(), lr=1e-3)
 plain = []
-for step in range(a.steps):
+for _ in range(a.steps):
     (ids,), (labels,) = data.batch()
     ropt.zero_grad()
     loss = models.bert_loss(reference(ids), labels)

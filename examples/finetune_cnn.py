@@ -6,6 +6,7 @@ Each training step runs the schedule instruction by instruction on real tensors
 (recomputing, paging to files, freeing); at the end the loss curve is compared
 with plain PyTorch training from the same seed.
 """
+
 import argparse
 import copy
 
@@ -30,8 +31,17 @@ data_state, rng_state = data.g.get_state(), torch.get_rng_state()
 
 opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
 (x,), (y,) = data.batch()
-plan = poet.plan(model, (x,), loss_fn=loss_fn, targets=(y,), device=a.device, memory=a.memory,
-                 strategy=a.strategy, optimizer=opt, time_limit=30)
+plan = poet.plan(
+    model,
+    (x,),
+    loss_fn=loss_fn,
+    targets=(y,),
+    device=a.device,
+    memory=a.memory,
+    strategy=a.strategy,
+    optimizer=opt,
+    time_limit=30,
+)
 print(plan)
 
 losses = []
@@ -41,8 +51,10 @@ for step in range(a.steps):
         batch = data.batch()
     res = plan.train_step(*batch, optimizer=opt)
     losses.append(res.loss.item())
-    print(f"step {step + 1:3d}  loss {losses[-1]:.5f}  peak {res.measured_peak_bytes} B "
-          f"(budget {res.budget_bytes} B)  paged {res.bytes_written} B")
+    print(
+        f"step {step + 1:3d}  loss {losses[-1]:.5f}  peak {res.measured_peak_bytes} B "
+        f"(budget {res.budget_bytes} B)  paged {res.bytes_written} B"
+    )
 print(res.table())
 
 # the same training in plain PyTorch
@@ -50,7 +62,7 @@ data.g.set_state(data_state)
 torch.set_rng_state(rng_state)
 ropt = torch.optim.SGD(reference.parameters(), lr=0.05, momentum=0.9)
 plain = []
-for step in range(a.steps):
+for _ in range(a.steps):
     (x,), (y,) = data.batch()
     ropt.zero_grad()
     loss = loss_fn(reference(x), y)

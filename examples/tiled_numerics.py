@@ -10,6 +10,7 @@ relative loss difference and final-parameter difference.
 
     PYTHONPATH=. python examples/tiled_numerics.py [--steps 20] [--fraction 0.6] [--models cnn,dwnet,gpt]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -30,15 +31,41 @@ def run(name: str, steps: int, fraction: float, time_limit: float) -> dict:
     ropt = torch.optim.SGD(reference.parameters(), lr=0.05, momentum=0.9)
     g0 = data.g.get_state()
     inputs, targets = data.batch()
-    probe = poet.plan(model, inputs, loss_fn, targets=targets, device="m4", memory="100%", strategy="keep-all",
-                      optimizer=opt, tile="off")
+    probe = poet.plan(
+        model,
+        inputs,
+        loss_fn,
+        targets=targets,
+        device="m4",
+        memory="100%",
+        strategy="keep-all",
+        optimizer=opt,
+        tile="off",
+    )
     lo, fixed = probe.graph.min_ram_bytes(), probe.graph.fixed_ram_bytes
     budget = int(fixed + fraction * (lo - fixed))
-    pl = poet.plan(model, inputs, loss_fn, targets=targets, device="m4", memory=budget, strategy="poet",
-                   optimizer=opt, time_limit=time_limit)
-    row = {"model": name, "untiled_min": lo, "budget": budget, "fixed": fixed, "status": pl.schedule.status,
-           "tiled_min": pl.tiling.tiled_min_bytes if pl.tiling else None, "nodes_before": len(probe.graph),
-           "nodes_after": len(pl.graph), "tiles": pl.tiling.report.count if pl.tiling and pl.tiling.tiled else 0}
+    pl = poet.plan(
+        model,
+        inputs,
+        loss_fn,
+        targets=targets,
+        device="m4",
+        memory=budget,
+        strategy="poet",
+        optimizer=opt,
+        time_limit=time_limit,
+    )
+    row = {
+        "model": name,
+        "untiled_min": lo,
+        "budget": budget,
+        "fixed": fixed,
+        "status": pl.schedule.status,
+        "tiled_min": pl.tiling.tiled_min_bytes if pl.tiling else None,
+        "nodes_before": len(probe.graph),
+        "nodes_after": len(pl.graph),
+        "tiles": pl.tiling.report.count if pl.tiling and pl.tiling.tiled else 0,
+    }
     if not pl.feasible:
         return row
     data.g.set_state(g0)
@@ -46,12 +73,13 @@ def run(name: str, steps: int, fraction: float, time_limit: float) -> dict:
     for step in range(steps):
         x, y = data.batch()
         res = pl.train_step(x, y, optimizer=None)
-        if step == 0:       # gradients of the same weights: the one-step bound
+        if step == 0:  # gradients of the same weights: the one-step bound
             ropt.zero_grad(set_to_none=True)
             lref = loss_fn(reference(*x), *y)
             lref.backward()
-            first_grad = max(relative_difference(p.grad, q.grad) for p, q in
-                             zip(model.parameters(), reference.parameters()))
+            first_grad = max(
+                relative_difference(p.grad, q.grad) for p, q in zip(model.parameters(), reference.parameters())
+            )
             first_loss = relative_difference(res.loss, lref)
         else:
             ropt.zero_grad(set_to_none=True)
@@ -63,11 +91,16 @@ def run(name: str, steps: int, fraction: float, time_limit: float) -> dict:
         losses.append(res.loss.item())
         plain.append(lref.item())
         peak = max(peak, res.measured_peak_bytes)
-    row.update(peak=peak, first_step_grad=first_grad, first_step_loss=first_loss,
-               loss_curve=max(abs(a - b) / abs(b) for a, b in zip(losses, plain)),
-               params=max((relative_difference(p, q), n) for (n, p), q in zip(model.named_parameters(),
-                                                                                 reference.parameters())),
-               model_params=parameter_difference(model.parameters(), reference.parameters()))
+    row.update(
+        peak=peak,
+        first_step_grad=first_grad,
+        first_step_loss=first_loss,
+        loss_curve=max(abs(a - b) / abs(b) for a, b in zip(losses, plain)),
+        params=max(
+            (relative_difference(p, q), n) for (n, p), q in zip(model.named_parameters(), reference.parameters())
+        ),
+        model_params=parameter_difference(model.parameters(), reference.parameters()),
+    )
     return row
 
 
@@ -81,14 +114,18 @@ def main() -> None:
     torch.manual_seed(0)
     for name in a.models.split(","):
         r = run(name, a.steps, a.fraction, a.time_limit)
-        print(f"{r['model']}: untiled min {r['untiled_min']} B, tiled min {r['tiled_min']} B, budget {r['budget']} B "
-              f"(fixed {r['fixed']} B); {r['nodes_before']} -> {r['nodes_after']} nodes, {r['tiles']} tiles; "
-              f"{r['status']}")
+        print(
+            f"{r['model']}: untiled min {r['untiled_min']} B, tiled min {r['tiled_min']} B, budget {r['budget']} B "
+            f"(fixed {r['fixed']} B); {r['nodes_before']} -> {r['nodes_after']} nodes, {r['tiles']} tiles; "
+            f"{r['status']}"
+        )
         if "peak" in r:
-            print(f"  measured peak {r['peak']} B <= budget: {r['peak'] <= r['budget']}; step 1: gradients within "
-                  f"{r['first_step_grad']:.2e}, loss within {r['first_step_loss']:.2e}; after {a.steps} steps: loss "
-                  f"curve within {r['loss_curve']:.2e}, parameters within {r['model_params']:.2e} of the largest "
-                  f"parameter (per tensor: {r['params'][0]:.2e}, {r['params'][1]})")
+            print(
+                f"  measured peak {r['peak']} B <= budget: {r['peak'] <= r['budget']}; step 1: gradients within "
+                f"{r['first_step_grad']:.2e}, loss within {r['first_step_loss']:.2e}; after {a.steps} steps: loss "
+                f"curve within {r['loss_curve']:.2e}, parameters within {r['model_params']:.2e} of the largest "
+                f"parameter (per tensor: {r['params'][0]:.2e}, {r['params'][1]})"
+            )
 
 
 if __name__ == "__main__":

@@ -2,6 +2,7 @@
 
 Data flows one way: model -> graph -> costs -> solver -> schedule -> (validate) -> execute / report.
 """
+
 import importlib
 import sys as _sys
 
@@ -16,9 +17,10 @@ def interrupted_while_loading(signum, frame):
 # imports poet keeps its own handler.
 if _sys.argv and (_sys.argv[0] == "-m" or _sys.argv[0].replace("\\", "/").rsplit("/", 1)[-1] in ("poet", "poet.exe")):
     import signal as _signal
+
     try:
         _signal.signal(_signal.SIGINT, interrupted_while_loading)
-    except ValueError:      # not the main thread
+    except ValueError:  # not the main thread
         pass
 
 from .graph import CostedGraph, Graph, load_graph, save_graph  # noqa: E402 (the Ctrl-C handler first)
@@ -38,5 +40,21 @@ def __getattr__(name):
     raise AttributeError(f"module 'poet' has no attribute {name!r}")
 
 
-__all__ = ["Budget", "Plan", "plan", "CostedGraph", "Graph", "STRATEGIES", "Schedule", "ScheduleError", "list_devices",
-           "load_device", "load_graph", "load_schedule", "save_graph", "save_schedule", "solve", "validate"]
+__all__ = [
+    "Budget",
+    "Plan",
+    "plan",
+    "CostedGraph",
+    "Graph",
+    "STRATEGIES",
+    "Schedule",
+    "ScheduleError",
+    "list_devices",
+    "load_device",
+    "load_graph",
+    "load_schedule",
+    "save_graph",
+    "save_schedule",
+    "solve",
+    "validate",
+]

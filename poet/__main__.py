@@ -2,7 +2,7 @@ import sys
 
 try:
     from .cli import main
-except KeyboardInterrupt:       # Ctrl-C while the package loads: no traceback
+except KeyboardInterrupt:  # Ctrl-C while the package loads: no traceback
     print("\npoet: interrupted", file=sys.stderr)
     sys.exit(130)
 

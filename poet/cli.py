@@ -1,4 +1,5 @@
 """The ``poet`` command line."""
+
 from __future__ import annotations
 
 import argparse
@@ -14,14 +15,22 @@ from .report import sweep_command
 from .schedule.validate import ScheduleError
 from .units import BATCH, GAP, SECONDS, THREADS, BudgetError, fmt_energy
 
-__all__ = ["OutputPathError", "Progress", "USER_ERRORS", "build_parser", "check_out_path", "ctrl_c_stops_the_solve",
-           "main", "warn_uncached"]
+__all__ = [
+    "OutputPathError",
+    "Progress",
+    "USER_ERRORS",
+    "build_parser",
+    "check_out_path",
+    "ctrl_c_stops_the_solve",
+    "main",
+    "warn_uncached",
+]
 
 
 # OSError: a file that could not be read or written (disk full, no such directory)
 USER_ERRORS = (BudgetError, GraphError, DeviceError, ScheduleError, OutputPathError, OSError)
 
-TILED_TIME_LIMIT_S = 240.0      # solve's default time limit when the graph was tiled (none otherwise)
+TILED_TIME_LIMIT_S = 240.0  # solve's default time limit when the graph was tiled (none otherwise)
 EXAMPLE = "poet solve --model resnet18_cifar --device a72 --memory 3MB --runtime 7.6x"
 
 
@@ -32,11 +41,14 @@ def _fixed_ram(value: str | None, g) -> int | None:
     mult = {"params": 1, "sgd": 2, "adam": 4}.get(value.lower())
     if mult is None:
         from .units import parse_bytes
+
         return parse_bytes(value, "--fixed-ram", allow_zero=True)
     pb = g.meta.get("param_bytes")
     if not pb:
-        raise BudgetError(f"--fixed-ram {value} needs the model's parameter bytes, which this graph does not "
-                          f"carry; give bytes instead (e.g. --fixed-ram 1.2MB)")
+        raise BudgetError(
+            f"--fixed-ram {value} needs the model's parameter bytes, which this graph does not "
+            f"carry; give bytes instead (e.g. --fixed-ram 1.2MB)"
+        )
     return mult * int(pb)
 
 
@@ -53,27 +65,46 @@ def cmd_solve(a) -> int:
         raise BudgetError(f"--model {a.model} needs --device (one of: see `poet devices`)")
     check_out_path(a.out, a.force)
     if a.graph is not None and a.device is not None:
-        raise BudgetError(f"--device {a.device} cannot apply to --graph {a.graph}: a poet-graph/1 file already "
-                          f"carries its costs; drop --device, or re-price the model with --model NAME --device "
-                          f"{a.device}")
+        raise BudgetError(
+            f"--device {a.device} cannot apply to --graph {a.graph}: a poet-graph/1 file already "
+            f"carries its costs; drop --device, or re-price the model with --model NAME --device "
+            f"{a.device}"
+        )
     g = costed_graph(a.graph or a.model, a.device, batch_size=a.batch_size)
     fixed = _fixed_ram(a.fixed_ram, g)
     paging_time = "hidden" if a.paging_overlap else a.paging_time
     # the budgets are read against the untiled graph; tiling happens only when its minimum does not fit
-    problem = tiled_problem(a.graph or a.model, a.device, memory=a.memory, runtime=a.runtime,
-                            paging_time=paging_time, batch_size=a.batch_size, fixed_ram_bytes=fixed, tile=a.tile)
+    problem = tiled_problem(
+        a.graph or a.model,
+        a.device,
+        memory=a.memory,
+        runtime=a.runtime,
+        paging_time=paging_time,
+        batch_size=a.batch_size,
+        fixed_ram_bytes=fixed,
+        tile=a.tile,
+    )
     g = problem.graph
     from .solve.strategies import STRATEGIES
+
     if a.strategy not in STRATEGIES:
         raise BudgetError(f"unknown strategy {a.strategy!r}; choose one of {', '.join(STRATEGIES)}")
     prog = Progress(enabled=not a.quiet and not a.json)
     time_limit = a.time_limit
     if time_limit is None and problem.plan is not None and problem.plan.tiled:
-        time_limit = TILED_TIME_LIMIT_S     # a tiled graph has thousands of nodes: answer within minutes
+        time_limit = TILED_TIME_LIMIT_S  # a tiled graph has thousands of nodes: answer within minutes
     try:
         with ctrl_c_stops_the_solve() as stop:
-            opts = SolveOptions(time_limit_s=time_limit, threads=a.threads, gap=a.gap, method=a.method,
-                                progress=prog, verbose=a.verbose, cache=not a.no_cache, stop=stop)
+            opts = SolveOptions(
+                time_limit_s=time_limit,
+                threads=a.threads,
+                gap=a.gap,
+                method=a.method,
+                progress=prog,
+                verbose=a.verbose,
+                cache=not a.no_cache,
+                stop=stop,
+            )
             s = solve_tiled(problem, a.strategy, opts)
     finally:
         prog.done()
@@ -83,23 +114,28 @@ def cmd_solve(a) -> int:
         s.report = s.report.with_(tiling=problem.plan.summary())
         if problem.plan.tiled and s.totals is not None:
             from .hardware.device import load_device
+
             dev = load_device(a.device)
             costs = tiling_costs(problem, s, dev.read_latency_s, dev.write_latency_s, dev.storage_power_w)
     if a.out and s.feasible:
         save_schedule(s, a.out)
     if a.json:
         from .schedule.io import schedule_to_dict
+
         d = schedule_to_dict(s)
         d.pop("graph")
         d.pop("steps")
         d["graph_name"], d["nodes"], d["num_steps"] = g.name, len(g), len(s.steps)
         if costs is not None:
             import dataclasses
+
             d["solver"]["tiling"]["costs"] = dataclasses.asdict(costs)
         if problem.plan is not None:
             from .report.tiling import accounting_lines
+
             d["solver"]["tiling"]["ram_accounting"] = " ".join(accounting_lines(problem, s))
         from .fileio import json_text
+
         print(json_text(d, "the summary"))
     else:
         print(summary_text(s))
@@ -115,6 +151,7 @@ def cmd_solve(a) -> int:
 
 def cmd_models(a) -> int:
     from .graph.zoo import MODELS, build_model
+
     print(f"{'model':<16}{'nodes':>7}{'params':>14}  description")
     for name, desc in MODELS.items():
         g = build_model(name)
@@ -125,11 +162,14 @@ def cmd_models(a) -> int:
 def cmd_devices(a) -> int:
     from .hardware.device import list_devices, load_device
     from .units import fmt_bytes
+
     print(f"{'device':<12}{'RAM':>10}{'GFLOP/s':>10}{'nJ/FLOP':>10}{'read MB/s':>11}{'write MB/s':>11}  part")
     for name in list_devices():
         d = load_device(name)
-        print(f"{name:<12}{fmt_bytes(d.ram_bytes):>10}{d.flops_per_s / 1e9:>10.4g}{d.joules_per_flop * 1e9:>10.3g}"
-              f"{d.read_bytes_per_s / 1e6:>11.4g}{d.write_bytes_per_s / 1e6:>11.4g}  {d.part}")
+        print(
+            f"{name:<12}{fmt_bytes(d.ram_bytes):>10}{d.flops_per_s / 1e9:>10.4g}{d.joules_per_flop * 1e9:>10.3g}"
+            f"{d.read_bytes_per_s / 1e6:>11.4g}{d.write_bytes_per_s / 1e6:>11.4g}  {d.part}"
+        )
     print("Profiles are TOML files; pass --device PATH.toml for your own (see docs/devices.md).")
     return 0
 
@@ -137,6 +177,7 @@ def cmd_devices(a) -> int:
 def cmd_export(a) -> int:
     from .graph.io import save_graph
     from .solve.api import costed_graph
+
     check_out_path(a.out, a.force)
     g = costed_graph(a.model, a.device, batch_size=a.batch_size)
     save_graph(g, a.out)
@@ -147,59 +188,85 @@ def cmd_export(a) -> int:
 def cmd_validate(a) -> int:
     from .schedule.io import load_schedule
     from .units import fmt_bytes, fmt_seconds
-    s = load_schedule(a.schedule)   # parsing re-validates; raises with the step at fault
+
+    s = load_schedule(a.schedule)  # parsing re-validates; raises with the step at fault
     t = s.totals
     if t is None:
         print(f"{a.schedule}: no steps (status {s.status})")
         return 2
-    print(f"{a.schedule}: valid. {len(s.steps)} steps, energy {fmt_energy(t.energy_j)}, runtime "
-          f"{fmt_seconds(t.runtime_s)}, peak RAM {fmt_bytes(t.peak_ram_bytes)} <= budget "
-          f"{fmt_bytes(s.budget.ram_bytes)}")
+    print(
+        f"{a.schedule}: valid. {len(s.steps)} steps, energy {fmt_energy(t.energy_j)}, runtime "
+        f"{fmt_seconds(t.runtime_s)}, peak RAM {fmt_bytes(t.peak_ram_bytes)} <= budget "
+        f"{fmt_bytes(s.budget.ram_bytes)}"
+    )
     return 0
 
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="poet", description="Energy-optimal rematerialization + paging schedules for on-device training.",
-        epilog=f"Example: {EXAMPLE}")
+        prog="poet",
+        description="Energy-optimal rematerialization + paging schedules for on-device training.",
+        epilog=f"Example: {EXAMPLE}",
+    )
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
 
-    s = sub.add_parser("solve", help="find the minimum-energy schedule within RAM and runtime budgets",
-                       epilog=f"Example: {EXAMPLE}")
+    s = sub.add_parser(
+        "solve", help="find the minimum-energy schedule within RAM and runtime budgets", epilog=f"Example: {EXAMPLE}"
+    )
     src = s.add_argument_group("what to schedule")
     src.add_argument("--model", help="a built-in network (see `poet models`)")
     src.add_argument("--device", help="a device name (see `poet devices`) or a .toml profile")
     src.add_argument("--graph", help="a costed graph file (poet-graph/1 JSON) instead of --model/--device")
     src.add_argument("--batch-size", type=BATCH, default=1)
     bud = s.add_argument_group("budgets")
-    bud.add_argument("--memory", required=True,
-                     help="RAM budget: bytes (3000000), with units (3MB, 256KiB) or a percentage of the "
-                          "keep-everything peak (40%%)")
-    bud.add_argument("--runtime", default=None,
-                     help="deadline: a multiple of one plain forward+backward (7.6x) or seconds (2.5s, 800ms); "
-                          "default: none")
-    bud.add_argument("--paging-time", choices=["serial", "overlap", "hidden"], default="serial",
-                     help="how paging counts against the deadline: added to compute (serial, default), "
-                          "overlapped with the compute of its stage (overlap), or free (hidden)")
-    bud.add_argument("--paging-overlap", action="store_true",
-                     help="the original POET assumption: paging fully hidden behind compute (= --paging-time hidden)")
-    bud.add_argument("--fixed-ram", default=None,
-                     help="RAM held all iteration and not scheduled: bytes, or params / sgd (params+grads) / "
-                          "adam (params+grads+2 moments) from the model's parameter count; default 0 "
-                          "(the paper's setting: only activations count)")
+    bud.add_argument(
+        "--memory",
+        required=True,
+        help="RAM budget: bytes (3000000), with units (3MB, 256KiB) or a percentage of the keep-everything peak (40%%)",
+    )
+    bud.add_argument(
+        "--runtime",
+        default=None,
+        help="deadline: a multiple of one plain forward+backward (7.6x) or seconds (2.5s, 800ms); default: none",
+    )
+    bud.add_argument(
+        "--paging-time",
+        choices=["serial", "overlap", "hidden"],
+        default="serial",
+        help="how paging counts against the deadline: added to compute (serial, default), "
+        "overlapped with the compute of its stage (overlap), or free (hidden)",
+    )
+    bud.add_argument(
+        "--paging-overlap",
+        action="store_true",
+        help="the original POET assumption: paging fully hidden behind compute (= --paging-time hidden)",
+    )
+    bud.add_argument(
+        "--fixed-ram",
+        default=None,
+        help="RAM held all iteration and not scheduled: bytes, or params / sgd (params+grads) / "
+        "adam (params+grads+2 moments) from the model's parameter count; default 0 "
+        "(the paper's setting: only activations count)",
+    )
     from .graph.tiling_plan import add_tile_option
+
     add_tile_option(bud)
     sol = s.add_argument_group("solver")
-    sol.add_argument("--strategy", default="poet",
-                     help="poet (default), remat, paging, keep-all, chen, capuchin")
-    sol.add_argument("--time-limit", type=SECONDS, default=None,
-                     help="seconds; the best schedule found is returned")
-    sol.add_argument("--threads", type=THREADS, default=None,
-                     help="cores to use: HiGHS threads, and guide searches side by side (default: all)")
+    sol.add_argument("--strategy", default="poet", help="poet (default), remat, paging, keep-all, chen, capuchin")
+    sol.add_argument("--time-limit", type=SECONDS, default=None, help="seconds; the best schedule found is returned")
+    sol.add_argument(
+        "--threads",
+        type=THREADS,
+        default=None,
+        help="cores to use: HiGHS threads, and guide searches side by side (default: all)",
+    )
     sol.add_argument("--gap", type=GAP, default=1e-3, help="relative gap that counts as optimal (default 1e-3)")
     sol.add_argument("--method", default="auto", help="MILP formulation (auto, faithful, ...; docs/pipeline.md)")
-    sol.add_argument("--no-cache", action="store_true",
-                     help="solve afresh: neither reuse nor keep an answer in the cache (docs/pipeline.md, Cache)")
+    sol.add_argument(
+        "--no-cache",
+        action="store_true",
+        help="solve afresh: neither reuse nor keep an answer in the cache (docs/pipeline.md, Cache)",
+    )
     out = s.add_argument_group("output")
     out.add_argument("--out", help="write the schedule (poet-schedule/1 JSON) here")
     out.add_argument("--force", action="store_true", help="overwrite --out if it exists")
@@ -234,8 +301,11 @@ def _default_ctrl_c() -> None:
     import threading
 
     from . import interrupted_while_loading
-    if threading.current_thread() is threading.main_thread() and \
-            signal.getsignal(signal.SIGINT) is interrupted_while_loading:
+
+    if (
+        threading.current_thread() is threading.main_thread()
+        and signal.getsignal(signal.SIGINT) is interrupted_while_loading
+    ):
         signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
@@ -245,7 +315,7 @@ def main(argv=None) -> int:
         p = build_parser()
         try:
             a = p.parse_args(argv)
-        except SystemExit as e:      # --help, or argparse's error (already printed, naming the option)
+        except SystemExit as e:  # --help, or argparse's error (already printed, naming the option)
             return e.code if isinstance(e.code, int) else 2
     except KeyboardInterrupt:
         print("\npoet: interrupted", file=sys.stderr)

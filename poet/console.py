@@ -1,6 +1,7 @@
 """The terminal side of the commands: the progress line on stderr, Ctrl-C that stops a solve early, and
 checks of an output path before any work is done.  Shared by every command module (``poet.cli``,
 ``poet.execute.commands``, ...), so none of them imports another."""
+
 from __future__ import annotations
 
 import contextlib
@@ -22,8 +23,7 @@ class OutputPathError(ValueError):
 # a fork keeps the ticker from being mid-write to stderr, whose buffer lock a child would inherit held.
 _DRAWING = threading.Lock()
 if hasattr(os, "register_at_fork"):
-    os.register_at_fork(before=_DRAWING.acquire, after_in_parent=_DRAWING.release,
-                        after_in_child=_DRAWING.release)
+    os.register_at_fork(before=_DRAWING.acquire, after_in_parent=_DRAWING.release, after_in_child=_DRAWING.release)
 
 
 # A second SIGINT this soon after the first is the same Ctrl-C: `timeout -s INT` (and some shells) signal
@@ -53,11 +53,15 @@ def ctrl_c_stops_the_solve():
         # this thread may be drawing the progress line, holding _DRAWING: never wait for it here
         held = _DRAWING.acquire(blocking=False)
         try:
-            print("\npoet: stopping early: the best schedule found so far comes next (Ctrl-C again to abort)",
-                  file=sys.stderr, flush=True)
+            print(
+                "\npoet: stopping early: the best schedule found so far comes next (Ctrl-C again to abort)",
+                file=sys.stderr,
+                flush=True,
+            )
         finally:
             if held:
                 _DRAWING.release()
+
     previous = signal.signal(signal.SIGINT, on_sigint)
     try:
         yield asked.is_set
@@ -77,7 +81,7 @@ class Progress:
 
     TICK_S = 1.0
     LOG_EVERY_S = 30.0
-    HINT_AFTER_S = 10.0     # a terminal's line then also says how to stop early
+    HINT_AFTER_S = 10.0  # a terminal's line then also says how to stop early
 
     def __init__(self, enabled: bool, tty: bool | None = None):
         self.enabled = enabled
@@ -86,7 +90,7 @@ class Progress:
         self.shown = False
         self.width = 0
         self.last: dict | None = None
-        self.logged: tuple[str | None, float] | None = None    # (step, when) of the last logged line
+        self.logged: tuple[str | None, float] | None = None  # (step, when) of the last logged line
         self.stop = threading.Event()
         self.ticker: threading.Thread | None = None
 
@@ -128,7 +132,7 @@ class Progress:
                 sys.stderr.flush()
                 self.logged = (d.get("phase"), now)
             return
-        sys.stderr.write("\r" + line.ljust(self.width))   # blanks what a longer line left behind
+        sys.stderr.write("\r" + line.ljust(self.width))  # blanks what a longer line left behind
         sys.stderr.flush()
         self.width = max(self.width, len(line))
         self.shown = True
@@ -154,8 +158,10 @@ def check_out_path(path: str | None, force: bool):
     if not path:
         return
     if Path(path).exists() and not Path(path).is_file():
-        raise OutputPathError(f"cannot write {path}: it exists and is not a regular file (a directory, device or "
-                              f"pipe); choose another --out")
+        raise OutputPathError(
+            f"cannot write {path}: it exists and is not a regular file (a directory, device or "
+            f"pipe); choose another --out"
+        )
     if Path(path).exists() and not force:
         raise FileExistsError(f"{path} exists; pass --force to overwrite it, or choose another --out")
     parent = Path(os.path.realpath(path)).parent

@@ -8,6 +8,7 @@ it was, and the error names the path.  Every JSON or TOML file POET reads goes t
 :func:`read_text`/:func:`read_json`, which turn undecodable bytes, numbers too long to convert and
 nesting too deep to parse into one message that names the file and says what would work.
 """
+
 from __future__ import annotations
 
 import json
@@ -32,11 +33,13 @@ def atomic_write(path: str | Path, write: Callable, *, binary: bool = False) -> 
     :class:`FileWriteError` names ``path``.
     """
     path = Path(path)
-    target = Path(os.path.realpath(path))      # through a symlink: its target is what gets replaced
+    target = Path(os.path.realpath(path))  # through a symlink: its target is what gets replaced
     if target.exists() and not target.is_file():
-        raise FileWriteError(f"cannot write {path}: it exists and is not a regular file "
-                             f"({'a directory' if target.is_dir() else 'a device, pipe or socket'}); "
-                             f"choose another path")
+        raise FileWriteError(
+            f"cannot write {path}: it exists and is not a regular file "
+            f"({'a directory' if target.is_dir() else 'a device, pipe or socket'}); "
+            f"choose another path"
+        )
     directory = target.parent
     try:
         fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{path.name}.", suffix=".tmp")
@@ -80,8 +83,9 @@ def json_text(obj, what: str, indent: int | None = 1) -> str:
     try:
         return json.dumps(obj, indent=indent, allow_nan=False)
     except ValueError as e:
-        raise ValueError(f"{what} holds a number that is not finite (NaN or infinity), which JSON cannot "
-                         f"carry: {e}") from None
+        raise ValueError(
+            f"{what} holds a number that is not finite (NaN or infinity), which JSON cannot carry: {e}"
+        ) from None
 
 
 def read_text(path: str | Path, what: str, error: type[Exception]) -> str:
@@ -98,8 +102,9 @@ def read_text(path: str | Path, what: str, error: type[Exception]) -> str:
     try:
         return data.decode("utf-8-sig")
     except UnicodeDecodeError as e:
-        raise error(f"{path} is not UTF-8 text (byte 0x{data[e.start]:02x} at offset {e.start}); save the "
-                    f"{what} as UTF-8") from None
+        raise error(
+            f"{path} is not UTF-8 text (byte 0x{data[e.start]:02x} at offset {e.start}); save the {what} as UTF-8"
+        ) from None
 
 
 def parse_json(text: str, source: str, error: type[Exception]):
@@ -110,9 +115,11 @@ def parse_json(text: str, source: str, error: type[Exception]):
     except json.JSONDecodeError as e:
         raise error(f"{source} is not valid JSON (line {e.lineno}, column {e.colno}: {e.msg})") from None
     except RecursionError:
-        raise error(f"{source} is nested too deeply to read (lists or objects inside each other hundreds "
-                    f"of levels deep); no POET file needs more than a few levels") from None
-    except ValueError as e:      # an integer of more than sys.get_int_max_str_digits() digits
+        raise error(
+            f"{source} is nested too deeply to read (lists or objects inside each other hundreds "
+            f"of levels deep); no POET file needs more than a few levels"
+        ) from None
+    except ValueError as e:  # an integer of more than sys.get_int_max_str_digits() digits
         raise error(f"{source} holds a number POET cannot read ({e})") from None
 
 

@@ -1,13 +1,14 @@
 """``poet.plan``: a real PyTorch module in, an executable schedule out.
 
-    import poet
-    plan = poet.plan(model, (x,), loss_fn=torch.nn.CrossEntropyLoss(), targets=(y,),
-                     device="m4", memory="256KB", runtime="2x")
-    print(plan)                     # budget, status, predicted peak / time / energy
-    plan.save("plan.json")          # poet-schedule/1
-    result = plan.run()             # executes on real tensors; gradients land in .grad
-    print(result.table())           # predicted vs measured
+import poet
+plan = poet.plan(model, (x,), loss_fn=torch.nn.CrossEntropyLoss(), targets=(y,),
+                 device="m4", memory="256KB", runtime="2x")
+print(plan)                     # budget, status, predicted peak / time / energy
+plan.save("plan.json")          # poet-schedule/1
+result = plan.run()             # executes on real tensors; gradients land in .grad
+print(result.table())           # predicted vs measured
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -22,13 +23,13 @@ from .units import fmt_bytes, fmt_energy, fmt_seconds
 class Plan:
     """A traced training step, its costed graph and the schedule chosen for it."""
 
-    program: object            # poet.graph.torch_export.TorchProgram
+    program: object  # poet.graph.torch_export.TorchProgram
     schedule: Schedule
     device: str
     executor_options: dict = field(default_factory=dict)
-    tiling: object = None      # poet.execute.tiled.TilingChoice when tiling was considered
+    tiling: object = None  # poet.execute.tiled.TilingChoice when tiling was considered
     _executor: object = field(default=None, repr=False)
-    threads: int = 0           # torch threads to run with (a measured profile's); 0: leave torch's setting
+    threads: int = 0  # torch threads to run with (a measured profile's); 0: leave torch's setting
 
     # ---- inspection
     @property
@@ -50,20 +51,24 @@ class Plan:
 
     def __str__(self) -> str:
         s, g, p = self.schedule, self.schedule.graph, self.program
-        lines = [p.summary(),
-                 f"device {self.device}; budget {fmt_bytes(s.budget.ram_bytes)} RAM"
-                 + (f", {fmt_seconds(s.budget.runtime_s)}" if s.budget.runtime_s else ", no deadline")
-                 + f"; strategy {s.strategy}: {s.status}"
-                 + (f" (gap {s.report.gap:.2%})" if s.status == FEASIBLE and s.report.gap is not None else "")
-                 + (f"; {cache_note(s.report)}" if s.report.cache is not None else "")]
+        lines = [
+            p.summary(),
+            f"device {self.device}; budget {fmt_bytes(s.budget.ram_bytes)} RAM"
+            + (f", {fmt_seconds(s.budget.runtime_s)}" if s.budget.runtime_s else ", no deadline")
+            + f"; strategy {s.strategy}: {s.status}"
+            + (f" (gap {s.report.gap:.2%})" if s.status == FEASIBLE and s.report.gap is not None else "")
+            + (f"; {cache_note(s.report)}" if s.report.cache is not None else ""),
+        ]
         if self.tiling is not None:
             lines += self.tiling.lines()
         if s.totals:
             t = s.totals
-            lines.append(f"predicted: peak {fmt_bytes(t.peak_ram_bytes)} (fixed {fmt_bytes(g.fixed_ram_bytes)}), "
-                         f"time {fmt_seconds(t.runtime_s)} (plain {fmt_seconds(g.plain_runtime_s)}), "
-                         f"energy {fmt_energy(t.energy_j)}; {len(s.steps)} instructions, "
-                         f"{t.recomputes} recomputes, {t.page_outs} page-outs, {t.page_ins} page-ins")
+            lines.append(
+                f"predicted: peak {fmt_bytes(t.peak_ram_bytes)} (fixed {fmt_bytes(g.fixed_ram_bytes)}), "
+                f"time {fmt_seconds(t.runtime_s)} (plain {fmt_seconds(g.plain_runtime_s)}), "
+                f"energy {fmt_energy(t.energy_j)}; {len(s.steps)} instructions, "
+                f"{t.recomputes} recomputes, {t.page_outs} page-outs, {t.page_ins} page-ins"
+            )
         else:
             lines.append(s.report.message or "no schedule")
         return "\n".join(lines)
@@ -71,6 +76,7 @@ class Plan:
     def save(self, path) -> None:
         """Write the schedule (with its costed graph) as a ``poet-schedule/1`` JSON file."""
         from .schedule.io import save_schedule
+
         save_schedule(self.schedule, Path(path))
 
     # ---- execution
@@ -78,6 +84,7 @@ class Plan:
     def executor(self):
         if self._executor is None:
             from .execute.executor import Executor
+
             self._executor = Executor(self.program, **self.executor_options)
         return self._executor
 
@@ -95,8 +102,9 @@ class Plan:
         if not self.threads:
             return self.executor.run(self.schedule, batch, optimizer=optimizer, apply=apply, callback=callback)
         import torch
+
         before = torch.get_num_threads()
-        torch.set_num_threads(self.threads)      # as the profile that priced the plan was measured
+        torch.set_num_threads(self.threads)  # as the profile that priced the plan was measured
         try:
             return self.executor.run(self.schedule, batch, optimizer=optimizer, apply=apply, callback=callback)
         finally:
@@ -111,10 +119,29 @@ class Plan:
         return self.run(inputs, targets, optimizer=optimizer)
 
 
-def plan(model, example_inputs, loss_fn=None, *, targets=(), device="m4", memory="100%", runtime=None,
-         strategy: str = "poet", granularity: str = "aten", paging_time: str = PAGING_SERIAL, optimizer=None,
-         time_limit: float | None = 60.0, fixed_ram=None, paging_dir=None, swap_file=None, max_nodes=None,
-         costs: str = "model", measure_runs: int = 20, tile="auto", **solve_options) -> Plan:
+def plan(
+    model,
+    example_inputs,
+    loss_fn=None,
+    *,
+    targets=(),
+    device="m4",
+    memory="100%",
+    runtime=None,
+    strategy: str = "poet",
+    granularity: str = "aten",
+    paging_time: str = PAGING_SERIAL,
+    optimizer=None,
+    time_limit: float | None = 60.0,
+    fixed_ram=None,
+    paging_dir=None,
+    swap_file=None,
+    max_nodes=None,
+    costs: str = "model",
+    measure_runs: int = 20,
+    tile="auto",
+    **solve_options,
+) -> Plan:
     """Trace ``model`` with its loss, price it on ``device``, schedule it within the budgets.
 
     example_inputs: the model's positional inputs (a tensor or tuple);
@@ -150,12 +177,14 @@ def plan(model, example_inputs, loss_fn=None, *, targets=(), device="m4", memory
 
     def price(p):
         return _measured(p, dev, fixed, measure_runs) if costs == "measured" else p.costed(dev, fixed)
+
     cg = price(prog)
     tiling = None
     count = _tile_count(tile)
     if count != 0:
         from .execute.tiled import tile_for_budget
         from .solve.api import make_budget
+
         budget = make_budget(cg, memory, runtime, paging_time)
         if count is not None and granularity != "aten":
             raise ValueError("tiling needs granularity 'aten'; use --tile off with --granularity layer")
@@ -166,8 +195,15 @@ def plan(model, example_inputs, loss_fn=None, *, targets=(), device="m4", memory
                 cg = price(prog)
                 # the same bytes and seconds as asked of the untiled step
                 memory, runtime = budget.ram_bytes, budget.runtime_s
-    sched = solve(cg, memory=memory, runtime=runtime, strategy=strategy, paging_time=paging_time,
-                  time_limit=time_limit, **solve_options)
+    sched = solve(
+        cg,
+        memory=memory,
+        runtime=runtime,
+        strategy=strategy,
+        paging_time=paging_time,
+        time_limit=time_limit,
+        **solve_options,
+    )
     opts = {}
     if paging_dir is not None:
         opts["paging_dir"] = paging_dir
@@ -175,8 +211,9 @@ def plan(model, example_inputs, loss_fn=None, *, targets=(), device="m4", memory
         opts["swap_file"] = swap_file
     if dev.paging_sync:
         opts.update(fsync=True, drop_cache=True)
-    return Plan(program=prog, schedule=sched, device=dev.name, executor_options=opts, threads=dev.threads,
-                tiling=tiling)
+    return Plan(
+        program=prog, schedule=sched, device=dev.name, executor_options=opts, threads=dev.threads, tiling=tiling
+    )
 
 
 def _measured(prog, dev, fixed, runs: int):
@@ -184,6 +221,7 @@ def _measured(prog, dev, fixed, runs: int):
     import torch
 
     from .execute.measure import measured_costs
+
     before = torch.get_num_threads()
     if dev.threads:
         torch.set_num_threads(dev.threads)

@@ -1,6 +1,7 @@
 """Parsing of human budgets (``3MB``, ``256KiB``, ``3000000``, ``40%``, ``7.6x``, ``2.5s``, ``500ms``),
 and the one check of every number POET reads from a user (finite, in range, whole where it counts
 bytes), used by every loader: graph files, schedule files, device profiles, options."""
+
 from __future__ import annotations
 
 import math
@@ -8,10 +9,19 @@ import numbers
 import re
 
 _BYTE_UNITS = {
-    "": 1, "b": 1,
-    "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
-    "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40,
-    "k": 10**3, "m": 10**6, "g": 10**9,
+    "": 1,
+    "b": 1,
+    "kb": 10**3,
+    "mb": 10**6,
+    "gb": 10**9,
+    "tb": 10**12,
+    "kib": 2**10,
+    "mib": 2**20,
+    "gib": 2**30,
+    "tib": 2**40,
+    "k": 10**3,
+    "m": 10**6,
+    "g": 10**9,
 }
 _TIME_UNITS = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "min": 60.0, "h": 3600.0}
 
@@ -26,14 +36,21 @@ MAX_BYTES = 2**53
 _NUMBER = r"([0-9]*\.?[0-9]+(?:e[+-]?[0-9]+)?)"
 
 
-def finite_number(value, what: str, *, error: type[Exception] = BudgetError, minimum: float | None = 0.0,
-                  positive: bool = False, maximum: float | None = None) -> float:
+def finite_number(
+    value,
+    what: str,
+    *,
+    error: type[Exception] = BudgetError,
+    minimum: float | None = 0.0,
+    positive: bool = False,
+    maximum: float | None = None,
+) -> float:
     """``value`` as a finite float, or ``error`` naming ``what``.
 
     Booleans, strings, lists and objects are refused (``true`` is not 1), so are NaN, infinities and
     integers too large for a float; ``minimum`` (inclusive), ``positive`` (> 0) and ``maximum`` bound it.
     """
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):     # numpy's numbers too
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):  # numpy's numbers too
         raise error(f"{what} must be a number, got {value!r}"[:300])
     try:
         x = float(value)
@@ -84,7 +101,7 @@ def parse_bytes(value, what: str = "memory budget", *, allow_zero: bool = False)
             raise BudgetError(f"cannot read {what} {_short(value)}; {hint}")
         num, unit = float(m.group(1)), m.group(2).lower()
     if isinstance(num, int):
-        b = num * _BYTE_UNITS[unit] if abs(num) <= MAX_BYTES else float(MAX_BYTES) * 2   # exact at 2^53
+        b = num * _BYTE_UNITS[unit] if abs(num) <= MAX_BYTES else float(MAX_BYTES) * 2  # exact at 2^53
     else:
         b = float(num) * _BYTE_UNITS[unit]
     if not math.isfinite(b) or b < 0:
@@ -116,8 +133,7 @@ def parse_runtime(value, plain_runtime_s: float) -> float | None:
     ``None``, ``"none"``, ``"inf"`` and ``"unlimited"`` mean no deadline; an empty string is refused
     (it is more likely a script's unset variable than a wish for no deadline).
     """
-    hint = ("write a multiple of one plain training step like 1.2x, seconds like 2.5s or 800ms, "
-            "or none for no deadline")
+    hint = "write a multiple of one plain training step like 1.2x, seconds like 2.5s or 800ms, or none for no deadline"
     if value is None:
         return None
     if isinstance(value, (int, float)) and not isinstance(value, bool):
@@ -137,7 +153,8 @@ def parse_runtime(value, plain_runtime_s: float) -> float | None:
         if unit == "x" and num < 1.0:
             raise BudgetError(
                 f"runtime budget {value} is below one plain forward+backward pass (1.0x), "
-                f"which every schedule must at least compute")
+                f"which every schedule must at least compute"
+            )
     try:
         s = float(s)
     except OverflowError:
@@ -151,8 +168,16 @@ def parse_runtime(value, plain_runtime_s: float) -> float | None:
 
 # -- command-line options: the same checks, as argparse types -------------------------------------
 
-def number_option(kind: str, what: str, example: str, *, minimum: float | None = None,
-                  below: float | None = None, above: float | None = None):
+
+def number_option(
+    kind: str,
+    what: str,
+    example: str,
+    *,
+    minimum: float | None = None,
+    below: float | None = None,
+    above: float | None = None,
+):
     """An argparse ``type=`` for a finite number option (``kind`` ``int`` or ``float``) with
     ``minimum`` inclusive, ``above``/``below`` exclusive bounds.  argparse names the option in
     its error; the message says what was wrong and what would work."""
@@ -163,18 +188,25 @@ def number_option(kind: str, what: str, example: str, *, minimum: float | None =
             x = int(text) if kind == "int" else float(text)
         except ValueError:
             x = None
-        if x is None or not math.isfinite(x) or (minimum is not None and x < minimum) \
-                or (below is not None and not x < below) or (above is not None and not x > above):
+        if (
+            x is None
+            or not math.isfinite(x)
+            or (minimum is not None and x < minimum)
+            or (below is not None and not x < below)
+            or (above is not None and not x > above)
+        ):
             raise argparse.ArgumentTypeError(f"{text!r} is not {what}; give e.g. {example}")
         return x
+
     parse.__name__ = kind
     return parse
 
 
 SECONDS = number_option("float", "a positive number of seconds", "60", above=0.0)
 GAP = number_option("float", "a relative gap in [0, 1)", "0.01 for 1%", minimum=0.0, below=1.0)
-THREADS = number_option("int", "a whole number of threads, 1 or more", "2 (or leave it out to use every core)",
-                        minimum=1)
+THREADS = number_option(
+    "int", "a whole number of threads, 1 or more", "2 (or leave it out to use every core)", minimum=1
+)
 BATCH = number_option("int", "a whole number of samples, 1 or more", "8", minimum=1)
 
 

@@ -5,6 +5,7 @@ page_out / page_in / free from the empty state and returns the least energy of
 any sequence that computes every node, never exceeds the RAM budget and meets
 the deadline.  Dijkstra on energy, with (energy, runtime) Pareto labels per state.
 """
+
 from __future__ import annotations
 
 import heapq
@@ -13,8 +14,15 @@ import itertools
 from poet.graph.core import CostedGraph
 
 
-def brute_force_energy(g: CostedGraph, ram_bytes: int, runtime_s: float | None = None, *,
-                       paging: bool = True, remat: bool = True, count_paging_time: bool = True) -> float | None:
+def brute_force_energy(
+    g: CostedGraph,
+    ram_bytes: int,
+    runtime_s: float | None = None,
+    *,
+    paging: bool = True,
+    remat: bool = True,
+    count_paging_time: bool = True,
+) -> float | None:
     n = len(g.nodes)
     full = (1 << n) - 1
     ram = g.ram
@@ -49,7 +57,7 @@ def brute_force_energy(g: CostedGraph, ram_bytes: int, runtime_s: float | None =
         for v in range(n):
             bit = 1 << v
             if res & bit:
-                push((res & ~bit, sto, comp), e, r)                       # free
+                push((res & ~bit, sto, comp), e, r)  # free
                 if paging and not sto & bit:
                     t = nd[v].pageout_time_s if count_paging_time else 0.0
                     push((res, sto | bit, comp), e + nd[v].pageout_energy_j, r + t)

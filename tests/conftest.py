@@ -24,10 +24,17 @@ def training_chain(n_layers: int, seed: int = 0, *, skip: bool = False) -> Coste
 
     def node(name, kind):
         size = rnd.randint(1, 6) * 100
-        return CostedNode(name, kind, size, compute_time_s=rnd.uniform(0.5, 2.0),
-                          compute_energy_j=rnd.uniform(1.0, 3.0),
-                          pagein_time_s=rnd.uniform(0.05, 0.6), pagein_energy_j=rnd.uniform(0.05, 1.5),
-                          pageout_time_s=rnd.uniform(0.05, 0.6), pageout_energy_j=rnd.uniform(0.05, 1.5))
+        return CostedNode(
+            name,
+            kind,
+            size,
+            compute_time_s=rnd.uniform(0.5, 2.0),
+            compute_energy_j=rnd.uniform(1.0, 3.0),
+            pagein_time_s=rnd.uniform(0.05, 0.6),
+            pagein_energy_j=rnd.uniform(0.05, 1.5),
+            pageout_time_s=rnd.uniform(0.05, 0.6),
+            pageout_energy_j=rnd.uniform(0.05, 1.5),
+        )
 
     nodes, edges = [], []
     for i in range(n_layers):
@@ -50,9 +57,19 @@ def random_dag(seed: int, n: int, fixed_ram_bytes: int = 0) -> CostedGraph:
     rnd = random.Random(seed)
     nodes, edges = [], []
     for v in range(n):
-        nodes.append(CostedNode(f"n{v}", "forward" if v < n // 2 else "backward", rnd.choice([0, 64, 128, 512, 1000]),
-                                rnd.uniform(0, 2), rnd.uniform(0, 2), rnd.uniform(0, 1), rnd.uniform(0, 1),
-                                rnd.uniform(0, 1), rnd.uniform(0, 1)))
+        nodes.append(
+            CostedNode(
+                f"n{v}",
+                "forward" if v < n // 2 else "backward",
+                rnd.choice([0, 64, 128, 512, 1000]),
+                rnd.uniform(0, 2),
+                rnd.uniform(0, 2),
+                rnd.uniform(0, 1),
+                rnd.uniform(0, 1),
+                rnd.uniform(0, 1),
+                rnd.uniform(0, 1),
+            )
+        )
         if v:
             for u in rnd.sample(range(v), k=min(v, rnd.randint(1, 3))):
                 edges.append((u, v))
@@ -73,10 +90,19 @@ def relu_chain(blocks: int, seed: int = 0) -> CostedGraph:
     def node(name, kind, cheap=False):
         size = rnd.randint(1, 6) * 100
         scale = 0.1 if cheap else 1.0
-        nodes.append(CostedNode(name, kind, size, compute_time_s=scale * rnd.uniform(0.5, 2.0),
-                                compute_energy_j=scale * rnd.uniform(1.0, 3.0),
-                                pagein_time_s=rnd.uniform(0.05, 0.6), pagein_energy_j=rnd.uniform(0.05, 1.5),
-                                pageout_time_s=rnd.uniform(0.05, 0.6), pageout_energy_j=rnd.uniform(0.05, 1.5)))
+        nodes.append(
+            CostedNode(
+                name,
+                kind,
+                size,
+                compute_time_s=scale * rnd.uniform(0.5, 2.0),
+                compute_energy_j=scale * rnd.uniform(1.0, 3.0),
+                pagein_time_s=rnd.uniform(0.05, 0.6),
+                pagein_energy_j=rnd.uniform(0.05, 1.5),
+                pageout_time_s=rnd.uniform(0.05, 0.6),
+                pageout_energy_j=rnd.uniform(0.05, 1.5),
+            )
+        )
         return len(nodes) - 1
 
     x = None

@@ -1,5 +1,6 @@
 """The import graph of ``poet``: no cycles, no private names across modules, solve's layers one way,
 and commands that do not need torch, matplotlib or OR-Tools never load them."""
+
 from __future__ import annotations
 
 import ast
@@ -57,7 +58,7 @@ def imports(name: str, mods: dict[str, Path]) -> list[tuple[str, list[str], int]
         elif isinstance(node, ast.ImportFrom):
             if node.level:
                 base = here.split(".")
-                base = base[:len(base) - (node.level - 1)]
+                base = base[: len(base) - (node.level - 1)]
                 target = ".".join(base + ([node.module] if node.module else []))
             else:
                 target = node.module or ""
@@ -106,6 +107,7 @@ def cycles(g: dict[str, set[str]]) -> list[list[str]]:
                     break
             if len(comp) > 1:
                 out.append(sorted(comp))
+
     sys.setrecursionlimit(max(sys.getrecursionlimit(), 10_000))
     for v in sorted(g):
         if v not in index:
@@ -117,8 +119,8 @@ def test_the_import_graph_finds_the_modules_and_their_edges():
     g = graph()
     assert "poet.solve.pipeline" in g and "poet.solve.stage.emit" in g
     assert "poet.solve.stage.emit" in g["poet.solve.pipeline"]
-    assert "poet.solve.cache" in g["poet.solve.api"]          # `from . import cache as disk`
-    assert "poet.solve.search.intervals" in g["poet.solve.pipeline"]   # `from .search import intervals`
+    assert "poet.solve.cache" in g["poet.solve.api"]  # `from . import cache as disk`
+    assert "poet.solve.search.intervals" in g["poet.solve.pipeline"]  # `from .search import intervals`
 
 
 def test_there_is_no_import_cycle_in_poet():
@@ -136,8 +138,7 @@ def test_no_module_imports_a_private_name_of_another():
         for target, names, line in imports(m, mods):
             if target == m:
                 continue
-            bad += [f"{m}:{line} imports {target}.{n}" for n in names
-                    if n.startswith("_") and not n.startswith("__")]
+            bad += [f"{m}:{line} imports {target}.{n}" for n in names if n.startswith("_") and not n.startswith("__")]
             last = target.rpartition(".")[2]
             if last.startswith("_") and not last.startswith("__"):
                 bad.append(f"{m}:{line} imports the private module {target}")
@@ -171,19 +172,39 @@ def test_the_solve_layers_only_import_downward():
 
 
 def run_python(code: str, cwd: Path) -> dict:
-    out = subprocess.run([sys.executable, "-c", code], cwd=cwd, capture_output=True, text=True, timeout=300,
-                         env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", "POET_CACHE_DIR": str(cwd / "cache"),
-                              "HOME": str(cwd)})
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", "POET_CACHE_DIR": str(cwd / "cache"), "HOME": str(cwd)},
+    )
     assert out.returncode == 0, out.stderr
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-@pytest.mark.parametrize("argv", [
-    ["--help"],
-    ["devices"],
-    ["solve", "--model", "linear", "--device", "m4", "--memory", "80%", "--runtime", "1.2x", "--quiet",
-     "--out", "s.json"],
-])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--help"],
+        ["devices"],
+        [
+            "solve",
+            "--model",
+            "linear",
+            "--device",
+            "m4",
+            "--memory",
+            "80%",
+            "--runtime",
+            "1.2x",
+            "--quiet",
+            "--out",
+            "s.json",
+        ],
+    ],
+)
 def test_commands_that_need_neither_torch_nor_matplotlib_nor_ortools_do_not_load_them(argv, tmp_path):
     code = f"""
 import contextlib, io, json, sys

@@ -1,11 +1,12 @@
 """Bad graph and schedule files (issue 23): every loader answers with GraphError/ScheduleError naming the
 file and the field, never a TypeError, RecursionError, OverflowError or UnicodeDecodeError."""
+
 import copy
 import json
 
 import pytest
-
 from conftest import training_chain
+
 from poet.cli import main
 from poet.graph.core import GraphError
 from poet.graph.io import graph_to_dict, load_graph
@@ -82,14 +83,17 @@ def test_a_bad_edge_names_its_position(tmp_path, graph_dict, raw):
         load_graph(p)
 
 
-@pytest.mark.parametrize("content,says", [
-    (DEEP.encode(), "nested too deeply"),
-    (HUGE.encode(), "number POET cannot read"),
-    ('{"format": "poet-graph/1", "name": "caf\u00e9"}'.encode("latin-1"), "not UTF-8 text (byte 0xe9"),
-    (json.dumps({"format": "poet-graph/1"}).encode("utf-16"), "is UTF-16 text; POET reads UTF-8"),
-    (bytes(range(256)), "not UTF-8"),
-    (b"", "not valid JSON"),
-])
+@pytest.mark.parametrize(
+    "content,says",
+    [
+        (DEEP.encode(), "nested too deeply"),
+        (HUGE.encode(), "number POET cannot read"),
+        ('{"format": "poet-graph/1", "name": "caf\u00e9"}'.encode("latin-1"), "not UTF-8 text (byte 0xe9"),
+        (json.dumps({"format": "poet-graph/1"}).encode("utf-16"), "is UTF-16 text; POET reads UTF-8"),
+        (bytes(range(256)), "not UTF-8"),
+        (b"", "not valid JSON"),
+    ],
+)
 def test_unreadable_files_name_the_file_and_the_fix(tmp_path, content, says):
     p = tmp_path / "g.json"
     p.write_bytes(content)
@@ -112,19 +116,22 @@ def test_a_directory_is_not_a_graph(tmp_path):
         load_graph(tmp_path)
 
 
-@pytest.mark.parametrize("path,raw,says", [
-    (["budget", "runtime_s"], '"abc"', "budget runtime_s must be a finite number"),
-    (["budget", "runtime_s"], "[1]", "budget runtime_s must be a finite number"),
-    (["budget", "runtime_s"], "NaN", "budget runtime_s must be a finite number"),
-    (["budget", "runtime_s"], "-1", "budget runtime_s must be a finite number"),
-    (["budget"], "[1, 2]", '"budget" must be an object'),
-    (["budget", "ram_bytes"], "1e400", "budget.ram_bytes must be an integer"),
-    (["budget", "ram_bytes"], "true", "budget.ram_bytes must be an integer"),
-    (["budget", "paging_time"], "[]", "unknown paging_time"),
-    (["steps"], "{}", '"steps" must be a list'),
-    (["graph", "nodes", 0, "ram_bytes"], "null", "ram_bytes must be a number"),
-    (["status"], "[]", "unknown status"),
-])
+@pytest.mark.parametrize(
+    "path,raw,says",
+    [
+        (["budget", "runtime_s"], '"abc"', "budget runtime_s must be a finite number"),
+        (["budget", "runtime_s"], "[1]", "budget runtime_s must be a finite number"),
+        (["budget", "runtime_s"], "NaN", "budget runtime_s must be a finite number"),
+        (["budget", "runtime_s"], "-1", "budget runtime_s must be a finite number"),
+        (["budget"], "[1, 2]", '"budget" must be an object'),
+        (["budget", "ram_bytes"], "1e400", "budget.ram_bytes must be an integer"),
+        (["budget", "ram_bytes"], "true", "budget.ram_bytes must be an integer"),
+        (["budget", "paging_time"], "[]", "unknown paging_time"),
+        (["steps"], "{}", '"steps" must be a list'),
+        (["graph", "nodes", 0, "ram_bytes"], "null", "ram_bytes must be a number"),
+        (["status"], "[]", "unknown status"),
+    ],
+)
 def test_bad_schedule_fields_are_named_by_validate_and_report(capsys, tmp_path, schedule_dict, path, raw, says):
     p = tmp_path / "s.json"
     p.write_text(with_value(schedule_dict, path, raw))

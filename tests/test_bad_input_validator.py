@@ -1,5 +1,6 @@
 """Wrong answers the validator and the report must not give (issue 23): a NaN deadline passes anything,
 overlap stages rearranged to hide paging, and a file's claimed status, gap and bound repeated unchecked."""
+
 import copy
 import json
 import math
@@ -63,9 +64,14 @@ def overlap_runtime(g, steps) -> float:
     return sum(max(compute.get(k, 0.0), paging.get(k, 0.0)) for k in set(compute) | set(paging))
 
 
-@pytest.mark.parametrize("how,says", [("pages to stage 0", "stages must not decrease"),
-                                      ("no stages", "needs every step to carry its \"stage\""),
-                                      ("one stage", "must be in stage")])
+@pytest.mark.parametrize(
+    "how,says",
+    [
+        ("pages to stage 0", "stages must not decrease"),
+        ("no stages", 'needs every step to carry its "stage"'),
+        ("one stage", "must be in stage"),
+    ],
+)
 def test_overlap_stages_cannot_be_rearranged_to_hide_paging(overlap, how, says):
     honest = overlap.totals.runtime_s
     steps = restaged(overlap, how)
@@ -78,10 +84,11 @@ def test_overlap_stages_cannot_be_rearranged_to_hide_paging(overlap, how, says):
 
 def test_every_strategy_emits_stages_the_overlap_rules_accept():
     from conftest import training_chain
+
     g = training_chain(6, seed=1)
     for strategy in ("poet", "remat", "paging", "keep-all", "chen", "capuchin"):
         s = solve(g, memory="85%", runtime="3x", strategy=strategy, paging_time="overlap", time_limit=30)
-        if s.steps:       # solve() already replayed it in overlap mode; replay again to be explicit
+        if s.steps:  # solve() already replayed it in overlap mode; replay again to be explicit
             validate(g, s.steps, s.budget)
 
 
@@ -102,8 +109,16 @@ def costlier(s) -> list[Step]:
     steps = list(s.steps)
     for i, st in enumerate(steps):
         if st.op == "free":
-            trial = steps[:i] + [Step("page_out", st.node, st.stage), st, Step("page_in", st.node, st.stage),
-                                 Step("free", st.node, st.stage)] + steps[i + 1:]
+            trial = (
+                steps[:i]
+                + [
+                    Step("page_out", st.node, st.stage),
+                    st,
+                    Step("page_in", st.node, st.stage),
+                    Step("free", st.node, st.stage),
+                ]
+                + steps[i + 1 :]
+            )
             try:
                 validate(s.graph, trial, s.budget)
             except ScheduleError:
@@ -116,7 +131,7 @@ def test_report_rederives_status_and_gap_from_the_replay(capsys, tmp_path, overl
     d = schedule_to_dict(overlap)
     d["steps"] = [{"op": st.op, "node": st.node, "stage": st.stage} for st in costlier(overlap)]
     d["status"], d["solver"]["gap"] = "optimal", 1e-6
-    d["solver"]["bound_energy_j"] = overlap.totals.energy_j       # the bound of the cheaper schedule
+    d["solver"]["bound_energy_j"] = overlap.totals.energy_j  # the bound of the cheaper schedule
     s = schedule_from_dict(copy.deepcopy(d))
     gap = (s.totals.energy_j - overlap.totals.energy_j) / s.totals.energy_j
     assert s.report.gap == pytest.approx(gap) and s.report.claimed_gap == 1e-6

@@ -1,5 +1,6 @@
 """Nothing the user had is lost (issue 23): every file POET writes is written atomically, a failed write
 leaves the old file and names the path, and a command that will fail on its arguments writes nothing."""
+
 import errno
 import json
 import os
@@ -9,8 +10,8 @@ import uuid
 from pathlib import Path
 
 import pytest
-
 from conftest import training_chain
+
 from poet import fileio
 from poet.cli import main
 from poet.graph.io import save_graph
@@ -62,7 +63,7 @@ def test_atomic_write_keeps_the_old_file_and_names_the_path_on_enospc(tmp_path, 
     with pytest.raises(fileio.FileWriteError) as e:
         fileio.atomic_write_text(p, "x" * 100_000)
     assert str(p) in str(e.value) and "No space left" in str(e.value) and "old content is unchanged" in str(e.value)
-    assert p.read_bytes() == OLD and sorted(os.listdir(tmp_path)) == ["s.json"]    # no temporary left
+    assert p.read_bytes() == OLD and sorted(os.listdir(tmp_path)) == ["s.json"]  # no temporary left
 
 
 @pytest.mark.parametrize("writer", ["schedule", "graph", "report"])
@@ -81,6 +82,7 @@ def test_every_writer_keeps_the_old_file_on_a_full_disk(tmp_path, schedule, disk
 
 def test_a_plot_is_written_whole_or_not_at_all(tmp_path, schedule, disk_full):
     from poet.report import plots
+
     (tmp_path / "schedule_picture.png").write_bytes(OLD)
     with pytest.raises(OSError, match="cannot write .*schedule_picture.png: No space left"):
         plots.schedule_plots(schedule, tmp_path, stem="schedule", title="t")
@@ -106,7 +108,7 @@ def test_non_finite_numbers_are_never_written_as_json(tmp_path, schedule):
     text = (tmp_path / "s.json").read_text()
     assert "NaN" not in text and "Infinity" not in text
     json.loads(text, parse_constant=lambda c: pytest.fail(f"{c} written"))
-    assert load_schedule(tmp_path / "s.json").report.gap is not None     # re-derived from the replay on load
+    assert load_schedule(tmp_path / "s.json").report.gap is not None  # re-derived from the replay on load
 
 
 @pytest.fixture
@@ -116,8 +118,10 @@ def tiny_tmpfs():
         pytest.skip("mounting a tmpfs needs root")
     mnt = Path(f"/tmp/poet-test-tmpfs-{uuid.uuid4().hex[:8]}")
     mnt.mkdir()
-    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16k", "tmpfs", str(mnt)],
-                      capture_output=True).returncode != 0:
+    if (
+        subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16k", "tmpfs", str(mnt)], capture_output=True).returncode
+        != 0
+    ):
         mnt.rmdir()
         pytest.skip("cannot mount a tmpfs here")
     try:
@@ -145,8 +149,11 @@ def test_out_force_on_a_really_full_disk_keeps_the_old_file(capsys, tmp_path, ti
     target = tiny_tmpfs / "s.json"
     target.write_bytes(OLD)
     fill(tiny_tmpfs)
-    argv = (["solve", "--graph", str(g), "--memory", "90%", "--quiet", "--no-cache"] if command == "solve"
-            else ["export-graph", "--model", "resnet18_cifar", "--device", "m4"])
+    argv = (
+        ["solve", "--graph", str(g), "--memory", "90%", "--quiet", "--no-cache"]
+        if command == "solve"
+        else ["export-graph", "--model", "resnet18_cifar", "--device", "m4"]
+    )
     assert main(argv + ["--out", str(target), "--force"]) == 2
     err = capsys.readouterr().err
     assert f"cannot write {target}" in err and "No space left on device" in err and "Traceback" not in err
@@ -158,8 +165,28 @@ def test_report_with_a_bogus_point_fails_before_writing_anything(capsys, tmp_pat
     g = tmp_path / "g.json"
     save_graph(training_chain(4, seed=2), g)
     sw = tmp_path / "sweep"
-    assert main(["sweep", "--model", str(g), "--memory", "80%,90%", "--runtime", "2x", "--strategies", "keep-all,chen",
-                 "--out", str(sw), "--jobs", "1", "--quiet", "--no-plots"]) == 0
+    assert (
+        main(
+            [
+                "sweep",
+                "--model",
+                str(g),
+                "--memory",
+                "80%,90%",
+                "--runtime",
+                "2x",
+                "--strategies",
+                "keep-all,chen",
+                "--out",
+                str(sw),
+                "--jobs",
+                "1",
+                "--quiet",
+                "--no-plots",
+            ]
+        )
+        == 0
+    )
     (sw / "summary.md").unlink()
     before = {p.name: p.stat().st_mtime_ns for p in sw.iterdir()}
     capsys.readouterr()
@@ -170,15 +197,40 @@ def test_report_with_a_bogus_point_fails_before_writing_anything(capsys, tmp_pat
     json.loads((sw / "sweep.json").read_text())
 
 
-@pytest.mark.parametrize("damage,says", [({"points": "x"}, '"points" must be a list'),
-                                         ({"points": ["x"]}, "points[0] is not an object"),
-                                         ({"points": [{}]}, "points[0].key is missing")])
+@pytest.mark.parametrize(
+    "damage,says",
+    [
+        ({"points": "x"}, '"points" must be a list'),
+        ({"points": ["x"]}, "points[0] is not an object"),
+        ({"points": [{}]}, "points[0].key is missing"),
+    ],
+)
 def test_report_on_a_damaged_sweep_json_names_the_field_and_writes_nothing(capsys, tmp_path, damage, says):
     g = tmp_path / "g.json"
     save_graph(training_chain(4, seed=2), g)
     sw = tmp_path / "sweep"
-    assert main(["sweep", "--model", str(g), "--memory", "90%", "--runtime", "2x", "--strategies", "keep-all",
-                 "--out", str(sw), "--jobs", "1", "--quiet", "--no-plots"]) == 0
+    assert (
+        main(
+            [
+                "sweep",
+                "--model",
+                str(g),
+                "--memory",
+                "90%",
+                "--runtime",
+                "2x",
+                "--strategies",
+                "keep-all",
+                "--out",
+                str(sw),
+                "--jobs",
+                "1",
+                "--quiet",
+                "--no-plots",
+            ]
+        )
+        == 0
+    )
     (sw / "summary.md").unlink()
     doc = json.loads((sw / "sweep.json").read_text())
     (sw / "sweep.json").write_text(json.dumps({**doc, **damage}))

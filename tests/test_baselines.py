@@ -1,4 +1,5 @@
 """Fixed-rule baselines: Chen's segment checkpointing and the Capuchin-style greedy."""
+
 from __future__ import annotations
 
 import random
@@ -37,10 +38,10 @@ def test_chen_sqrt_plan_is_faithful_on_resnet18_cifar(r18):
     name, cps = next(iter(chen_plans(g).items()))
     assert name.startswith("sqrt(n)")
     assert set(cps) <= set(chain_cut_points(g))
-    assert 5 <= len(cps) <= 12          # ~sqrt(69) segments
+    assert 5 <= len(cps) <= 12  # ~sqrt(69) segments
     steps = segment_steps(g, cps)
     t = validate(g, steps, Budget(10**12))
-    assert t.peak_ram_bytes < 0.6 * keep_all_peak(g)   # 2.36 MB vs 4.75 MB
+    assert t.peak_ram_bytes < 0.6 * keep_all_peak(g)  # 2.36 MB vs 4.75 MB
     # every forward node is recomputed at most once (one extra forward pass at most), nothing else
     counts = {}
     for s in steps:
@@ -87,11 +88,11 @@ def test_capuchin_choice_follows_costs():
 
 def test_capuchin_is_honest_about_budgets(r18):
     g = r18
-    s = poet.solve(g, memory="60%", runtime="1.0x", strategy="capuchin")   # no time for anything extra
+    s = poet.solve(g, memory="60%", runtime="1.0x", strategy="capuchin")  # no time for anything extra
     assert s.status == INFEASIBLE and not s.steps
     s = poet.solve(g, memory=g.min_ram_bytes() - 1, strategy="capuchin")
     assert s.status == INFEASIBLE
-    s = poet.solve(g, memory="100%", runtime="1.0x", strategy="capuchin")   # keep-all fits: nothing evicted
+    s = poet.solve(g, memory="100%", runtime="1.0x", strategy="capuchin")  # keep-all fits: nothing evicted
     assert s.status == HEURISTIC and s.report.strategy_facts["evictions"] == 0
     assert s.energy_j == pytest.approx(g.plain_energy_j)
 
@@ -112,8 +113,17 @@ def _random_graph(seed: int, n_fwd: int) -> CostedGraph:
     rnd = random.Random(seed)
 
     def node(name, kind):
-        return CostedNode(name, kind, rnd.randint(0, 5) * 100, rnd.uniform(0.1, 2), rnd.uniform(0.1, 3),
-                          rnd.uniform(0.01, 1), rnd.uniform(0.01, 2), rnd.uniform(0.01, 1), rnd.uniform(0.01, 2))
+        return CostedNode(
+            name,
+            kind,
+            rnd.randint(0, 5) * 100,
+            rnd.uniform(0.1, 2),
+            rnd.uniform(0.1, 3),
+            rnd.uniform(0.01, 1),
+            rnd.uniform(0.01, 2),
+            rnd.uniform(0.01, 1),
+            rnd.uniform(0.01, 2),
+        )
 
     nodes = [node(f"f{i}", "forward") for i in range(n_fwd)]
     edges = set()
@@ -131,8 +141,13 @@ def _random_graph(seed: int, n_fwd: int) -> CostedGraph:
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(seed=st.integers(0, 10**6), n=st.integers(2, 9), frac=st.floats(0.05, 1.2),
-       rt=st.sampled_from([None, 1.0, 1.3, 3.0]), mode=st.sampled_from(["serial", "overlap", "hidden"]))
+@given(
+    seed=st.integers(0, 10**6),
+    n=st.integers(2, 9),
+    frac=st.floats(0.05, 1.2),
+    rt=st.sampled_from([None, 1.0, 1.3, 3.0]),
+    mode=st.sampled_from(["serial", "overlap", "hidden"]),
+)
 def test_fixed_rules_are_valid_or_honestly_infeasible(seed, n, frac, rt, mode):
     g = _random_graph(seed, n)
     ram = max(1, int(frac * keep_all_peak(g)))

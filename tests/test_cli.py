@@ -1,4 +1,5 @@
 """The command line as a user meets it: results, files, and clear errors."""
+
 import json
 
 import pytest
@@ -19,8 +20,21 @@ def run(capsys, *argv):
 
 def test_solve_writes_a_valid_schedule_and_reports_it(capsys, tmp_path):
     out = tmp_path / "s.json"
-    rc, text, _ = run(capsys, "solve", "--model", "linear", "--device", "m4", "--memory", "1600",
-                      "--runtime", "1.5x", "--out", str(out), "--quiet")
+    rc, text, _ = run(
+        capsys,
+        "solve",
+        "--model",
+        "linear",
+        "--device",
+        "m4",
+        "--memory",
+        "1600",
+        "--runtime",
+        "1.5x",
+        "--out",
+        str(out),
+        "--quiet",
+    )
     assert rc == 0
     assert "optimal" in text and "peak RAM" in text and "Validated" in text
     s = load_schedule(out)
@@ -36,8 +50,9 @@ def test_existing_output_is_not_overwritten_without_force(capsys, tmp_path):
 
 def test_infeasible_reports_smallest_budget(capsys):
     # untiled (--tile off): below the largest node's working set nothing fits (auto tiling would split it)
-    rc, text, _ = run(capsys, "solve", "--model", "linear", "--device", "m4", "--memory", "1000", "--json",
-                      "--tile", "off")
+    rc, text, _ = run(
+        capsys, "solve", "--model", "linear", "--device", "m4", "--memory", "1000", "--json", "--tile", "off"
+    )
     assert rc == 2
     d = json.loads(text)
     assert d["status"] == "infeasible"
@@ -48,30 +63,70 @@ def test_infeasible_reports_smallest_budget(capsys):
 def test_infeasible_deadline_reports_computed_minimum_ram(capsys):
     # remat-only at the paging bound: RAM too small for any remat schedule at this deadline
     g = linear_cost_model(build_model("linear"), "m4")
-    rc, text, _ = run(capsys, "solve", "--model", "linear", "--device", "m4", "--memory", str(g.min_ram_bytes()),
-                      "--runtime", "1.0x", "--strategy", "remat", "--json", "--time-limit", "60")
+    rc, text, _ = run(
+        capsys,
+        "solve",
+        "--model",
+        "linear",
+        "--device",
+        "m4",
+        "--memory",
+        str(g.min_ram_bytes()),
+        "--runtime",
+        "1.0x",
+        "--strategy",
+        "remat",
+        "--json",
+        "--time-limit",
+        "60",
+    )
     d = json.loads(text)
     if rc == 0:
         pytest.skip("remat fits at the bound for this graph")
     assert d["status"] == "infeasible"
     assert d["solver"]["min_ram_bytes"] > g.min_ram_bytes()
     # the reported minimum really is feasible
-    rc2, text2, _ = run(capsys, "solve", "--model", "linear", "--device", "m4", "--memory",
-                        str(d["solver"]["min_ram_bytes"]), "--runtime", "1.0x", "--strategy", "remat", "--json")
+    rc2, text2, _ = run(
+        capsys,
+        "solve",
+        "--model",
+        "linear",
+        "--device",
+        "m4",
+        "--memory",
+        str(d["solver"]["min_ram_bytes"]),
+        "--runtime",
+        "1.0x",
+        "--strategy",
+        "remat",
+        "--json",
+    )
     assert rc2 == 0 and json.loads(text2)["status"] in ("optimal", "feasible")
 
 
-@pytest.mark.parametrize("argv, msg", [
-    (["solve", "--model", "resnet99", "--device", "a72", "--memory", "1MB"], "unknown model 'resnet99'; known models"),
-    (["solve", "--model", "linear", "--device", "z80", "--memory", "1MB"], "unknown device 'z80'; built-in devices"),
-    (["solve", "--model", "linear", "--device", "m4", "--memory", "0"], "must be at least 1 byte"),
-    (["solve", "--model", "linear", "--device", "m4", "--memory", "lots"], "cannot read memory budget"),
-    (["solve", "--model", "linear", "--device", "m4", "--memory", "1MB", "--runtime", "0.5x"], "below one plain"),
-    (["solve", "--model", "linear", "--memory", "1MB"], "needs --device"),
-    (["solve", "--memory", "1MB"], "either --model"),
-    (["solve", "--model", "linear", "--device", "m4", "--memory", "1MB", "--strategy", "magic"], "unknown strategy"),
-    (["solve", "--graph", "/nonexistent/g.json", "--memory", "1MB"], "cannot read graph file"),
-])
+@pytest.mark.parametrize(
+    "argv, msg",
+    [
+        (
+            ["solve", "--model", "resnet99", "--device", "a72", "--memory", "1MB"],
+            "unknown model 'resnet99'; known models",
+        ),
+        (
+            ["solve", "--model", "linear", "--device", "z80", "--memory", "1MB"],
+            "unknown device 'z80'; built-in devices",
+        ),
+        (["solve", "--model", "linear", "--device", "m4", "--memory", "0"], "must be at least 1 byte"),
+        (["solve", "--model", "linear", "--device", "m4", "--memory", "lots"], "cannot read memory budget"),
+        (["solve", "--model", "linear", "--device", "m4", "--memory", "1MB", "--runtime", "0.5x"], "below one plain"),
+        (["solve", "--model", "linear", "--memory", "1MB"], "needs --device"),
+        (["solve", "--memory", "1MB"], "either --model"),
+        (
+            ["solve", "--model", "linear", "--device", "m4", "--memory", "1MB", "--strategy", "magic"],
+            "unknown strategy",
+        ),
+        (["solve", "--graph", "/nonexistent/g.json", "--memory", "1MB"], "cannot read graph file"),
+    ],
+)
 def test_bad_input_gives_a_clear_message(capsys, argv, msg):
     rc, _, err = run(capsys, *argv)
     assert rc == 2
@@ -93,12 +148,14 @@ def test_export_graph_then_solve_from_file(capsys, tmp_path):
 
 
 def test_fixed_ram_counts_against_the_budget(capsys):
-    g = build_model("linear")          # 510,632 B of float32 parameters; Adam holds 4x that
-    rc, text, _ = run(capsys, "solve", "--model", "linear", "--device", "m4", "--memory", "600kB",
-                      "--fixed-ram", "adam", "--json")
+    g = build_model("linear")  # 510,632 B of float32 parameters; Adam holds 4x that
+    rc, text, _ = run(
+        capsys, "solve", "--model", "linear", "--device", "m4", "--memory", "600kB", "--fixed-ram", "adam", "--json"
+    )
     assert rc == 2 and json.loads(text)["solver"]["min_ram_bytes_lower_bound"] > 4 * g.param_bytes
-    rc, text, _ = run(capsys, "solve", "--model", "linear", "--device", "m4", "--memory", "2.1MB",
-                      "--fixed-ram", "adam", "--json")
+    rc, text, _ = run(
+        capsys, "solve", "--model", "linear", "--device", "m4", "--memory", "2.1MB", "--fixed-ram", "adam", "--json"
+    )
     d = json.loads(text)
     assert rc == 0 and d["totals"]["peak_ram_bytes"] >= 4 * g.param_bytes
 
@@ -123,8 +180,9 @@ def test_device_profiles_match_the_paper_constants():
 
 def test_unreachable_deadline_is_proven_infeasible_with_a_runtime_bound(capsys):
     # resnet50 has more nodes than the MILP default takes: the eviction cover proves it at once
-    rc, text, _ = run(capsys, "solve", "--model", "resnet50", "--device", "m4", "--memory", "40MB",
-                      "--runtime", "1.0005x", "--json")
+    rc, text, _ = run(
+        capsys, "solve", "--model", "resnet50", "--device", "m4", "--memory", "40MB", "--runtime", "1.0005x", "--json"
+    )
     d = json.loads(text)
     assert rc == 2 and d["status"] == "infeasible"
     t_min = d["solver"]["min_runtime_s_lower_bound"]
@@ -132,8 +190,21 @@ def test_unreachable_deadline_is_proven_infeasible_with_a_runtime_bound(capsys):
     assert t_min > 1.0005 * g.plain_runtime_s
     assert "too short" in d["solver"]["message"]
     # a deadline above the bound is not refused on those grounds
-    rc2, text2, _ = run(capsys, "solve", "--model", "resnet50", "--device", "m4", "--memory", "40MB",
-                        "--runtime", f"{1.2 * t_min}", "--json", "--time-limit", "20")
+    rc2, text2, _ = run(
+        capsys,
+        "solve",
+        "--model",
+        "resnet50",
+        "--device",
+        "m4",
+        "--memory",
+        "40MB",
+        "--runtime",
+        f"{1.2 * t_min}",
+        "--json",
+        "--time-limit",
+        "20",
+    )
     assert rc2 == 0 and json.loads(text2)["status"] in ("optimal", "feasible")
 
 
@@ -142,21 +213,37 @@ def test_a_long_solve_shows_which_step_it_is_in_and_the_best_energy_and_bound_so
     # the progress line (stderr), with the bound in joules as the eviction cover gives it
     from poet.solve.api import costed_graph, make_budget
     from poet.solve.bounds import eviction_cover
-    argv = ["solve", "--model", "resnet18_cifar", "--device", "m4", "--memory", "1.8MB", "--runtime", "1.2x",
-            "--time-limit", "3"]
+
+    argv = [
+        "solve",
+        "--model",
+        "resnet18_cifar",
+        "--device",
+        "m4",
+        "--memory",
+        "1.8MB",
+        "--runtime",
+        "1.2x",
+        "--time-limit",
+        "3",
+    ]
     rc, text, err = run(capsys, *argv)
     assert rc == 0 and "Status:" in text and "; )" not in text
-    lines = err.splitlines()        # stderr is not a terminal here: whole lines, one per step at least
+    lines = err.splitlines()  # stderr is not a terminal here: whole lines, one per step at least
     assert "\r" not in err and all(ln.startswith("solving (") for ln in lines)
     phases = [ln.split(")...")[0].removeprefix("solving (") for ln in lines]
-    assert phases.index("Capuchin-style schedule") < phases.index("lower bound") \
-        < phases.index("greedy rules") < phases.index("guide search")
+    assert (
+        phases.index("Capuchin-style schedule")
+        < phases.index("lower bound")
+        < phases.index("greedy rules")
+        < phases.index("guide search")
+    )
     g = costed_graph("resnet18_cifar", "m4")
     lb, _ = eviction_cover(g, make_budget(g, "1.8MB", "1.2x", "serial"))
     assert all(f"bound {lb:.4g} J" in ln for ln in lines if ln.startswith(("solving (greedy", "solving (guide")))
     assert any("best" in ln and "gap" in ln for ln in lines if ln.startswith("solving (guide"))
     rc, text, err = run(capsys, *argv, "--time-limit", "1", "--json")
-    assert rc == 0 and err == ""                        # --json: no progress line
+    assert rc == 0 and err == ""  # --json: no progress line
 
 
 def test_the_progress_line_is_redrawn_between_reports_and_stops_when_done(capsys, monkeypatch):
@@ -164,6 +251,7 @@ def test_the_progress_line_is_redrawn_between_reports_and_stops_when_done(capsys
     import time
 
     from poet.cli import Progress
+
     monkeypatch.setattr(Progress, "TICK_S", 0.01)
     p = Progress(enabled=True, tty=True)
     p({"phase": "MILP", "objective": 1.5, "bound": 1.0, "gap": 1 / 3})
@@ -176,11 +264,12 @@ def test_the_progress_line_is_redrawn_between_reports_and_stops_when_done(capsys
     assert seen.count("solving (MILP)") >= 4 and seen.endswith("\n")
     assert all("gap 33.33%" in part for part in seen.split("\r") if part.strip())
     time.sleep(0.05)
-    assert capsys.readouterr().err == ""                 # nothing drawn after done()
+    assert capsys.readouterr().err == ""  # nothing drawn after done()
 
 
 def test_a_long_solve_s_terminal_line_says_how_to_stop_early_and_a_log_does_not(capsys, monkeypatch):
     from poet.cli import Progress
+
     monkeypatch.setattr(Progress, "HINT_AFTER_S", 0.0)
     for tty in (True, False):
         p = Progress(enabled=True, tty=tty)
@@ -195,15 +284,18 @@ def test_the_progress_goes_to_a_log_as_whole_lines(capsys, monkeypatch):
     import time
 
     from poet.cli import Progress
+
     monkeypatch.setattr(Progress, "TICK_S", 0.01)
     monkeypatch.setattr(Progress, "LOG_EVERY_S", 0.2)
     p = Progress(enabled=True, tty=False)
     p({"phase": "lower bound"})
     p({"phase": "greedy rules", "bound": 1.0})
-    p({"phase": "greedy rules", "bound": 1.0, "objective": 1.2, "gap": 1 / 6})   # same step, too soon
+    p({"phase": "greedy rules", "bound": 1.0, "objective": 1.2, "gap": 1 / 6})  # same step, too soon
     assert capsys.readouterr().err.splitlines() == [
-        "solving (lower bound)...     0 s", "solving (greedy rules)...     0 s, bound 1"]
-    time.sleep(0.5)                                      # the ticker logs the step again
+        "solving (lower bound)...     0 s",
+        "solving (greedy rules)...     0 s, bound 1",
+    ]
+    time.sleep(0.5)  # the ticker logs the step again
     p.done()
     again = capsys.readouterr().err
     assert "\r" not in again and again.endswith("\n")
@@ -212,11 +304,16 @@ def test_the_progress_goes_to_a_log_as_whole_lines(capsys, monkeypatch):
     assert capsys.readouterr().err == ""
 
 
-@pytest.mark.parametrize("flag,value,says", [("--time-limit", "-3", "not a positive number of seconds"),
-                                             ("--time-limit", "0", "not a positive number of seconds"),
-                                             ("--threads", "0", "is not a whole number of threads, 1 or more"),
-                                             ("--gap", "2", "is not a relative gap in [0, 1)"),
-                                             ("--method", "nosuch", "unknown method 'nosuch'; choose one of")])
+@pytest.mark.parametrize(
+    "flag,value,says",
+    [
+        ("--time-limit", "-3", "not a positive number of seconds"),
+        ("--time-limit", "0", "not a positive number of seconds"),
+        ("--threads", "0", "is not a whole number of threads, 1 or more"),
+        ("--gap", "2", "is not a relative gap in [0, 1)"),
+        ("--method", "nosuch", "unknown method 'nosuch'; choose one of"),
+    ],
+)
 def test_solver_options_out_of_range_are_refused_with_what_would_work(capsys, flag, value, says):
     rc, text, err = run(capsys, "solve", "--model", "linear", "--device", "m4", "--memory", "1MB", flag, value)
     assert rc == 2 and text == "" and says in err and "Traceback" not in err
@@ -224,7 +321,8 @@ def test_solver_options_out_of_range_are_refused_with_what_would_work(capsys, fl
 
 def test_an_out_path_in_a_missing_directory_is_refused_before_solving(capsys, tmp_path):
     out = tmp_path / "no" / "such" / "s.json"
-    rc, text, err = run(capsys, "solve", "--model", "resnet18_cifar", "--device", "m4", "--memory", "1.8MB",
-                        "--out", str(out))
-    assert rc == 2 and text == "" and "solving" not in err          # nothing was solved
+    rc, text, err = run(
+        capsys, "solve", "--model", "resnet18_cifar", "--device", "m4", "--memory", "1.8MB", "--out", str(out)
+    )
+    assert rc == 2 and text == "" and "solving" not in err  # nothing was solved
     assert f"the directory {out.parent} does not exist" in err and not out.exists()

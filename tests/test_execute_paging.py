@@ -1,4 +1,5 @@
 """Paging to real storage: verified reads, clean failures that leave the model untouched."""
+
 from __future__ import annotations
 
 import copy
@@ -8,8 +9,13 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from poet.execute import Executor, PagingError, PagingStore, reference_schedule  # noqa: E402
-from poet.execute import models  # noqa: E402
+from poet.execute import (  # noqa: E402
+    Executor,
+    PagingError,
+    PagingStore,
+    models,  # noqa: E402
+    reference_schedule,
+)
 from poet.graph.torch_export import export_training_graph  # noqa: E402
 
 
@@ -26,15 +32,19 @@ def setup():
 
 
 def _snapshot(m):
-    return ({k: v.detach().clone() for k, v in m.named_parameters()},
-            {k: v.detach().clone() for k, v in m.named_buffers()})
+    return (
+        {k: v.detach().clone() for k, v in m.named_parameters()},
+        {k: v.detach().clone() for k, v in m.named_buffers()},
+    )
 
 
 def _unchanged(m, snap):
     params, bufs = snap
-    return (all(torch.equal(v, params[k]) for k, v in m.named_parameters())
-            and all(torch.equal(v, bufs[k]) for k, v in m.named_buffers())
-            and all(p.grad is None for p in m.parameters()))
+    return (
+        all(torch.equal(v, params[k]) for k, v in m.named_parameters())
+        and all(torch.equal(v, bufs[k]) for k, v in m.named_buffers())
+        and all(p.grad is None for p in m.parameters())
+    )
 
 
 def _fails_cleanly(setup, match, **executor_kw):
@@ -102,12 +112,12 @@ def test_swap_file_layout(setup, tmp_path):
     swap = tmp_path / "poet.swap"
     res = Executor(prog, swap_file=swap).run(sched, batch, apply=False)
     assert res.bytes_written > 0
-    assert not swap.exists()                      # created by the store, removed afterwards
+    assert not swap.exists()  # created by the store, removed afterwards
 
 
 def test_store_verifies_size_and_checksum(tmp_path):
     store = PagingStore(tmp_path)
-    t = torch.arange(100, dtype=torch.float32).reshape(10, 10).t()      # non-contiguous view
+    t = torch.arange(100, dtype=torch.float32).reshape(10, 10).t()  # non-contiguous view
     mask = torch.rand(7) > 0.5
     n = store.write(5, (t, mask))
     assert n == 400 + 7

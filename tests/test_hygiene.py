@@ -1,4 +1,5 @@
-"""Hygiene that CI enforces: ruff's lint passes, and every third-party import is declared."""
+"""Hygiene that CI enforces: ruff's lint and format check pass, and every third-party import is declared."""
+
 from __future__ import annotations
 
 import os
@@ -27,9 +28,24 @@ def test_ruff_check_passes():
     cmd = ruff()
     if cmd is None:
         pytest.skip("ruff is not installed (it is in the `test` extra: pip install -e '.[test]')")
-    out = subprocess.run([*cmd, "check", "poet", "tests", "bench", "examples"], cwd=ROOT, capture_output=True,
-                         text=True, timeout=300)
+    out = subprocess.run(
+        [*cmd, "check", "poet", "tests", "bench", "examples"], cwd=ROOT, capture_output=True, text=True, timeout=300
+    )
     assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_ruff_format_check_passes():
+    cmd = ruff()
+    if cmd is None:
+        pytest.skip("ruff is not installed (it is in the `test` extra: pip install -e '.[test]')")
+    out = subprocess.run(
+        [*cmd, "format", "--check", "poet", "tests", "bench", "examples"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert out.returncode == 0, "run `ruff format poet tests bench examples`:\n" + out.stdout + out.stderr
 
 
 def test_every_third_party_import_is_declared():

@@ -1,5 +1,6 @@
 """The retention-interval plan finder (CP-SAT): its plans are real, validated and never below the
 exhaustive oracle, and with lives enough it reaches the oracle's optimum on small graphs."""
+
 from __future__ import annotations
 
 import pytest
@@ -22,8 +23,10 @@ def _budget(g, frac, slack):
     return Budget(int(lo + frac * (hi - lo)), None if slack is None else slack * g.plain_runtime_s, "serial")
 
 
-@pytest.mark.parametrize("layers,seed,frac,slack,skip", [
-    (3, 1, 0.0, None, True), (3, 5, 0.4, 1.3, False), (4, 2, 0.0, 1.3, True), (4, 9, 0.4, None, True)])
+@pytest.mark.parametrize(
+    "layers,seed,frac,slack,skip",
+    [(3, 1, 0.0, None, True), (3, 5, 0.4, 1.3, False), (4, 2, 0.0, 1.3, True), (4, 9, 0.4, None, True)],
+)
 def test_interval_plans_reach_the_oracle_on_small_chains(layers, seed, frac, slack, skip):
     g = training_chain(layers, seed, skip=skip)
     b = _budget(g, frac, slack)
@@ -45,8 +48,15 @@ def test_interval_plans_equal_the_milp_optimum_on_random_dags(seed, mode):
     g = random_dag(seed, 9)
     b = _budget(g, 0.3, 1.4)
     b = Budget(b.ram_bytes, b.runtime_s, mode)
-    ref = solve(g, memory=b.ram_bytes, runtime=b.runtime_s, paging_time=mode, gap=1e-9, method="faithful",
-                find_min_budgets=False)
+    ref = solve(
+        g,
+        memory=b.ram_bytes,
+        runtime=b.runtime_s,
+        paging_time=mode,
+        gap=1e-9,
+        method="faithful",
+        find_min_budgets=False,
+    )
     plan = intervals.interval_plan(g, b, time_limit=20.0, lives=3)
     if plan is None:
         assert mode == "overlap" or not ref.steps
@@ -62,6 +72,7 @@ def test_a_plan_maps_onto_its_lives_and_back_at_the_same_cost():
     # the greedy's plan, as lives, is a complete solution hint: the search starts from it and
     # can only improve on it
     from poet.solve.api import costed_graph
+
     g = costed_graph("vgg16_cifar", "m4")
     b = _budget(g, 0.1, 1.2)
     lb, guide = eviction_cover(g, b)
@@ -70,7 +81,7 @@ def test_a_plan_maps_onto_its_lives_and_back_at_the_same_cost():
     assert all(L and L[0][0] == "comp" and L[0][1] < L[0][2] for L in lives.values())
     assert all(a[2] <= b_[1] for L in lives.values() for a, b_ in zip(L, L[1:]))
     e0 = plan_costs(g, start, b.paging_time)[0]
-    plan = intervals.interval_plan(g, b, start=start, time_limit=30.0)   # generous: CP-SAT on a loaded machine
+    plan = intervals.interval_plan(g, b, start=start, time_limit=30.0)  # generous: CP-SAT on a loaded machine
     assert plan is not None
     validate(g, emit(g, plan), b)
     assert plan_costs(g, plan, b.paging_time)[0] <= e0 * (1 + 1e-9)
@@ -78,17 +89,22 @@ def test_a_plan_maps_onto_its_lives_and_back_at_the_same_cost():
 
 def test_the_solve_runs_the_interval_search_after_the_guide_search_and_returns_a_validated_plan():
     from poet.solve import SolveOptions, SolvePolicy, costed_graph, solve_costed
+
     g = costed_graph("resnet18_cifar", "m4")
     b = _budget(g, 0.2, 1.2)
     seen = []
-    policy = SolvePolicy(interval_min_rest_s=0.0)       # the real gate needs a 30-s limit
-    s = solve_costed(g, b, "poet", SolveOptions(time_limit_s=8, threads=2, gap=1e-4, find_min_budgets=False,
-                                                 progress=seen.append, policy=policy))
+    policy = SolvePolicy(interval_min_rest_s=0.0)  # the real gate needs a 30-s limit
+    s = solve_costed(
+        g,
+        b,
+        "poet",
+        SolveOptions(time_limit_s=8, threads=2, gap=1e-4, find_min_budgets=False, progress=seen.append, policy=policy),
+    )
     info = s.report.phase("interval search").facts
     cp = [d for d in seen if d["phase"] == "interval search"]
     assert cp and all(d["objective"] <= info["start_energy_j"] and d["bound"] <= d["objective"] for d in cp)
     if info["cp_status"] in ("FEASIBLE", "OPTIMAL"):
-        assert len(cp) >= 2        # the start, then each solution CP-SAT finds (the hint, at least)
+        assert len(cp) >= 2  # the start, then each solution CP-SAT finds (the hint, at least)
     assert info["cp_variables"] > 0 and info["cp_status"] in ("FEASIBLE", "OPTIMAL", "UNKNOWN")
     assert s.report.method in ("greedy", "intervals")
     assert s.totals.energy_j == pytest.approx(s.report.heuristic_energy_j, rel=1e-9)
@@ -100,20 +116,33 @@ def test_after_the_interval_search_a_milp_that_cannot_start_is_not_even_built(mo
     import time
 
     from poet.solve import SolveOptions, SolvePolicy, costed_graph, solve_costed
+
     real, late = intervals.interval_plan, [0.0]
 
     def then_the_time_is_up(*a, **k):
         got = real(*a, **k)
-        late[0] = 6.0           # the clock jumps past the time limit: no time is left to set up a MILP
+        late[0] = 6.0  # the clock jumps past the time limit: no time is left to set up a MILP
         return got
+
     monkeypatch.setattr(intervals, "interval_plan", then_the_time_is_up)
     g = costed_graph("resnet18_cifar", "m4")
     b = _budget(g, 0.2, 1.2)
     # the MILP fits the time left by the estimate until the search ends: it is not built early
     policy = SolvePolicy(interval_min_rest_s=0.0, milp_setup_s_per_nonzero=1e-9)
-    s = solve_costed(g, b, "poet", SolveOptions(time_limit_s=6, threads=2, gap=1e-4, find_min_budgets=False,
-                                                 policy=policy, clock=lambda: time.perf_counter() + late[0]))
-    assert s.report.phase("interval search") is not None and s.report.phase("MILP build") is None      # never built
+    s = solve_costed(
+        g,
+        b,
+        "poet",
+        SolveOptions(
+            time_limit_s=6,
+            threads=2,
+            gap=1e-4,
+            find_min_budgets=False,
+            policy=policy,
+            clock=lambda: time.perf_counter() + late[0],
+        ),
+    )
+    assert s.report.phase("interval search") is not None and s.report.phase("MILP build") is None  # never built
     assert s.report.milp_skipped and s.report.method in ("greedy", "intervals")
     nonzeros = policy.milp_nonzeros_per_node_squared * len(g.nodes) ** 2
     assert f"a MILP of about {nonzeros:,} nonzeros" in s.report.message
@@ -122,11 +151,18 @@ def test_after_the_interval_search_a_milp_that_cannot_start_is_not_even_built(mo
 
 def test_without_ortools_the_solve_skips_the_interval_search(monkeypatch):
     from poet.solve import SolveOptions, SolvePolicy, costed_graph, solve_costed
+
     monkeypatch.setattr(intervals, "available", lambda: False)
     g = costed_graph("resnet18_cifar", "m4")
     b = _budget(g, 0.2, 1.2)
-    s = solve_costed(g, b, "poet", SolveOptions(time_limit_s=4, threads=2, gap=1e-4, find_min_budgets=False,
-                                                 policy=SolvePolicy(interval_min_rest_s=0.0)))
+    s = solve_costed(
+        g,
+        b,
+        "poet",
+        SolveOptions(
+            time_limit_s=4, threads=2, gap=1e-4, find_min_budgets=False, policy=SolvePolicy(interval_min_rest_s=0.0)
+        ),
+    )
     assert s.report.phase("interval search") is None and s.report.method in ("greedy", "milp-fast")
     validate(g, s.steps, b)
 
@@ -154,6 +190,7 @@ def test_every_greedy_plan_is_a_solution_of_the_interval_model_at_its_own_cost(m
     from ortools.sat.python import cp_model
 
     from poet.solve.api import costed_graph
+
     g = costed_graph(model, "m4")
     b = _budget(g, frac, 1.2)
     lb, guide = eviction_cover(g, b)

@@ -1,4 +1,5 @@
 """The MILP strategies against an exhaustive oracle, each other, and the validator."""
+
 import math
 import random
 
@@ -18,13 +19,18 @@ MILPS = {"poet": {}, "remat": {"paging": False}, "paging": {"remat": False}}
 
 def _budget(g, frac):
     lo, hi = g.min_ram_bytes(), keep_all_peak(g)
-    return max(1, int(lo + frac * (hi - lo)))   # budgets are positive; all-zero-byte graphs exist
+    return max(1, int(lo + frac * (hi - lo)))  # budgets are positive; all-zero-byte graphs exist
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(seed=st.integers(0, 10_000), layers=st.integers(2, 4), frac=st.sampled_from([0.0, 0.3, 0.6, 1.0]),
-       slack=st.sampled_from([None, 1.05, 1.3, 2.0]), skip=st.booleans(),
-       strategy=st.sampled_from(sorted(MILPS)))
+@given(
+    seed=st.integers(0, 10_000),
+    layers=st.integers(2, 4),
+    frac=st.sampled_from([0.0, 0.3, 0.6, 1.0]),
+    slack=st.sampled_from([None, 1.05, 1.3, 2.0]),
+    skip=st.booleans(),
+    strategy=st.sampled_from(sorted(MILPS)),
+)
 # HiGHS's presolve stops this one with "Solve error" (the backend then solves without presolve)
 @example(seed=3487, layers=3, frac=0.6, slack=1.3, skip=False, strategy="remat")
 def test_milp_optimum_equals_exhaustive_search(seed, layers, frac, slack, skip, strategy):
@@ -43,7 +49,7 @@ def test_milp_optimum_equals_exhaustive_search(seed, layers, frac, slack, skip, 
 def test_hidden_paging_time_matches_oracle_without_paging_time():
     g = training_chain(4, 7)
     ram = _budget(g, 0.0)
-    rt = 1.02 * g.plain_runtime_s   # too tight to page with serial paging time, fine when hidden
+    rt = 1.02 * g.plain_runtime_s  # too tight to page with serial paging time, fine when hidden
     exp = brute_force_energy(g, ram, rt, count_paging_time=False)
     s = solve(g, memory=ram, runtime=rt, paging_time="hidden", gap=1e-9, find_min_budgets=False)
     assert exp is not None and s.status == "optimal"
@@ -57,9 +63,14 @@ def _random_dag(seed: int, n: int) -> CostedGraph:
 
 
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(seed=st.integers(0, 10_000), n=st.integers(3, 10), frac=st.floats(0.0, 1.0),
-       slack=st.sampled_from([None, 1.1, 1.5, 3.0]), mode=st.sampled_from(["serial", "overlap", "hidden"]),
-       strategy=st.sampled_from(["poet", "remat", "paging", "keep-all", "chen"]))
+@given(
+    seed=st.integers(0, 10_000),
+    n=st.integers(3, 10),
+    frac=st.floats(0.0, 1.0),
+    slack=st.sampled_from([None, 1.1, 1.5, 3.0]),
+    mode=st.sampled_from(["serial", "overlap", "hidden"]),
+    strategy=st.sampled_from(["poet", "remat", "paging", "keep-all", "chen"]),
+)
 def test_every_emitted_schedule_validates_within_budgets(seed, n, frac, slack, mode, strategy):
     g = _random_dag(seed, n)
     ram = _budget(g, frac)
@@ -70,7 +81,7 @@ def test_every_emitted_schedule_validates_within_budgets(seed, n, frac, slack, m
         t = validate(g, s.steps, Budget(ram, rt, mode))
         assert t.peak_ram_bytes <= ram
         assert rt is None or t.runtime_s <= rt * (1 + 1e-6)
-        assert t.energy_j >= g.plain_energy_j - 1e-9     # every node computed at least once
+        assert t.energy_j >= g.plain_energy_j - 1e-9  # every node computed at least once
         assert s.status in ("optimal", "feasible", "heuristic")
     else:
         assert s.status in ("infeasible", "no_solution") and s.report.message
@@ -82,8 +93,10 @@ def test_joint_never_worse_than_either_technique_alone(seed):
     for frac in (0.1, 0.4, 0.8):
         ram = _budget(g, frac)
         for slack in (1.2, 2.0):
-            res = {s: solve(g, memory=ram, runtime=f"{slack}x", strategy=s, gap=1e-9, find_min_budgets=False)
-                   for s in ("poet", "remat", "paging")}
+            res = {
+                s: solve(g, memory=ram, runtime=f"{slack}x", strategy=s, gap=1e-9, find_min_budgets=False)
+                for s in ("poet", "remat", "paging")
+            }
             for single in ("remat", "paging"):
                 if res[single].feasible:
                     assert res["poet"].feasible
@@ -108,10 +121,16 @@ def test_tight_budget_forces_paging_or_remat_and_reports_both_in_totals():
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(seed=st.integers(0, 10_000), layers=st.integers(2, 4), frac=st.sampled_from([0.0, 0.2, 0.5, 1.0]),
-       skip=st.booleans(), strategy=st.sampled_from(sorted(MILPS)))
+@given(
+    seed=st.integers(0, 10_000),
+    layers=st.integers(2, 4),
+    frac=st.sampled_from([0.0, 0.2, 0.5, 1.0]),
+    skip=st.booleans(),
+    strategy=st.sampled_from(sorted(MILPS)),
+)
 def test_structural_lower_bound_never_exceeds_the_true_optimum(seed, layers, frac, skip, strategy):
     from poet.solve.bounds import lower_bound_energy
+
     g = training_chain(layers, seed, skip=skip)
     ram = _budget(g, frac)
     best = brute_force_energy(g, ram, None, **MILPS[strategy])
@@ -122,12 +141,20 @@ def test_structural_lower_bound_never_exceeds_the_true_optimum(seed, layers, fra
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(seed=st.integers(0, 10_000), layers=st.integers(2, 4), frac=st.sampled_from([0.0, 0.2, 0.5]),
-       skip=st.booleans(), slack=st.sampled_from([0.05, 0.3, 1.0]), strategy=st.sampled_from(sorted(MILPS)))
-def test_structural_lower_bound_with_a_deadline_never_exceeds_the_true_optimum(seed, layers, frac, skip,
-                                                                                slack, strategy):
+@given(
+    seed=st.integers(0, 10_000),
+    layers=st.integers(2, 4),
+    frac=st.sampled_from([0.0, 0.2, 0.5]),
+    skip=st.booleans(),
+    slack=st.sampled_from([0.05, 0.3, 1.0]),
+    strategy=st.sampled_from(sorted(MILPS)),
+)
+def test_structural_lower_bound_with_a_deadline_never_exceeds_the_true_optimum(
+    seed, layers, frac, skip, slack, strategy
+):
     # the cascade rows and the runtime row must stay valid when time is scarce too
     from poet.solve.bounds import lower_bound_energy
+
     g = training_chain(layers, seed, skip=skip)
     ram = _budget(g, frac)
     runtime = g.plain_runtime_s * (1 + slack)
@@ -145,6 +172,7 @@ def test_eviction_cover_with_cascades_never_exceeds_the_true_optimum(seed, slack
     # relu_chain's conv and bias outputs are dead once the ReLU ran: recomputing a ReLU output
     # means recomputing its block, which the bound prices; it must stay below the exhaustive optimum
     from poet.solve.bounds import lower_bound_energy
+
     g = relu_chain(2, seed)
     ram = g.min_ram_bytes()
     runtime = None if slack is None else g.plain_runtime_s * (1 + slack)
@@ -161,6 +189,7 @@ def test_eviction_cover_prices_recomputation_cascades_exactly_on_small_blocks(se
     # here the cheapest fit recomputes whole conv-bias-relu blocks; pricing only the ReLU
     # (the old cover) would leave the bound far below the optimum
     from poet.solve.bounds import eviction_cover
+
     g = relu_chain(2, seed)
     ram = g.min_ram_bytes()
     best = brute_force_energy(g, ram, None)
@@ -177,11 +206,12 @@ def test_cover_with_its_chains_cut_short_stays_a_valid_bound(seed):
     # constraints, so the bound can only fall, never past the optimum.  relu_chain's blocks are
     # two links deep: cut at one, the conv output no longer has to come back with the ReLU's
     from poet.solve.bounds import COVER_ABS_GAP, eviction_cover
+
     g = relu_chain(2, seed)
     b = Budget(g.min_ram_bytes())
     best = brute_force_energy(g, b.ram_bytes, None)
     full, _ = eviction_cover(g, b)
-    cut, _ = eviction_cover(g, b, chain_depth=1, max_links=0)      # cut however few links there are
+    cut, _ = eviction_cover(g, b, chain_depth=1, max_links=0)  # cut however few links there are
     assert g.plain_energy_j <= cut <= full + COVER_ABS_GAP * g.plain_energy_j
     assert cut <= best * (1 + 1e-9)
     if seed == 1:
@@ -194,6 +224,7 @@ def test_eviction_cover_runtime_bound_never_exceeds_the_shortest_schedule(seed, 
     from poet.solve.bounds import eviction_cover
     from poet.solve.lp import solve_highs
     from poet.solve.milp import build
+
     g = relu_chain(2, seed)
     b = Budget(g.min_ram_bytes())
     t_min, _ = eviction_cover(g, b, objective="time", **MILPS[strategy])

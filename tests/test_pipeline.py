@@ -28,11 +28,13 @@ def _ram(g, frac):
 _dag = random_dag
 
 
-CASES = [(layers, seed, frac, slack, skip)
-         for layers, seed in ((3, 1), (3, 5), (4, 2), (4, 9))
-         for frac in (0.0, 0.4)
-         for slack in (None, 1.3)
-         for skip in (False, True)]
+CASES = [
+    (layers, seed, frac, slack, skip)
+    for layers, seed in ((3, 1), (3, 5), (4, 2), (4, 9))
+    for frac in (0.0, 0.4)
+    for slack in (None, 1.3)
+    for skip in (False, True)
+]
 
 
 @pytest.mark.parametrize("layers,seed,frac,slack,skip", CASES)
@@ -86,16 +88,16 @@ def test_heuristic_reports_an_honest_gap():
     h = solve(g, memory=ram, method="heuristic", find_min_budgets=False)
     assert h.steps and h.status in ("feasible", "optimal")
     lb = h.report.bound_energy_j
-    assert lb <= exact.totals.energy_j * (1 + 1e-9)          # a valid bound
+    assert lb <= exact.totals.energy_j * (1 + 1e-9)  # a valid bound
     assert h.totals.energy_j >= exact.totals.energy_j * (1 - 1e-9)
     assert h.report.gap == pytest.approx((h.totals.energy_j - lb) / h.totals.energy_j)
 
 
 def test_time_limit_returns_best_schedule_with_gap():
     from poet.solve.api import costed_graph
+
     g = costed_graph("vgg16_cifar", "m4")
-    s = solve(g, memory=_ram(g, 0.3), runtime="1.2x", gap=1e-6, time_limit=3, method="fast",
-              find_min_budgets=False)
+    s = solve(g, memory=_ram(g, 0.3), runtime="1.2x", gap=1e-6, time_limit=3, method="fast", find_min_budgets=False)
     assert s.steps and s.status in ("feasible", "optimal")
     assert s.report.gap is not None and s.report.gap >= 0
     assert s.report.bound_energy_j <= s.totals.energy_j * (1 + 1e-9)
@@ -105,19 +107,20 @@ def test_the_milp_is_not_started_when_its_setup_would_overrun_the_time_limit():
     # HiGHS checks its time limit only after presolve: with a schedule held and too little time
     # left, the MILP is skipped and the schedule returned with its gap, within the limit
     from poet.solve import SolvePolicy
+
     g = training_chain(4, 2, skip=True)
     kw = dict(memory=_ram(g, 0.2), gap=1e-9, method="fast", find_min_budgets=False)
     ran = solve(g, **kw, time_limit=60)
     assert ran.report.method == "milp-fast" and not ran.report.milp_skipped
-    hours = SolvePolicy(milp_setup_s_per_nonzero=1e3)      # as if setting up took hours
+    hours = SolvePolicy(milp_setup_s_per_nonzero=1e3)  # as if setting up took hours
     skipped = solve(g, **kw, time_limit=60, policy=hours)
-    assert skipped.report.phase("MILP build") is not None      # built before the guide search, to know whether it fits
+    assert skipped.report.phase("MILP build") is not None  # built before the guide search, to know whether it fits
     assert skipped.report.milp_skipped and skipped.report.method in ("greedy", "greedy+bound")
     assert "too few to start the MILP" in skipped.report.status_detail
     assert skipped.totals.energy_j == pytest.approx(skipped.report.heuristic_energy_j)
     assert skipped.totals.energy_j >= ran.totals.energy_j * (1 - 1e-9)
     assert skipped.report.bound_energy_j <= ran.totals.energy_j * (1 + 1e-9)
-    assert solve(g, **kw).report.method == "milp-fast"          # no time limit: it runs
+    assert solve(g, **kw).report.method == "milp-fast"  # no time limit: it runs
 
 
 def test_the_smallest_budget_search_after_an_infeasible_verdict_shares_the_time_limit(monkeypatch):
@@ -126,21 +129,23 @@ def test_the_smallest_budget_search_after_an_infeasible_verdict_shares_the_time_
 
     from poet.solve import SolvePolicy
     from poet.solve.lp import BACKENDS, solve_highs
+
     limits, ends = [], []
 
     def recording(p, **kw):
         limits.append(kw["time_limit"])
         ends.append(time.perf_counter() + kw["time_limit"])
         return solve_highs(p, **kw)
+
     monkeypatch.setitem(BACKENDS, "recording", recording)
     g = training_chain(6, 2, skip=True)
     lo = g.min_ram_bytes()
     t0 = time.perf_counter()
     kw = dict(memory=lo, runtime=1.0 * g.plain_runtime_s, time_limit=20, find_min_budgets=True, backend="recording")
     s = solve(g, **kw)
-    assert s.status == "infeasible" and len(limits) == 2             # the RAM MILP, then the runtime one
-    assert limits[0] <= 10.0                                          # half of what was left
-    assert all(end <= t0 + 20.0 + 0.5 for end in ends), [e - t0 for e in ends]   # none runs past the limit
+    assert s.status == "infeasible" and len(limits) == 2  # the RAM MILP, then the runtime one
+    assert limits[0] <= 10.0  # half of what was left
+    assert all(end <= t0 + 20.0 + 0.5 for end in ends), [e - t0 for e in ends]  # none runs past the limit
     assert s.report.min_budgets.ram_note and s.report.min_budgets.runtime_note
     # too little time for HiGHS to set them up: neither is started, and the notes say how to get them
     limits.clear()
@@ -160,20 +165,22 @@ def test_unknown_method_is_refused():
 def _aten_resnet(blocks, device):
     pytest.importorskip("torch")
     from poet.execute.models import resnet_training_graph
+
     return resnet_training_graph(blocks, device)
 
 
 def test_a_deadline_every_rule_misses_is_met_by_rules_guided_by_the_runtime_cover():
     from poet.solve.bounds import eviction_cover
     from poet.solve.search.greedy import rule_names
+
     g = _aten_resnet(2, "a72")
     b = Budget(_ram(g, 0.3), 1.15 * g.plain_runtime_s, "serial")
     lb, guide = eviction_cover(g, b)
-    assert best_greedy(g, b, guide=guide) is None           # the case the fallback exists for
+    assert best_greedy(g, b, guide=guide) is None  # the case the fallback exists for
     t_min, fast = eviction_cover(g, b, objective="time")
     plan = best_greedy(g, b, rules=[(r, fast, True) for r in rule_names()])
     assert plan is not None
-    t = validate(g, emit(g, plan), b)                        # within RAM and the deadline
+    t = validate(g, emit(g, plan), b)  # within RAM and the deadline
     assert t.energy_j >= lb * (1 - 1e-9) and t.runtime_s >= t_min * (1 - 1e-9)
     s = solve(g, memory=b.ram_bytes, runtime="1.15x", method="heuristic", time_limit=5, find_min_budgets=False)
     assert s.feasible and s.totals.runtime_s <= b.runtime_s * (1 + 1e-9)
@@ -188,15 +195,16 @@ def test_guides_of_the_cover_at_a_stricter_deadline_meet_the_deadline_more_cheap
 
     def _tightened_guides(g, b, t_min):
         return Pipeline(g, b, SolveOptions(), remat=True, paging=True, strategy="poet").tightened_guides(t_min, None)
+
     g = _aten_resnet(8, "a72")
     b = Budget(_ram(g, 0.3), 1.2 * g.plain_runtime_s, "serial")
     lb, guide = eviction_cover(g, b)
-    assert best_greedy(g, b, guide=guide) is None           # every rule overruns: the fallback runs
+    assert best_greedy(g, b, guide=guide) is None  # every rule overruns: the fallback runs
     t_min, fast = eviction_cover(g, b, objective="time")
     strict = _tightened_guides(g, b, t_min)
-    assert strict and strict[-1] != guide                   # as it is (last; checkpointed first)
+    assert strict and strict[-1] != guide  # as it is (last; checkpointed first)
     plan = best_greedy(g, b, rules=[(r, gd, False) for gd in strict for r in ("energy", "remat")])
-    t = validate(g, emit(g, plan), b)                        # within RAM and the deadline
+    t = validate(g, emit(g, plan), b)  # within RAM and the deadline
     assert t.energy_j >= lb * (1 - 1e-9)
     fastest = best_greedy(g, b, rules=[(r, fast, True) for r in rule_names()])
     assert t.energy_j < plan_costs(g, fastest, b.paging_time)[0]
@@ -212,11 +220,12 @@ def test_guides_of_the_cover_at_a_stricter_deadline_meet_the_deadline_more_cheap
 def test_when_the_cover_takes_the_whole_slack_the_deadline_guides_run_first_with_the_same_result():
     from poet.solve import SolvePolicy
     from poet.solve.bounds import eviction_cover
+
     g = _aten_resnet(4, "a72")
     b = Budget(_ram(g, 0.3), 1.15 * g.plain_runtime_s, "serial")
     info: dict = {}
     lb, guide = eviction_cover(g, b, info=info)
-    assert SolvePolicy().deadline_bound_share <= info["slack_used"] <= 1 + 1e-6   # the deadline binds the cover
+    assert SolvePolicy().deadline_bound_share <= info["slack_used"] <= 1 + 1e-6  # the deadline binds the cover
     no_deadline: dict = {}
     eviction_cover(g, Budget(b.ram_bytes), info=no_deadline)
     assert "slack_used" not in no_deadline
@@ -225,9 +234,9 @@ def test_when_the_cover_takes_the_whole_slack_the_deadline_guides_run_first_with
     def phases(d):
         if d["phase"] in ("greedy rules", "greedy rules for the deadline") and d["phase"] not in calls[-1:]:
             calls.append(d["phase"])
+
     # gap 0.5: no guide search, so the result is the cheapest plan of the runs alone
-    kw = dict(memory=b.ram_bytes, runtime="1.15x", method="heuristic", gap=0.5, find_min_budgets=False,
-              progress=phases)
+    kw = dict(memory=b.ram_bytes, runtime="1.15x", method="heuristic", gap=0.5, find_min_budgets=False, progress=phases)
     first = solve(g, **kw)
     assert first.report.deadline_bound and calls == ["greedy rules for the deadline", "greedy rules"]
     calls.clear()
@@ -243,9 +252,9 @@ def test_stalled_searches_restart_with_new_seeds_and_never_end_worse():
     # round up to their own patience, make the moves of the single round without restarts, so the
     # restarted result can only be cheaper, and it is a validated schedule.
     from poet.solve import SolvePolicy
+
     g = training_chain(6, 4, skip=True)
-    kw = dict(memory=_ram(g, 0.1), runtime="1.2x", gap=1e-9, time_limit=60, method="heuristic",
-              find_min_budgets=False)
+    kw = dict(memory=_ram(g, 0.1), runtime="1.2x", gap=1e-9, time_limit=60, method="heuristic", find_min_budgets=False)
     once = solve(g, **kw, policy=SolvePolicy(restart_min_nodes=10**9))
     again = solve(g, **kw, policy=SolvePolicy(restart_min_nodes=0))
     assert once.report.phase("guide search").facts["rounds"] == 1

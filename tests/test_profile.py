@@ -1,4 +1,5 @@
 """Device profiles measured or imported: files, fits, CSV import, measured costs (no timing assertions)."""
+
 from __future__ import annotations
 
 import json
@@ -26,12 +27,26 @@ def synthetic_profile(tmp_path, name="synth") -> Path:
     samples += [OpSample("aten.add.Tensor", f, 8e-6 + f / 1e8) for f in (1e3, 1e4, 1e5)]
     fams, rate = fit_families(samples)
     sizes = (1024, 65536, 4 << 20)
-    st = StorageProfile(str(tmp_path), sizes, tuple(2e-3 + b / 1e8 for b in sizes),
-                        tuple(2e-4 + b / 3e8 for b in sizes),
-                        write=fit_latency_bandwidth(sizes, [2e-3 + b / 1e8 for b in sizes]),
-                        read=fit_latency_bandwidth(sizes, [2e-4 + b / 3e8 for b in sizes]), cache_dropped=True)
-    hp = HostProfile(name=name, threads=1, families=fams, flops_per_s=rate, free_overhead_s=3e-6,
-                     power=choose_power(None, 12.5, None), storage=st, models=["synthetic"], page_overhead_s=4e-4)
+    st = StorageProfile(
+        str(tmp_path),
+        sizes,
+        tuple(2e-3 + b / 1e8 for b in sizes),
+        tuple(2e-4 + b / 3e8 for b in sizes),
+        write=fit_latency_bandwidth(sizes, [2e-3 + b / 1e8 for b in sizes]),
+        read=fit_latency_bandwidth(sizes, [2e-4 + b / 3e8 for b in sizes]),
+        cache_dropped=True,
+    )
+    hp = HostProfile(
+        name=name,
+        threads=1,
+        families=fams,
+        flops_per_s=rate,
+        free_overhead_s=3e-6,
+        power=choose_power(None, 12.5, None),
+        storage=st,
+        models=["synthetic"],
+        page_overhead_s=4e-4,
+    )
     path = tmp_path / f"{name}.toml"
     path.write_text(profile_toml(hp))
     return path
@@ -55,22 +70,27 @@ def test_profile_file_round_trips(tmp_path):
     assert t_out == pytest.approx(2e-3 + 65536 / 1e8 + 4e-4, rel=1e-6)
     # an op is priced by its family; an unmeasured family falls back to the fit over all ops
     assert op_seconds(dev, "aten.convolution.default", 2e6) == pytest.approx(50e-6 + 2e6 / 2e9, rel=1e-6)
-    assert op_seconds(dev, "aten.mm.default", 1e6) == pytest.approx(fams["other"].latency_s
-                                                                  + 1e6 / fams["other"].flops_per_s)
+    assert op_seconds(dev, "aten.mm.default", 1e6) == pytest.approx(
+        fams["other"].latency_s + 1e6 / fams["other"].flops_per_s
+    )
 
 
-@pytest.mark.parametrize("edit, words", [
-    (lambda t: re.sub(r"\nthreads = 1\n", "\n", t), ["partial", "threads", "poet profile"]),
-    (lambda t: re.sub(r"\nsync = true\n", "\n", t), ["partial", "sync"]),
-    (lambda t: re.sub(r"(\[compute.families.conv\]\nlatency_s = )[^\n]+", r"\g<1>-1.0", t), ["conv", "latency_s"]),
-    (lambda t: re.sub(r"(\[compute.families.conv\]\nlatency_s = [^\n]+\nflops_per_s = )[^\n]+", r"\g<1>nan", t),
-     ["conv", "flops_per_s", "finite"]),
-    (lambda t: re.sub(r"\[compute.families.[a-z_]+\]\n(?:[a-z_]+ = [^\n]+\n)+", "", t),
-     ["partial", "families"]),
-    (lambda t: t.split("[storage]")[0], ["[storage]"]),
-    (lambda t: re.sub(r"\nfree_overhead_s = [^\n]+", "\nfree_overhead_s = \"fast\"", t), ["free_overhead_s"]),
-    (lambda t: re.sub(r"\npage_overhead_s = [^\n]+", "\npage_overhead_s = -0.001", t), ["page_overhead_s"]),
-])
+@pytest.mark.parametrize(
+    "edit, words",
+    [
+        (lambda t: re.sub(r"\nthreads = 1\n", "\n", t), ["partial", "threads", "poet profile"]),
+        (lambda t: re.sub(r"\nsync = true\n", "\n", t), ["partial", "sync"]),
+        (lambda t: re.sub(r"(\[compute.families.conv\]\nlatency_s = )[^\n]+", r"\g<1>-1.0", t), ["conv", "latency_s"]),
+        (
+            lambda t: re.sub(r"(\[compute.families.conv\]\nlatency_s = [^\n]+\nflops_per_s = )[^\n]+", r"\g<1>nan", t),
+            ["conv", "flops_per_s", "finite"],
+        ),
+        (lambda t: re.sub(r"\[compute.families.[a-z_]+\]\n(?:[a-z_]+ = [^\n]+\n)+", "", t), ["partial", "families"]),
+        (lambda t: t.split("[storage]")[0], ["[storage]"]),
+        (lambda t: re.sub(r"\nfree_overhead_s = [^\n]+", '\nfree_overhead_s = "fast"', t), ["free_overhead_s"]),
+        (lambda t: re.sub(r"\npage_overhead_s = [^\n]+", "\npage_overhead_s = -0.001", t), ["page_overhead_s"]),
+    ],
+)
 def test_bad_or_partial_profile_is_refused(tmp_path, edit, words):
     path = synthetic_profile(tmp_path)
     path.write_text(edit(path.read_text()))
@@ -91,7 +111,7 @@ def test_cli_refuses_a_bad_profile_without_traceback(tmp_path, capsys):
 
 # ---------------------------------------------------------------- fits
 def test_storage_fit_recovers_latency_and_bandwidth():
-    sizes = [1024 * 4 ** i for i in range(9)]
+    sizes = [1024 * 4**i for i in range(9)]
     exact = fit_latency_bandwidth(sizes, [3e-4 + b / 2.5e8 for b in sizes])
     assert exact.latency_s == pytest.approx(3e-4, rel=1e-6) and exact.bytes_per_s == pytest.approx(2.5e8, rel=1e-6)
     assert exact.max_rel_error < 1e-9
@@ -120,6 +140,7 @@ def test_family_fit_and_op_families():
 
 def test_family_fit_keeps_the_total():
     from poet.hardware.profile import fit_sum_preserving
+
     rng = random.Random(2)
     flops = [rng.uniform(1e4, 1e7) for _ in range(30)]
     secs = [(2e-5 + f / 3e9) * rng.uniform(0.7, 1.5) for f in flops]
@@ -149,7 +170,7 @@ def test_csv_example_imports_as_profile_and_graph(tmp_path):
     g = imported_graph(m)
     assert [n.name for n in g.nodes][:2] == ["conv1", "bn1"]
     assert (0, 1) in g.edges and g.nodes[0].compute_time_s == 0.1389
-    assert g.nodes[0].compute_energy_j == 0.001525           # energy as measured, not recomputed
+    assert g.nodes[0].compute_energy_j == 0.001525  # energy as measured, not recomputed
     assert g.nodes[1].pagein_time_s > 0
     # through the CLI: the graph file can be scheduled by anyone
     out = tmp_path / "board.json"
@@ -164,19 +185,22 @@ def _csv(tmp_path, text: str) -> Path:
     return p
 
 
-@pytest.mark.parametrize("text, words", [
-    ("name,kind,bytes\na,forward,4\n", ["missing column", "time_s"]),
-    ("name,bytes,time_s\na,4,0.1\n", ["missing column", "kind"]),
-    ("name,kind,bytes,time_s\na,forward,4,0.1\nb,forward,-8,0.1\n", ["row 3", "'bytes'", "negative"]),
-    ("name,kind,bytes,time_s\na,forward,4,-0.5\n", ["row 2", "'time_s'", "negative"]),
-    ("name,kind,bytes,time_s,flops\na,forward,4,0.1,nan\n", ["row 2", "'flops'", "finite"]),
-    ("name,kind,bytes,time_s,energy_j\na,forward,4,0.1,inf\n", ["row 2", "'energy_j'", "finite"]),
-    ("name,kind,bytes,time_s\na,forward,4,abc\n", ["row 2", "'time_s'", "not a number"]),
-    ("name,kind,bytes,time_s\na,sideways,4,0.1\n", ["row 2", "'kind'"]),
-    ("name,kind,bytes,time_s,inputs\na,forward,4,0.1,zz\n", ["row 2", "'inputs'", "zz"]),
-    ("name,kind,bytes,time_s\na,forward,,0.1\n", ["row 2", "'bytes'", "empty"]),
-    ("name,kind,bytes,time_s\nr,read,1024,0\n", ["row 2", "'time_s'", "greater than 0"]),
-])
+@pytest.mark.parametrize(
+    "text, words",
+    [
+        ("name,kind,bytes\na,forward,4\n", ["missing column", "time_s"]),
+        ("name,bytes,time_s\na,4,0.1\n", ["missing column", "kind"]),
+        ("name,kind,bytes,time_s\na,forward,4,0.1\nb,forward,-8,0.1\n", ["row 3", "'bytes'", "negative"]),
+        ("name,kind,bytes,time_s\na,forward,4,-0.5\n", ["row 2", "'time_s'", "negative"]),
+        ("name,kind,bytes,time_s,flops\na,forward,4,0.1,nan\n", ["row 2", "'flops'", "finite"]),
+        ("name,kind,bytes,time_s,energy_j\na,forward,4,0.1,inf\n", ["row 2", "'energy_j'", "finite"]),
+        ("name,kind,bytes,time_s\na,forward,4,abc\n", ["row 2", "'time_s'", "not a number"]),
+        ("name,kind,bytes,time_s\na,sideways,4,0.1\n", ["row 2", "'kind'"]),
+        ("name,kind,bytes,time_s,inputs\na,forward,4,0.1,zz\n", ["row 2", "'inputs'", "zz"]),
+        ("name,kind,bytes,time_s\na,forward,,0.1\n", ["row 2", "'bytes'", "empty"]),
+        ("name,kind,bytes,time_s\nr,read,1024,0\n", ["row 2", "'time_s'", "greater than 0"]),
+    ],
+)
 def test_csv_import_rejects_bad_rows(tmp_path, text, words):
     path = _csv(tmp_path, text)
     with pytest.raises(MeasurementError) as e:
@@ -212,6 +236,7 @@ def test_device_path_works_across_commands(tmp_path, capsys):
     dev = load_device(path)
     # priced with the measured profile: each zoo node by its op's family (linear -> matmul, ...)
     from poet.graph.zoo import build_model
+
     for n, plain in zip(g.nodes, build_model("linear").nodes):
         assert n.compute_time_s == pytest.approx(op_seconds(dev, plain.op, plain.flops) + dev.free_overhead_s)
     assert main(["devices"]) == 0
@@ -223,8 +248,24 @@ torch = pytest.importorskip("torch")
 
 def test_quick_profile_writes_a_complete_file_and_train_reports_prediction(tmp_path, capsys):
     out = tmp_path / "host.toml"
-    assert main(["profile", "--quick", "--model", "mlp", "--out", str(out), "--dir", str(tmp_path),
-                 "--quiet", "--power-w", "15"]) == 0
+    assert (
+        main(
+            [
+                "profile",
+                "--quick",
+                "--model",
+                "mlp",
+                "--out",
+                str(out),
+                "--dir",
+                str(tmp_path),
+                "--quiet",
+                "--power-w",
+                "15",
+            ]
+        )
+        == 0
+    )
     dev = load_device(out)
     assert dev.families and dev.threads == 1 and dev.paging_sync and dev.free_overhead_s >= 0
     assert dev.compute_power_w == 15.0 and 'power_source = "user"' in out.read_text()
@@ -232,8 +273,28 @@ def test_quick_profile_writes_a_complete_file_and_train_reports_prediction(tmp_p
     assert all(math.isfinite(f.latency_s) and f.flops_per_s > 0 for f in dev.families)
     assert dev.read_latency_s >= 0 and dev.write_bytes_per_s > 0
     capsys.readouterr()
-    assert main(["train", "--model", "mlp", "--device", str(out), "--memory", "90%", "--strategy", "paging",
-                 "--steps", "2", "--check", "--json", "--time-limit", "20"]) == 0
+    assert (
+        main(
+            [
+                "train",
+                "--model",
+                "mlp",
+                "--device",
+                str(out),
+                "--memory",
+                "90%",
+                "--strategy",
+                "paging",
+                "--steps",
+                "2",
+                "--check",
+                "--json",
+                "--time-limit",
+                "20",
+            ]
+        )
+        == 0
+    )
     rep = json.loads(capsys.readouterr().out)
     it = rep["per_iteration"]
     assert it["kind"] == "total" and it["predicted_s"] > 0 and it["measured_s"] > 0
@@ -242,22 +303,33 @@ def test_quick_profile_writes_a_complete_file_and_train_reports_prediction(tmp_p
     assert rep["measured_peak_bytes"] == rep["predicted_peak_bytes"] <= rep["budget_bytes"]
     assert rep["check"] == {"loss_curve_identical": True, "parameters_identical": True}
     assert rep["torch_threads"] == 1
-    assert 0 < it["busy_s"] <= it["measured_s"] * (1 + 1e-9)       # busy leaves out waits for a CPU
+    assert 0 < it["busy_s"] <= it["measured_s"] * (1 + 1e-9)  # busy leaves out waits for a CPU
     assert "page_overhead_s" in out.read_text()
 
 
 def test_measured_costs_price_each_node_and_write_a_graph(tmp_path, capsys):
     import poet
     from poet.execute import models
+
     torch.manual_seed(0)
     model, loss_fn, data = models.build("mlp")
     x, y = data.batch()
-    pl = poet.plan(model.train(), x, loss_fn, targets=y, device="a72", memory="100%", strategy="keep-all",
-                   costs="measured", measure_runs=3, time_limit=10)
+    pl = poet.plan(
+        model.train(),
+        x,
+        loss_fn,
+        targets=y,
+        device="a72",
+        memory="100%",
+        strategy="keep-all",
+        costs="measured",
+        measure_runs=3,
+        time_limit=10,
+    )
     g = pl.graph
     assert g.meta["costs"] == "measured"
     assert all(n.compute_time_s > 0 for n in g.nodes)
-    assert len({n.compute_time_s for n in g.nodes}) > 1                  # each node its own measurement
+    assert len({n.compute_time_s for n in g.nodes}) > 1  # each node its own measurement
     a72 = load_device("a72")
     n0 = g.nodes[0]
     assert n0.pageout_time_s == pytest.approx(a72.write_latency_s + n0.ram_bytes / a72.write_bytes_per_s)
@@ -265,7 +337,26 @@ def test_measured_costs_price_each_node_and_write_a_graph(tmp_path, capsys):
     assert res.timing[-1].kind == "total" and res.timing[-1].predicted_s == pytest.approx(pl.totals.runtime_s)
     assert "time total" in res.table()
     out = tmp_path / "measured.json"
-    assert main(["plan", "--model", "mlp", "--device", "a72", "--costs", "measured", "--strategy", "keep-all",
-                 "--graph-out", str(out), "--quiet", "--time-limit", "10"]) == 0
+    assert (
+        main(
+            [
+                "plan",
+                "--model",
+                "mlp",
+                "--device",
+                "a72",
+                "--costs",
+                "measured",
+                "--strategy",
+                "keep-all",
+                "--graph-out",
+                str(out),
+                "--quiet",
+                "--time-limit",
+                "10",
+            ]
+        )
+        == 0
+    )
     assert load_graph(out).meta["costs"] == "measured"
     assert main(["solve", "--graph", str(out), "--memory", "70%", "--quiet"]) in (0, 2)

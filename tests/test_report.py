@@ -1,4 +1,5 @@
 """`poet report` and the sweep/schedule figures."""
+
 from __future__ import annotations
 
 import argparse
@@ -26,14 +27,33 @@ def _parser():
 def paged_schedule():
     g = training_chain(6, seed=0, skip=True)
     s = poet.solve(g, memory="60%", runtime="3x", strategy="poet")
-    assert s.steps and s.totals.page_outs and s.totals.recomputes   # both techniques, so every colour shows
+    assert s.steps and s.totals.page_outs and s.totals.recomputes  # both techniques, so every colour shows
     return s
 
 
 def test_register_adds_sweep_and_report():
     p = _parser()
-    a = p.parse_args(["sweep", "--model", "linear", "--device", "a72", "--memory", "50%..100%", "--steps", "3",
-                      "--runtime", "1.2x,2x", "--jobs", "1", "--time-limit", "5", "--paging-time", "overlap"])
+    a = p.parse_args(
+        [
+            "sweep",
+            "--model",
+            "linear",
+            "--device",
+            "a72",
+            "--memory",
+            "50%..100%",
+            "--steps",
+            "3",
+            "--runtime",
+            "1.2x,2x",
+            "--jobs",
+            "1",
+            "--time-limit",
+            "5",
+            "--paging-time",
+            "overlap",
+        ]
+    )
     assert a.func is sweep_command.cmd_sweep and a.paging_time == "overlap" and a.steps == 3
     a = p.parse_args(["report", "x.json", "--out", "d"])
     assert a.func is commands.cmd_report
@@ -62,8 +82,14 @@ def test_report_command_writes_tables_and_both_plots(paged_schedule, tmp_path, c
     out = tmp_path / "rep"
     a = _parser().parse_args(["report", str(f), "--out", str(out)])
     assert a.func(a) == 0
-    for name in ("report.md", "nodes.csv", "schedule_picture.png", "schedule_picture.svg", "schedule_ram.png",
-                 "schedule_ram.svg"):
+    for name in (
+        "report.md",
+        "nodes.csv",
+        "schedule_picture.png",
+        "schedule_picture.svg",
+        "schedule_ram.png",
+        "schedule_ram.svg",
+    ):
         assert (out / name).stat().st_size > 0, name
     text = capsys.readouterr().out
     assert "energy" in text and "peak RAM" in text
@@ -89,10 +115,17 @@ def test_sweep_plots_and_report_of_a_sweep_directory(tmp_path, capsys):
     g = training_chain(5, seed=11, skip=True)
     gp = tmp_path / "g.json"
     from poet.graph.io import save_graph
+
     save_graph(g, gp)
     out = tmp_path / "sw"
-    spec = SweepSpec(model=str(gp), device=None, memories=["60%", "80%", "100%"], runtimes=["1.5x", "3x"],
-                     strategies=["poet", "remat", "paging", "keep-all", "chen", "capuchin"], time_limit_s=20)
+    spec = SweepSpec(
+        model=str(gp),
+        device=None,
+        memories=["60%", "80%", "100%"],
+        runtimes=["1.5x", "3x"],
+        strategies=["poet", "remat", "paging", "keep-all", "chen", "capuchin"],
+        time_limit_s=20,
+    )
     doc = run_sweep(spec, out, jobs=2, progress=False)
     written = commands.render_sweep(out, doc)
     names = {p.name for p in written}
@@ -107,11 +140,29 @@ def test_sweep_plots_and_report_of_a_sweep_directory(tmp_path, capsys):
 
 
 def test_plot_helpers_handle_sweeps_with_one_deadline(tmp_path):
-    doc = {"identity": {"model": "m", "device": "d", "paging_time": "serial"},
-           "context": {"plain_energy_j": 1.0, "plain_runtime_s": 1.0, "keep_all_peak_bytes": 100,
-                       "min_ram_bytes": 10, "fixed_ram_bytes": 0},
-           "points": [{"key": f"poet|{m}|none", "strategy": "poet", "memory": m, "runtime": "none",
-                       "ram_budget_bytes": b, "runtime_budget_s": None, "runtime_budget_x": None,
-                       "status": "optimal", "energy_j": e} for m, b, e in (("50%", 50, 1.5), ("100%", 100, 1.0))]}
+    doc = {
+        "identity": {"model": "m", "device": "d", "paging_time": "serial"},
+        "context": {
+            "plain_energy_j": 1.0,
+            "plain_runtime_s": 1.0,
+            "keep_all_peak_bytes": 100,
+            "min_ram_bytes": 10,
+            "fixed_ram_bytes": 0,
+        },
+        "points": [
+            {
+                "key": f"poet|{m}|none",
+                "strategy": "poet",
+                "memory": m,
+                "runtime": "none",
+                "ram_budget_bytes": b,
+                "runtime_budget_s": None,
+                "runtime_budget_x": None,
+                "status": "optimal",
+                "energy_j": e,
+            }
+            for m, b, e in (("50%", 50, 1.5), ("100%", 100, 1.0))
+        ],
+    }
     assert plots.energy_vs_runtime(doc, tmp_path) == []
     assert len(plots.energy_vs_ram(doc, tmp_path)) == 2

@@ -1,15 +1,16 @@
 """The validator refuses bad schedules at the exact step; files round-trip and are re-checked."""
+
 import json
 
 import pytest
-
 from conftest import training_chain
+
 from poet import solve
 from poet.graph import GraphError, graph_to_dict, load_graph, save_graph
 from poet.schedule import Budget, ScheduleError, Step, load_schedule, save_schedule, validate
 from poet.solve.baselines import keep_all_peak, keep_all_steps
 
-G = training_chain(3, 5)          # f0 f1 f2 | b2 b1 b0 ; b(j) reads b(j-1) and its forward node
+G = training_chain(3, 5)  # f0 f1 f2 | b2 b1 b0 ; b(j) reads b(j-1) and its forward node
 BIG = Budget(ram_bytes=10**9)
 
 
@@ -27,8 +28,10 @@ def test_keep_all_is_valid_and_peak_matches_a_hand_count():
 def test_missing_input_is_refused_at_its_step():
     bad = keep_all_steps(G)
     i = next(k for k, s in enumerate(bad) if s == Step("compute", 1, 1))
-    bad.insert(i, Step("free", 0, 1))     # drop f0 right before f1 reads it
-    with pytest.raises(ScheduleError, match=r"step %d \(compute node 1 \(f1\)\): input node 0 \(f0\) not in RAM" % (i + 1)) as e:
+    bad.insert(i, Step("free", 0, 1))  # drop f0 right before f1 reads it
+    with pytest.raises(
+        ScheduleError, match=rf"step {i + 1} \(compute node 1 \(f1\)\): input node 0 \(f0\) not in RAM"
+    ) as e:
         validate(G, bad, BIG)
     assert e.value.step_index == i + 1
 
@@ -48,13 +51,31 @@ def test_other_invalid_instructions():
     with pytest.raises(ScheduleError, match="already in RAM"):
         validate(G, steps(("compute", 0), ("compute", 0)), BIG)
     with pytest.raises(ScheduleError, match="nothing to free"):
-        validate(G, steps(("free", 0),), BIG)
+        validate(
+            G,
+            steps(
+                ("free", 0),
+            ),
+            BIG,
+        )
     with pytest.raises(ScheduleError, match="nothing to page out"):
-        validate(G, steps(("page_out", 2),), BIG)
+        validate(
+            G,
+            steps(
+                ("page_out", 2),
+            ),
+            BIG,
+        )
     with pytest.raises(ScheduleError, match="unknown op"):
         validate(G, [Step("swap", 0)], BIG)
     with pytest.raises(ScheduleError, match="never computed"):
-        validate(G, steps(("compute", 0),), BIG)
+        validate(
+            G,
+            steps(
+                ("compute", 0),
+            ),
+            BIG,
+        )
     with pytest.raises(ScheduleError, match="runtime .* exceeds"):
         validate(G, keep_all_steps(G), Budget(10**9, runtime_s=G.plain_runtime_s * 0.5))
 

@@ -1,7 +1,6 @@
 """The searches (poet.solve.search): every greedy rule, the guide search and its worker pool, and the rules'
 time limits.  Plans are checked by the validator and against the exhaustive oracle; no timing assertions."""
 
-
 import pytest
 from bruteforce import brute_force_energy
 from conftest import relu_chain, training_chain
@@ -21,13 +20,14 @@ def _ram(g, frac):
 @pytest.mark.parametrize("seed", [1, 6, 11])
 def test_every_greedy_rule_gives_a_valid_plan_never_below_the_oracle(prefer, seed):
     from poet.solve.search.greedy import greedy_plan
+
     g = relu_chain(2, seed)
     b = Budget(g.min_ram_bytes(), 1.5 * g.plain_runtime_s, "serial")
     best = brute_force_energy(g, b.ram_bytes, b.runtime_s)
     plan = greedy_plan(g, b, prefer=prefer)
     if plan is None:
         return
-    t = validate(g, emit(g, plan), Budget(b.ram_bytes))     # RAM always holds; the deadline is checked by callers
+    t = validate(g, emit(g, plan), Budget(b.ram_bytes))  # RAM always holds; the deadline is checked by callers
     assert t.energy_j == pytest.approx(plan_costs(g, plan, b.paging_time)[0], rel=1e-9)
     if t.runtime_s <= b.runtime_s and best is not None:
         assert t.energy_j >= best * (1 - 1e-9)
@@ -38,6 +38,7 @@ def test_guide_search_only_improves_and_returns_a_valid_plan(model, device, frac
     from poet.solve.api import costed_graph
     from poet.solve.bounds import eviction_cover
     from poet.solve.search.guides import search_guides
+
     g = costed_graph(model, device)
     b = Budget(_ram(g, frac), 1.2 * g.plain_runtime_s, "serial")
     lb, guide = eviction_cover(g, b)
@@ -47,9 +48,9 @@ def test_guide_search_only_improves_and_returns_a_valid_plan(model, device, frac
     e0 = plan_costs(g, start, b.paging_time)[0]
     kw = dict(target_energy=0.0, time_limit=60.0, patience=150, seed=3)
     found = search_guides(g, b, start, **kw)
-    t = validate(g, emit(g, found), b)                      # within RAM and deadline
+    t = validate(g, emit(g, found), b)  # within RAM and deadline
     assert lb * (1 - 1e-9) <= t.energy_j <= e0 * (1 + 1e-12)
-    again = search_guides(g, b, start, **kw)                 # seeded: the same moves, the same plan
+    again = search_guides(g, b, start, **kw)  # seeded: the same moves, the same plan
     assert plan_costs(g, again, b.paging_time)[0] == plan_costs(g, found, b.paging_time)[0]
 
 
@@ -58,6 +59,7 @@ def r18c_start():
     """resnet18_cifar on m4 at 20% RAM and 1.2x, and its cheapest greedy plan: a search start."""
     from poet.solve.api import costed_graph
     from poet.solve.bounds import eviction_cover
+
     g = costed_graph("resnet18_cifar", "m4")
     b = Budget(_ram(g, 0.2), 1.2 * g.plain_runtime_s, "serial")
     lb, guide = eviction_cover(g, b)
@@ -69,16 +71,17 @@ def test_searches_run_side_by_side_end_as_when_run_in_turn(r18c_start):
     # the same moves, so the plans are the same, and the searches come back resumable
     from poet.solve.search.guides import GuideSearch
     from poet.solve.search.pool import SearchPool
+
     g, b, start = r18c_start
     alone = [GuideSearch(g, b, start, seed=s) for s in (1, 2, 3)]
     for sr in alone:
         sr.run(60.0, 80)
     with SearchPool(g, 2) as pool:
-        assert pool.pool is not None          # forked workers (Linux)
+        assert pool.pool is not None  # forked workers (Linux)
         side = pool.run([(GuideSearch(g, b, start, seed=s), 60.0, 80) for s in (1, 2, 3)])
         assert [sr.best_key for sr in side] == [sr.best_key for sr in alone]
         assert all(sr.g is g for sr in side)
-        again = pool.run([(sr, 60.0, 120) for sr in side])    # resumed in the workers
+        again = pool.run([(sr, 60.0, 120) for sr in side])  # resumed in the workers
     for sr in alone:
         sr.run(60.0, 120)
     assert [sr.best_key for sr in again] == [sr.best_key for sr in alone]
@@ -89,19 +92,21 @@ def test_searches_run_side_by_side_end_as_when_run_in_turn(r18c_start):
 def test_a_search_reaching_its_target_stops_the_others(r18c_start):
     from poet.solve.search.guides import GuideSearch
     from poet.solve.search.pool import SearchPool
+
     g, b, start = r18c_start
     e0 = plan_costs(g, start, b.paging_time)[0]
-    easy = GuideSearch(g, b, start, target_energy=e0 * 2, seed=0)        # the start already meets it
+    easy = GuideSearch(g, b, start, target_energy=e0 * 2, seed=0)  # the start already meets it
     hard = GuideSearch(g, b, start, target_energy=0.0, seed=1)
     assert easy.reached and not hard.reached
     with SearchPool(g, 2) as pool:
-        pool.reached.set()     # as the first search to reach its target does
+        pool.reached.set()  # as the first search to reach its target does
         out = pool.run([(hard, 60.0, None), (GuideSearch(g, b, start, seed=2), 60.0, None)])
-    assert all(sr.idle == 0 for sr in out)       # told to stop, neither made a move
+    assert all(sr.idle == 0 for sr in out)  # told to stop, neither made a move
 
 
 def _worker_dies(search, time_limit, patience):
     import os
+
     os._exit(3)
 
 
@@ -110,6 +115,7 @@ def test_searches_carry_on_in_the_solve_when_a_worker_dies(r18c_start):
     # sharing the batch's time
     from poet.solve.search import pool as parallel
     from poet.solve.search.guides import GuideSearch
+
     g, b, start = r18c_start
     with parallel.SearchPool(g, 2, job=_worker_dies) as pool:
         out = pool.run([(GuideSearch(g, b, start, seed=s), 60.0, 40) for s in (1, 2)])
@@ -126,12 +132,13 @@ def test_a_sweep_point_gets_its_share_of_the_cores_for_its_searches():
 
     from poet.solve.search import pool as parallel
     from poet.sweep.local import worker_init
+
     parallel.limit_workers(None)
     cores = len(os.sched_getaffinity(0))
     assert parallel.worker_count(None) == cores and parallel.worker_count(1) == 1
     old = signal.getsignal(signal.SIGTERM)
     try:
-        worker_init(1)            # a sweep running as many points at once as there are cores
+        worker_init(1)  # a sweep running as many points at once as there are cores
         assert parallel.worker_count(None) == 1
     finally:
         signal.signal(signal.SIGTERM, old)
@@ -142,6 +149,7 @@ def test_a_resumed_guide_search_makes_the_same_moves_as_one_run(r18c_start):
     # GuideSearch.run continues where it stopped: 60 moves without gain, then up to 150, is the
     # same search as up to 150 at once, and a search stalled at its patience makes no more moves
     from poet.solve.search.guides import GuideSearch
+
     g, b, start = r18c_start
     one = GuideSearch(g, b, start, seed=5)
     one.run(60.0, 150)
@@ -162,6 +170,7 @@ def test_a_resumed_guide_search_makes_the_same_moves_as_one_run(r18c_start):
 def test_rules_guided_once_by_the_runtime_cover_give_valid_plans_never_below_the_oracle(prefer, seed):
     from poet.solve.bounds import eviction_cover
     from poet.solve.search.greedy import greedy_plan
+
     g = relu_chain(2, seed)
     b = Budget(g.min_ram_bytes(), 1.5 * g.plain_runtime_s, "serial")
     best = brute_force_energy(g, b.ram_bytes, b.runtime_s)
@@ -170,7 +179,7 @@ def test_rules_guided_once_by_the_runtime_cover_give_valid_plans_never_below_the
     if plan is None:
         return
     t = validate(g, emit(g, plan), Budget(b.ram_bytes))
-    assert t.runtime_s >= t_min * (1 - 1e-9)                 # the runtime cover is a valid bound
+    assert t.runtime_s >= t_min * (1 - 1e-9)  # the runtime cover is a valid bound
     if t.runtime_s <= b.runtime_s and best is not None:
         assert t.energy_j >= best * (1 - 1e-9)
 
@@ -178,11 +187,13 @@ def test_rules_guided_once_by_the_runtime_cover_give_valid_plans_never_below_the
 def _aten_resnet(blocks, device):
     pytest.importorskip("torch")
     from poet.execute.models import resnet_training_graph
+
     return resnet_training_graph(blocks, device)
 
 
 def test_checkpointed_guides_keep_every_third_residual_block_output():
     from poet.solve.search.greedy import checkpointed, greedy_plan
+
     g = _aten_resnet(8, "m4")
     relus = [v for v, nd in enumerate(g.nodes) if nd.kind == "forward" and nd.name.startswith("relu")]
     # a block output feeds the next block's residual add; recomputing that add needs it
@@ -194,7 +205,7 @@ def test_checkpointed_guides_keep_every_third_residual_block_output():
     # chain links: block outputs whose own recomputation needs the previous one (not the stem's)
     links = outputs[1:]
     assert kept == links[2::3]
-    assert checkpointed(g, {v: "remat" for v in outputs[:1]}) == {}      # one output alone is no chain
+    assert checkpointed(g, {v: "remat" for v in outputs[:1]}) == {}  # one output alone is no chain
     b = Budget(_ram(g, 0.3), None, "serial")
     plan = greedy_plan(g, b, guide=ck)
     assert plan is not None
@@ -205,6 +216,7 @@ def test_greedy_rules_stop_at_their_time_limit_before_a_plan_exists_too():
     # the limit holds before the first plan as well (a run in progress included): with no time at
     # all no run completes and no rule starts another; a run given no time stops at once
     from poet.solve.search.greedy import greedy_plan
+
     g = training_chain(5, 3, skip=True)
     b = Budget(_ram(g, 0.2), 1.5 * g.plain_runtime_s, "serial")
     everything: list = []
@@ -221,6 +233,7 @@ def test_rules_that_keep_overrunning_stop_at_half_their_time_limit(monkeypatch):
     # a clock that moves one second per run: the runs stop at half the limit while every one has
     # overrun the deadline, at the whole limit once one has met it
     from poet.solve.search import greedy as H
+
     g = _aten_resnet(4, "a72")
     clock = [0.0]
     greedy = H._greedy
@@ -228,6 +241,7 @@ def test_rules_that_keep_overrunning_stop_at_half_their_time_limit(monkeypatch):
     def one_second(*args):
         clock[0] += 1.0
         return greedy(*args)
+
     monkeypatch.setattr(H, "_greedy", one_second)
     monkeypatch.setattr(H, "time", type("Clock", (), {"perf_counter": staticmethod(lambda: clock[0])}))
 
@@ -236,11 +250,12 @@ def test_rules_that_keep_overrunning_stop_at_half_their_time_limit(monkeypatch):
         b = Budget(_ram(g, 0.3), mult * g.plain_runtime_s, "serial")
         plan = H.best_greedy(g, b, closest=[], time_limit=limit)
         return plan, clock[0]
-    assert runs(1.15, None)[0] is None and runs(1.15, None)[1] > 20     # every rule overruns
-    assert runs(1.15, 10.0) == (None, 6.0)          # stopped at 5 s: the run started at 5 s is cut short
+
+    assert runs(1.15, None)[0] is None and runs(1.15, None)[1] > 20  # every rule overruns
+    assert runs(1.15, 10.0) == (None, 6.0)  # stopped at 5 s: the run started at 5 s is cut short
     plan, spent = runs(2.0, None)
     assert plan is not None and spent > 20
-    assert runs(2.0, 10.0)[1] == 11.0               # the first run met the deadline: the whole 10 s
+    assert runs(2.0, 10.0)[1] == 11.0  # the first run met the deadline: the whole 10 s
 
 
 def test_runs_bound_to_overrun_are_given_up_and_the_rules_end_with_the_same_plans(monkeypatch):
@@ -249,6 +264,7 @@ def test_runs_bound_to_overrun_are_given_up_and_the_rules_end_with_the_same_plan
     from poet.solve.bounds import eviction_cover
     from poet.solve.search import greedy as H
     from poet.solve.stage import drop_unread_pageouts
+
     g = _aten_resnet(4, "a72")
     b = Budget(_ram(g, 0.3), 1.1 * g.plain_runtime_s, "serial")
     lb, guide = eviction_cover(g, b)
@@ -281,7 +297,7 @@ def test_runs_bound_to_overrun_are_given_up_and_the_rules_end_with_the_same_plan
 
     monkeypatch.setattr(H, "_greedy", counted)
     mine = outcome()
-    assert mine[0] is None and len(mine) == 2      # every rule overruns: the nearest miss comes back
-    assert given_up                                 # and some runs were given up on the way
+    assert mine[0] is None and len(mine) == 2  # every rule overruns: the nearest miss comes back
+    assert given_up  # and some runs were given up on the way
     monkeypatch.setattr(H, "_greedy", lambda *args: greedy(*args[:-1], None))
     assert outcome() == mine

@@ -1,5 +1,6 @@
 """The typed report every solve returns: fields always present, frozen, and the schedule file's
 "solver" object read and written both in this version's form and in older files' form."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -34,8 +35,14 @@ def test_every_strategy_reports_every_field_and_the_file_keeps_them(strategy, tm
         save_schedule(s, tmp_path / "s.json")
         back = load_schedule(tmp_path / "s.json").report
         # what the solve reported comes back; its bound is now the file's word (checked_claims), not re-proven
-        assert (back.method, back.message, back.energy_j, back.phases, back.min_budgets, back.milp) == \
-            (r.method, r.message, r.energy_j, r.phases, r.min_budgets, r.milp)
+        assert (back.method, back.message, back.energy_j, back.phases, back.min_budgets, back.milp) == (
+            r.method,
+            r.message,
+            r.energy_j,
+            r.phases,
+            r.min_budgets,
+            r.milp,
+        )
         assert back.gap == pytest.approx(r.gap) if r.gap is not None else True
 
 
@@ -44,7 +51,7 @@ def test_the_report_is_frozen_and_names_its_fields():
     with pytest.raises(dataclasses.FrozenInstanceError):
         r.gap = 0.0
     with pytest.raises(TypeError):
-        r.with_(gapp=0.0)          # a misspelt field is an error, not a new key
+        r.with_(gapp=0.0)  # a misspelt field is an error, not a new key
     assert r.with_(gap=0.0).gap == 0.0 and r.gap == 0.01
 
 
@@ -54,7 +61,7 @@ def test_the_schedule_s_old_dict_view_is_read_only():
     view = s.solver
     assert view["method"] == s.report.method == "keep-all"
     with pytest.raises(TypeError):
-        view["message"] = "changed"           # would be lost silently if it were a copy
+        view["message"] = "changed"  # would be lost silently if it were a copy
     assert s.report.message != "changed"
 
 
@@ -65,11 +72,23 @@ def test_an_older_file_s_solver_facts_are_read_into_fields_and_the_rest_kept(tmp
     save_schedule(s, path)
     d = json.loads(path.read_text())
     # the flat dict of the version before SolveReport, with keys this one no longer writes
-    d["solver"] = {"method": "milp-fast", "message": "optimal (proven relative gap 0.00e+00)", "gap": 0.0,
-                   "objective_energy_j": s.totals.energy_j, "bound_energy_j": s.totals.energy_j,
-                   "solve_seconds": 1.5, "variables": 120, "integer_variables": 100, "constraints": 300,
-                   "nonzeros": 900, "mip_seconds": 0.7, "backend": "highs", "guide_search_rounds": 4,
-                   "interval_search": {"cp_status": "FEASIBLE"}, "min_runtime_s_lower_bound": 0.25}
+    d["solver"] = {
+        "method": "milp-fast",
+        "message": "optimal (proven relative gap 0.00e+00)",
+        "gap": 0.0,
+        "objective_energy_j": s.totals.energy_j,
+        "bound_energy_j": s.totals.energy_j,
+        "solve_seconds": 1.5,
+        "variables": 120,
+        "integer_variables": 100,
+        "constraints": 300,
+        "nonzeros": 900,
+        "mip_seconds": 0.7,
+        "backend": "highs",
+        "guide_search_rounds": 4,
+        "interval_search": {"cp_status": "FEASIBLE"},
+        "min_runtime_s_lower_bound": 0.25,
+    }
     path.write_text(json.dumps(d))
     r = load_schedule(path).report
     assert (r.method, r.gap, r.energy_j, r.solve_seconds) == ("milp-fast", 0.0, s.totals.energy_j, 1.5)
@@ -78,5 +97,5 @@ def test_an_older_file_s_solver_facts_are_read_into_fields_and_the_rest_kept(tmp
     facts = r.strategy_facts
     assert facts["guide_search_rounds"] == 4 and facts["interval_search"]["cp_status"] == "FEASIBLE"
     again = r.to_dict()
-    assert again["guide_search_rounds"] == 4 and again["nonzeros"] == 900     # nothing the file held is lost
+    assert again["guide_search_rounds"] == 4 and again["nonzeros"] == 900  # nothing the file held is lost
     assert SolveReport.from_dict(again) == r

@@ -1,5 +1,6 @@
 """Stopping a solve early (``stop=``, Ctrl-C in the command line): the best validated schedule found so
 far comes back, with its gap, from every step that can run long."""
+
 from __future__ import annotations
 
 import os
@@ -40,6 +41,7 @@ def _stop_at(phase: str):
     def progress(d):
         if d["phase"] == phase:
             asked.set()
+
     return progress, asked.is_set
 
 
@@ -48,12 +50,16 @@ def test_a_solve_stopped_in_its_guide_search_returns_the_best_plan_so_far_and_sk
     g = costed_graph("resnet18_cifar", "m4")
     b = _budget(g, 0.2, 1.2)
     progress, stop = _stop_at("guide search")
-    s = solve_costed(g, b, "poet", SolveOptions(threads=2, gap=0.01, progress=progress, stop=stop,
-                                                 time_limit_s=300, find_min_budgets=False))
+    s = solve_costed(
+        g,
+        b,
+        "poet",
+        SolveOptions(threads=2, gap=0.01, progress=progress, stop=stop, time_limit_s=300, find_min_budgets=False),
+    )
     assert s.report.stopped_early and "stopped early on request" in s.report.message
     assert s.steps and s.status == "feasible" and s.report.method == "greedy"
     assert s.report.phase("interval search") is None and s.report.milp is None
-    assert s.report.solve_seconds < 60          # far from the 300-s limit it would otherwise use
+    assert s.report.solve_seconds < 60  # far from the 300-s limit it would otherwise use
     assert validate(g, s.steps, b) == s.totals
     lb = s.report.bound_energy_j
     assert s.report.gap == pytest.approx((s.totals.energy_j - lb) / s.totals.energy_j)
@@ -69,7 +75,7 @@ def test_stopped_highs_hands_back_its_start_as_the_incumbent():
     assert start is not None, why
     res = solve_highs(f.problem, time_limit=300, threads=2, gap=1e-6, start=start, stop=lambda: True)
     assert res.detail == "Interrupted by user" and res.status == "feasible"
-    assert res.seconds < 60                         # it stops at its first callback, not at 300 s
+    assert res.seconds < 60  # it stops at its first callback, not at 300 s
     assert res.objective * f.energy_unit == pytest.approx(plan_costs(g, plan, b.paging_time)[0], rel=1e-6)
     assert np.allclose(res.x, start)
 
@@ -86,6 +92,7 @@ def test_a_stopped_interval_search_returns_at_once_with_a_validated_plan_or_none
     assert info["cp_seconds"] < 60
     if plan is not None:
         from poet.solve.stage import emit
+
         validate(g, emit(g, plan), b)
         assert plan_costs(g, plan, b.paging_time)[0] <= plan_costs(g, start, b.paging_time)[0] * (1 + 1e-9)
 
@@ -93,13 +100,13 @@ def test_a_stopped_interval_search_returns_at_once_with_a_validated_plan_or_none
 def test_a_stop_during_an_infeasible_solve_keeps_the_verdict_and_cuts_the_budget_search_short():
     g = costed_graph("resnet18_cifar", "m4")
     lo, hi = g.min_ram_bytes(), keep_all_peak(g)
-    b = Budget(int(lo + 0.2 * (hi - lo)), 1.0 * g.plain_runtime_s, "serial")    # no slack: proven infeasible
+    b = Budget(int(lo + 0.2 * (hi - lo)), 1.0 * g.plain_runtime_s, "serial")  # no slack: proven infeasible
     s = solve_costed(g, b, "poet", SolveOptions(threads=2, gap=0.01, stop=lambda: True, time_limit_s=300))
     assert s.status == "infeasible" and s.report.stopped_early
     assert "before the smallest feasible budgets were all found" in s.report.message
-    assert s.report.min_budgets.runtime_s is None and s.report.min_budgets.runtime_note is None     # not started
-    assert s.report.solve_seconds < 60         # not the up to 2 x 300 s of the two budget MILPs
-    note = s.report.min_budgets.ram_note        # stopped at HiGHS's first callback, if it had one
+    assert s.report.min_budgets.runtime_s is None and s.report.min_budgets.runtime_note is None  # not started
+    assert s.report.solve_seconds < 60  # not the up to 2 x 300 s of the two budget MILPs
+    note = s.report.min_budgets.ram_note  # stopped at HiGHS's first callback, if it had one
     assert note is None or note == "proven" or "best found before the stop" in note
 
 
@@ -109,32 +116,49 @@ def test_an_unproven_answer_cut_short_is_not_cached(monkeypatch):
 
     def poet(g, budget, opts):
         calls.append(1)
-        return real(g, budget, opts).with_(status="feasible")     # as if unproven
+        return real(g, budget, opts).with_(status="feasible")  # as if unproven
+
     monkeypatch.setitem(STRATEGIES, "poet", poet)
     g = training_chain(6, seed=3)
     b = Budget(ram_bytes=max(n.ram_bytes for n in g.nodes) * 4, runtime_s=1.5 * g.plain_runtime_s)
     for _ in range(2):
         s = solve_costed(g, b, "poet", SolveOptions(cache=True, stop=lambda: True))
         assert s.report.stopped_early and s.report.cache_error is None
-    assert len(calls) == 2                          # the second solve ran again
+    assert len(calls) == 2  # the second solve ran again
 
 
 def test_ctrl_c_in_the_command_line_prints_the_best_schedule_so_far_and_a_second_one_aborts():
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
 
     def run(method: str, phase: str, presses: int):
-        cmd = [sys.executable, "-m", "poet", "solve", "--model", "resnet18_cifar", "--device", "m4",
-               "--memory", "1.8MB", "--runtime", "1.2x", "--no-cache", "--method", method]
-        p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
-                             start_new_session=True)      # its own group, as a terminal's foreground job
+        cmd = [
+            sys.executable,
+            "-m",
+            "poet",
+            "solve",
+            "--model",
+            "resnet18_cifar",
+            "--device",
+            "m4",
+            "--memory",
+            "1.8MB",
+            "--runtime",
+            "1.2x",
+            "--no-cache",
+            "--method",
+            method,
+        ]
+        p = subprocess.Popen(
+            cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, start_new_session=True
+        )  # its own group, as a terminal's foreground job
         seen = []
-        for line in p.stderr:                            # not a terminal: a line per step
+        for line in p.stderr:  # not a terminal: a line per step
             seen.append(line)
             if phase in line:
-                os.killpg(p.pid, signal.SIGINT)          # the whole group: the search workers too
+                os.killpg(p.pid, signal.SIGINT)  # the whole group: the search workers too
                 presses -= 1
             if "poet: stopping early" in line and presses:
-                time.sleep(SAME_CTRL_C_S + 0.3)            # sooner, it is the same Ctrl-C
+                time.sleep(SAME_CTRL_C_S + 0.3)  # sooner, it is the same Ctrl-C
                 os.killpg(p.pid, signal.SIGINT)
                 presses -= 1
         out, err = p.communicate(timeout=120)

@@ -1,4 +1,5 @@
 """Budget sweeps: the joint optimum is never beaten by a single technique, resume, reuse, safety."""
+
 from __future__ import annotations
 
 import csv
@@ -27,8 +28,7 @@ def graph_file(tmp_path_factory):
 
 
 def _spec(path, **kw):
-    d = dict(model=str(path), device=None, memories=MEMS, runtimes=RTS, strategies=STRATS, time_limit_s=30,
-             gap=1e-6)
+    d = dict(model=str(path), device=None, memories=MEMS, runtimes=RTS, strategies=STRATS, time_limit_s=30, gap=1e-6)
     d.update(kw)
     return SweepSpec(**d)
 
@@ -47,9 +47,24 @@ def test_csv_has_every_point_and_the_documented_columns(sweep):
     with open(out / "sweep.csv") as f:
         rows = list(csv.DictReader(f))
     assert list(rows[0].keys()) == COLUMNS
-    for c in ("model", "device", "strategy", "ram_budget_bytes", "runtime_budget_s", "status", "energy_j",
-              "compute_energy_j", "paging_energy_j", "runtime_s", "peak_ram_bytes", "recomputes", "page_ins",
-              "page_outs", "solve_seconds", "gap"):
+    for c in (
+        "model",
+        "device",
+        "strategy",
+        "ram_budget_bytes",
+        "runtime_budget_s",
+        "status",
+        "energy_j",
+        "compute_energy_j",
+        "paging_energy_j",
+        "runtime_s",
+        "peak_ram_bytes",
+        "recomputes",
+        "page_ins",
+        "page_outs",
+        "solve_seconds",
+        "gap",
+    ):
         assert c in COLUMNS
     assert len(rows) == len(STRATS) * len(MEMS) * len(RTS)
     assert {r["key"] for r in rows} == {f"{s}|{m}|{t}" for s in STRATS for m in MEMS for t in RTS}
@@ -86,9 +101,16 @@ def test_joint_optimum_is_never_above_a_single_technique(sweep):
                     assert p["energy_j"] is not None
     assert checked >= 10
     # and somewhere the joint schedule is strictly better than both single techniques
-    assert any(by[f"poet|{m}|{t}"]["energy_j"] is not None and all(
-        by[f"{s}|{m}|{t}"]["energy_j"] is None or by[f"{s}|{m}|{t}"]["energy_j"] > by[f"poet|{m}|{t}"]["energy_j"]
-        * (1 + 1e-4) for s in ("remat", "paging")) for m in MEMS for t in RTS)
+    assert any(
+        by[f"poet|{m}|{t}"]["energy_j"] is not None
+        and all(
+            by[f"{s}|{m}|{t}"]["energy_j"] is None
+            or by[f"{s}|{m}|{t}"]["energy_j"] > by[f"poet|{m}|{t}"]["energy_j"] * (1 + 1e-4)
+            for s in ("remat", "paging")
+        )
+        for m in MEMS
+        for t in RTS
+    )
 
 
 def test_reused_points_match_a_direct_solve(sweep):
@@ -106,13 +128,24 @@ def test_reused_points_match_a_direct_solve(sweep):
 
 def test_reuse_rules_are_conservative():
     plain = 10.0
-    base = dict(status="optimal", energy_j=11.0, peak_ram_bytes=500, runtime_s=5.0, recomputes=1, page_ins=0,
-                page_outs=0, schedule_file="x.json", ram_budget_bytes=600, runtime_budget_s=6.0, strategy="poet",
-                key="poet|a|b")
+    base = dict(
+        status="optimal",
+        energy_j=11.0,
+        peak_ram_bytes=500,
+        runtime_s=5.0,
+        recomputes=1,
+        page_ins=0,
+        page_outs=0,
+        schedule_file="x.json",
+        ram_budget_bytes=600,
+        runtime_budget_s=6.0,
+        strategy="poet",
+        key="poet|a|b",
+    )
     # looser optimal, fits: reused; for remat only because it pages nothing
     assert reusable("poet", 550, 5.5, [base], plain)[1] == "optimal"
     assert reusable("remat", 550, 5.5, [base], plain)[1] == "optimal"
-    assert reusable("paging", 550, 5.5, [base], plain) is None          # it recomputes
+    assert reusable("paging", 550, 5.5, [base], plain) is None  # it recomputes
     # does not fit, or the source was tighter, or not proven: not reused
     assert reusable("poet", 450, 5.5, [base], plain) is None
     assert reusable("poet", 700, 7.0, [base], plain) is None
@@ -135,12 +168,13 @@ def test_resume_skips_finished_points(sweep, graph_file, tmp_path):
     out = tmp_path / "resume"
     out.mkdir()
     d = json.loads((src / "sweep.json").read_text())
-    keep = [r for r in d["points"] if not r["key"].startswith("poet|")]   # as if interrupted
+    keep = [r for r in d["points"] if not r["key"].startswith("poet|")]  # as if interrupted
     for r in keep:
-        r["solve_seconds"] = 12345.0      # marks the points that must not be solved again
+        r["solve_seconds"] = 12345.0  # marks the points that must not be solved again
     d["points"] = keep
     (out / "sweep.json").write_text(json.dumps(d))
     import shutil
+
     shutil.copytree(src / "schedules", out / "schedules")
     log = io.StringIO()
     doc2 = run_sweep(_spec(path), out, jobs=1, stream=log)
@@ -181,10 +215,13 @@ def test_refuses_to_write_into_unrelated_directories(graph_file, tmp_path):
     assert load_sweep(other)["identity"]["paging_time"] == "serial"
 
 
-@pytest.mark.parametrize("bad,says", [(dict(method="nosuch"), "unknown method"),
-                                      (dict(gap=1.5), "relative gap"), (dict(time_limit_s=-1), "time limit")])
+@pytest.mark.parametrize(
+    "bad,says",
+    [(dict(method="nosuch"), "unknown method"), (dict(gap=1.5), "relative gap"), (dict(time_limit_s=-1), "time limit")],
+)
 def test_bad_solver_options_are_refused_before_the_directory_is_made(graph_file, tmp_path, bad, says):
     from poet.units import BudgetError
+
     path, _ = graph_file
     with pytest.raises(BudgetError, match=says):
         run_sweep(_spec(path, memories=["100%"], runtimes=["none"], **bad), tmp_path / "s", jobs=1, progress=False)
@@ -205,20 +242,25 @@ def test_retry_never_replaces_a_schedule_by_a_worse_result(sweep, graph_file, tm
     src, doc, g, _ = sweep
     path, _ = graph_file
     import shutil
+
     out = tmp_path / "retry"
     shutil.copytree(src, out)
     d = json.loads((out / "sweep.json").read_text())
+
     # which points a parallel sweep reuses depends on the order its workers finish: prefer a
     # solved point, but a reused one is re-solved by --retry just the same
     def pick(strategy, **match):
-        cands = [r for r in d["points"] if r["strategy"] == strategy and r["energy_j"] is not None
-                 and all(r[k] == v for k, v in match.items())]
+        cands = [
+            r
+            for r in d["points"]
+            if r["strategy"] == strategy and r["energy_j"] is not None and all(r[k] == v for k, v in match.items())
+        ]
         return min(cands, key=lambda r: bool(r.get("reused_from")))
 
     target = pick("poet", runtime="2x")
-    target["status"], target["energy_j"] = "feasible", target["energy_j"] * 0.5   # an (impossible) better schedule
+    target["status"], target["energy_j"] = "feasible", target["energy_j"] * 0.5  # an (impossible) better schedule
     other = pick("paging")
-    other["status"], other["energy_j"] = "feasible", other["energy_j"] * 2.0     # a worse one: retry improves it
+    other["status"], other["energy_j"] = "feasible", other["energy_j"] * 2.0  # a worse one: retry improves it
     (out / "sweep.json").write_text(json.dumps(d))
     doc2 = run_sweep(_spec(path), out, jobs=2, retry=True, progress=False)
     rows = {r["key"]: r for r in doc2["points"]}

@@ -3,6 +3,7 @@
 These files are what docs/sweeps.md plots and discusses; the test reads them as
 committed, so a regenerated sweep that breaks the claim fails here.
 """
+
 import csv
 from pathlib import Path
 

@@ -4,6 +4,7 @@ Checks: a study solved on Ray writes the same rows as the local process pool; a 
 dies is run again; resuming skips finished points; Ctrl-C cancels the tasks in flight and keeps the
 finished points.
 """
+
 from __future__ import annotations
 
 import csv
@@ -25,8 +26,13 @@ os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 pytest.importorskip("ray", reason="the Ray backend needs the optional 'cluster' extra: pip install -e '.[cluster]'")
 
-GRID = {"memory": "40%,100%", "runtime": "1.5x", "strategies": "poet,remat,paging,keep-all,capuchin",
-        "time_limit": 30, "gap": 1e-6}
+GRID = {
+    "memory": "40%,100%",
+    "runtime": "1.5x",
+    "strategies": "poet,remat,paging,keep-all,capuchin",
+    "time_limit": 30,
+    "gap": 1e-6,
+}
 
 
 @pytest.fixture(scope="module")
@@ -35,8 +41,14 @@ def ray_local():
     ray = import_ray(local=True)
     if ray.is_initialized():
         ray.shutdown()
-    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level="ERROR",
-             object_store_memory=100 * 2**20)
+    ray.init(
+        address="local",
+        num_cpus=2,
+        include_dashboard=False,
+        log_to_driver=False,
+        logging_level="ERROR",
+        object_store_memory=100 * 2**20,
+    )
     try:
         yield ray
     finally:
@@ -78,45 +90,56 @@ def test_a_study_on_ray_writes_the_rows_of_the_local_pool(ray_local, tmp_path):
 
 def _dies_once(marks):
     """A point task whose worker process dies on its first attempt (noted in a file per point)."""
+
     def task(spec_d, strategy, memory, runtime, graph):
         from poet.sweep.points import solve_point
+
         mark = os.path.join(marks, f"{strategy}-{memory}-{runtime}".replace("%", "pc"))
         first = not os.path.exists(mark)
         with open(mark, "a") as f:
             f.write("attempt\n")
         if first:
-            os._exit(1)          # as if killed: no exception, the worker is simply gone
+            os._exit(1)  # as if killed: no exception, the worker is simply gone
         return solve_point(spec_d, strategy, memory, runtime, graph)
+
     return task
 
 
 def test_a_point_whose_worker_dies_is_run_again(ray_local, tmp_path):
     marks = tmp_path / "marks"
     marks.mkdir()
-    spec = SweepSpec(model="linear", device="a72", memories=["100%", "40%"], runtimes=["1.5x"],
-                     strategies=["capuchin"], gap=1e-6)
+    spec = SweepSpec(
+        model="linear", device="a72", memories=["100%", "40%"], runtimes=["1.5x"], strategies=["capuchin"], gap=1e-6
+    )
     doc = run_sweep(spec, tmp_path / "s", backend=RayBackend(jobs=2, task=_dies_once(str(marks))), progress=False)
     rows = {r["key"]: r for r in doc["points"]}
     solved = [k for k, r in rows.items() if not r["reused_from"]]
     assert len(solved) == 2
-    for k in solved:      # each solved point's worker died once, then the point was solved
+    for k in solved:  # each solved point's worker died once, then the point was solved
         mark = marks / k.replace("|", "-").replace("%", "pc")
         assert mark.read_text().count("attempt") == 2, k
         assert rows[k]["status"] in ("optimal", "heuristic", "infeasible"), rows[k]
     ref = run_sweep(spec, tmp_path / "local", jobs=1, progress=False)
-    assert {r["key"]: (r["status"], r["energy_j"]) for r in ref["points"]} == \
-        {k: (r["status"], r["energy_j"]) for k, r in rows.items()}
+    assert {r["key"]: (r["status"], r["energy_j"]) for r in ref["points"]} == {
+        k: (r["status"], r["energy_j"]) for k, r in rows.items()
+    }
 
 
 def test_resume_on_ray_skips_finished_points(ray_local, tmp_path):
-    spec = SweepSpec(model="vgg16_cifar", device="m4", memories=["40%", "100%"], runtimes=["1.5x"],
-                     strategies=["poet", "paging", "keep-all", "capuchin"], gap=1e-6)
+    spec = SweepSpec(
+        model="vgg16_cifar",
+        device="m4",
+        memories=["40%", "100%"],
+        runtimes=["1.5x"],
+        strategies=["poet", "paging", "keep-all", "capuchin"],
+        gap=1e-6,
+    )
     out = tmp_path / "s"
     first = run_sweep(spec, out, backend=RayBackend(jobs=2), progress=False)
     d = load_sweep(out)
     keep = [r for r in d["points"] if r["strategy"] != "poet"]
     for r in keep:
-        r["solve_seconds"] = 12345.0      # marks the points that must not be solved again
+        r["solve_seconds"] = 12345.0  # marks the points that must not be solved again
     d["points"] = keep
     (out / "sweep.json").write_text(json.dumps(d))
     log = io.StringIO()
@@ -134,19 +157,22 @@ def _slow_unless_keep_all(marks):
         import time as t
 
         from poet.sweep.points import solve_point
+
         if strategy != "keep-all":
             open(os.path.join(marks, f"started-{strategy}"), "w").close()
             t.sleep(60)
             open(os.path.join(marks, f"finished-{strategy}"), "w").close()
         return solve_point(spec_d, strategy, memory, runtime, graph)
+
     return task
 
 
 def test_ctrl_c_cancels_the_tasks_in_flight_and_keeps_finished_points(ray_local, tmp_path):
     marks = tmp_path / "marks"
     marks.mkdir()
-    spec = SweepSpec(model="linear", device="a72", memories=["100%"], runtimes=["1.5x"],
-                     strategies=["keep-all", "chen", "capuchin"])
+    spec = SweepSpec(
+        model="linear", device="a72", memories=["100%"], runtimes=["1.5x"], strategies=["keep-all", "chen", "capuchin"]
+    )
     backend = RayBackend(jobs=2, task=_slow_unless_keep_all(str(marks)))
 
     def interrupt_once_slow_points_run():
@@ -167,5 +193,5 @@ def test_ctrl_c_cancels_the_tasks_in_flight_and_keeps_finished_points(ray_local,
     saved = {r["key"] for r in load_sweep(tmp_path / "s")["points"]}
     assert "keep-all|100%|1.5x" in saved and "chen|100%|1.5x" not in saved
     time.sleep(2)
-    assert not list(marks.glob("finished-*"))       # the cancelled tasks did not run on
+    assert not list(marks.glob("finished-*"))  # the cancelled tasks did not run on
     assert not (tmp_path / "s" / ".sweep.lock").exists()

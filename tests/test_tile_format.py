@@ -1,4 +1,5 @@
 """Tile metadata on nodes: dataclass checks, poet-graph/1 round trip, clear errors on bad files."""
+
 import json
 
 import pytest
@@ -25,8 +26,13 @@ def _tiled_graph():
     t1 = Tile("conv1", 1, 2, "rows", halo=1, start=(16,), stop=(32,))
     st = Tile("bn1", 1, 2, "rows", part="stats")
     att = Tile("attn", 3, 4, "heads,queries", start=(0, 64), stop=(1, 128), part="partial")
-    nodes = (_node("conv1[0]", t0), _node("conv1[1]", t1), _node("bn1.stats[1]", st), _node("attn[3]", att),
-             _node("plain"))
+    nodes = (
+        _node("conv1[0]", t0),
+        _node("conv1[1]", t1),
+        _node("bn1.stats[1]", st),
+        _node("attn[3]", att),
+        _node("plain"),
+    )
     return CostedGraph("g", nodes, ((0, 2), (1, 2), (2, 3), (3, 4)))
 
 
@@ -38,10 +44,17 @@ def test_tile_roundtrip(tmp_path):
     assert back == g
     assert [nd.tile for nd in back.nodes] == [nd.tile for nd in g.nodes]
     d = json.loads(p.read_text())
-    assert d["nodes"][0]["tile"] == {"of": "conv1", "index": 0, "count": 2, "axis": "rows", "halo": 1,
-                                     "start": [0], "stop": [16]}
+    assert d["nodes"][0]["tile"] == {
+        "of": "conv1",
+        "index": 0,
+        "count": 2,
+        "axis": "rows",
+        "halo": 1,
+        "start": [0],
+        "stop": [16],
+    }
     assert d["nodes"][2]["tile"]["part"] == "stats"
-    assert "tile" not in d["nodes"][4]          # untiled: the field is absent, as in older files
+    assert "tile" not in d["nodes"][4]  # untiled: the field is absent, as in older files
     assert back.nodes[3].tile.axes == ("heads", "queries")
 
 
@@ -58,30 +71,36 @@ def test_cost_model_keeps_tiles():
     assert cg.nodes[0].tile == t and cg.nodes[1].tile is None
 
 
-@pytest.mark.parametrize("kwargs, msg", [
-    ({"of": "", "index": 0, "count": 1, "axis": "rows"}, "'of'"),
-    ({"of": "a", "index": 2, "count": 2, "axis": "rows"}, "'index'"),
-    ({"of": "a", "index": 0, "count": 0, "axis": "rows"}, "'count'"),
-    ({"of": "a", "index": 0, "count": 1, "axis": ""}, "'axis'"),
-    ({"of": "a", "index": 0, "count": 1, "axis": "rows", "halo": -1}, "'halo'"),
-    ({"of": "a", "index": 0, "count": 1, "axis": "rows", "part": "bogus"}, "'part'"),
-    ({"of": "a", "index": 0, "count": 1, "axis": "rows", "start": (3,), "stop": (2,)}, "start < stop"),
-    ({"of": "a", "index": 0, "count": 1, "axis": "rows", "start": (0, 1), "stop": (2, 3)}, "names 1"),
-])
+@pytest.mark.parametrize(
+    "kwargs, msg",
+    [
+        ({"of": "", "index": 0, "count": 1, "axis": "rows"}, "'of'"),
+        ({"of": "a", "index": 2, "count": 2, "axis": "rows"}, "'index'"),
+        ({"of": "a", "index": 0, "count": 0, "axis": "rows"}, "'count'"),
+        ({"of": "a", "index": 0, "count": 1, "axis": ""}, "'axis'"),
+        ({"of": "a", "index": 0, "count": 1, "axis": "rows", "halo": -1}, "'halo'"),
+        ({"of": "a", "index": 0, "count": 1, "axis": "rows", "part": "bogus"}, "'part'"),
+        ({"of": "a", "index": 0, "count": 1, "axis": "rows", "start": (3,), "stop": (2,)}, "start < stop"),
+        ({"of": "a", "index": 0, "count": 1, "axis": "rows", "start": (0, 1), "stop": (2, 3)}, "names 1"),
+    ],
+)
 def test_bad_tile_raises(kwargs, msg):
     with pytest.raises(GraphError, match=msg):
         Tile(**kwargs)
 
 
-@pytest.mark.parametrize("mutate, msg", [
-    (lambda t: t.pop("count"), "lacks count"),
-    (lambda t: t.update(index=5), "'index' must be"),
-    (lambda t: t.update(index=True), "'index' must be"),
-    (lambda t: t.update(halo=-2), "'halo'"),
-    (lambda t: t.update(colour="red"), "unknown field"),
-    (lambda t: t.update(start=3), "list of integers"),
-    (lambda t: t.update(start=[0.5], stop=[2]), "integer ranges"),
-])
+@pytest.mark.parametrize(
+    "mutate, msg",
+    [
+        (lambda t: t.pop("count"), "lacks count"),
+        (lambda t: t.update(index=5), "'index' must be"),
+        (lambda t: t.update(index=True), "'index' must be"),
+        (lambda t: t.update(halo=-2), "'halo'"),
+        (lambda t: t.update(colour="red"), "unknown field"),
+        (lambda t: t.update(start=3), "list of integers"),
+        (lambda t: t.update(start=[0.5], stop=[2]), "integer ranges"),
+    ],
+)
 def test_bad_tile_in_file(tmp_path, mutate, msg):
     d = graph_to_dict(_tiled_graph())
     mutate(d["nodes"][1]["tile"])

@@ -1,4 +1,5 @@
 """Operator tiling as a graph rewrite: exact cover, halos from kernel/stride/padding, valid schedules, minima."""
+
 import math
 from itertools import pairwise
 
@@ -29,7 +30,7 @@ def _by_layer(g, part="output", kind="forward"):
 
 
 def _rows(shape):
-    return shape[1] if len(shape) == 3 else shape[0]     # rows, tokens, or features of a flat vector
+    return shape[1] if len(shape) == 3 else shape[0]  # rows, tokens, or features of a flat vector
 
 
 def _needed(lay, lo, hi, in_rows):
@@ -37,18 +38,20 @@ def _needed(lay, lo, hi, in_rows):
     if lay.op in ("conv2d", "maxpool", "avgpool"):
         return max(0, lo * lay.stride - lay.pad), min(in_rows, (hi - 1) * lay.stride - lay.pad + lay.kernel)
     if lay.op == "linear" and len(lay.shape) == 1:
-        return 0, in_rows                   # a dense layer: every output feature reads every input feature
+        return 0, in_rows  # a dense layer: every output feature reads every input feature
     return lo, hi
 
 
 def _covered(g, ids):
-    spans = sorted((g.nodes[u].tile.start[0], g.nodes[u].tile.stop[0]) if g.nodes[u].tile else (0, math.inf)
-                   for u in ids)
+    spans = sorted(
+        (g.nodes[u].tile.start[0], g.nodes[u].tile.stop[0]) if g.nodes[u].tile else (0, math.inf) for u in ids
+    )
     return spans
 
 
-@pytest.mark.parametrize("model, n", [("resnet18_cifar", 4), ("resnet18_cifar", 32), ("vgg16_cifar", 5),
-                                      ("resnet18", 7)])
+@pytest.mark.parametrize(
+    "model, n", [("resnet18_cifar", 4), ("resnet18_cifar", 32), ("vgg16_cifar", 5), ("resnet18", 7)]
+)
 def test_tiles_cover_outputs_exactly_and_read_their_halo(model, n):
     ml = model_layers(model)
     tb = build_tiled(ml, {lay.name: n for lay in ml.layers if tileable(lay)})
@@ -57,7 +60,7 @@ def test_tiles_cover_outputs_exactly_and_read_their_halo(model, n):
     fwd = _by_layer(g)
     layers = {lay.name: lay for lay in ml.layers}
     index = {lay.name: k for k, lay in enumerate(ml.layers)}
-    owner = {}      # forward node -> (layer name, start, stop)
+    owner = {}  # forward node -> (layer name, start, stop)
     for name, ids in fwd.items():
         for u in ids:
             owner[u] = name
@@ -104,7 +107,7 @@ def test_backward_grad_input_tiles_cover_the_input():
     assert wg and all(g.nodes[u].output_bytes == 0 for ids in wg.values() for u in ids)
     # the weight gradient of every tiled conv is accumulated over all of its output tiles
     for name, ids in wg.items():
-        conv = name[len("bwd."):]
+        conv = name[len("bwd.") :]
         assert len(ids) == _by_layer(g)[conv].__len__()
 
 
@@ -124,7 +127,7 @@ def test_flat_classifier_split_by_features():
     g = p.graph
     fc7 = [i for i, nd in enumerate(g.nodes) if nd.tile and nd.tile.of == "fc7" and nd.tile.part == "output"]
     relu6 = {i for i, nd in enumerate(g.nodes) if nd.kind == "forward" and nd.name.split("[")[0] == "drop6"}
-    assert fc7 and all(relu6 <= set(g.preds[i]) for i in fc7)     # a dense tile reads the whole input
+    assert fc7 and all(relu6 <= set(g.preds[i]) for i in fc7)  # a dense tile reads the whole input
     assert {g.nodes[i].tile.axis for i in fc7} == {"features"}
 
 
@@ -132,7 +135,7 @@ def test_plan_fits_and_tiles_only_what_it_must():
     p = plan_tiling("resnet18_cifar", 262144)
     assert p.fits and p.tiled and p.tiled_min_bytes <= 262144 < p.untiled_min_bytes
     assert max(working_sets(p.graph)) == p.tiled_min_bytes
-    assert "fc" not in p.counts and "layer4.1.conv2" not in p.counts   # small layers stay whole
+    assert "fc" not in p.counts and "layer4.1.conv2" not in p.counts  # small layers stay whole
     assert p.nodes_after < 1000
     same = plan_tiling("resnet18_cifar", 2_000_000)
     assert not same.tiled and same.graph.nodes == build_model("resnet18_cifar").nodes
@@ -156,8 +159,21 @@ def test_budget_below_tiled_minimum_is_answered_with_it():
 
 
 def test_cli_tile_off_keeps_the_untiled_answer(capsys):
-    rc = main(["solve", "--model", "resnet18_cifar", "--device", "m0", "--memory", "32768", "--tile", "off",
-               "--quiet", "--no-cache"])
+    rc = main(
+        [
+            "solve",
+            "--model",
+            "resnet18_cifar",
+            "--device",
+            "m0",
+            "--memory",
+            "32768",
+            "--tile",
+            "off",
+            "--quiet",
+            "--no-cache",
+        ]
+    )
     out = capsys.readouterr().out
     assert rc == 2 and "1048576 B" in out and "Tiling is off" in out
 
@@ -166,14 +182,27 @@ def test_cli_reports_tiling_and_the_tiled_minimum(capsys):
     rc = main(["solve", "--model", "resnet18_cifar", "--device", "m0", "--memory", "16384", "--quiet", "--no-cache"])
     out = capsys.readouterr().out
     p = plan_tiling("resnet18_cifar", 16384)
-    assert p.tiled_min_bytes == 32768          # one output row of a 64-channel 32x32 conv and its 3 input rows
+    assert p.tiled_min_bytes == 32768  # one output row of a 64-channel 32x32 conv and its 3 input rows
     assert rc == 2 and f"{p.tiled_min_bytes} B" in out and "below the tiled minimum" in out
     assert "activations only" in out
 
 
 def test_cli_fixed_ram_says_weights_do_not_fit(capsys):
-    rc = main(["solve", "--model", "resnet18_cifar", "--device", "m0", "--memory", "32768", "--fixed-ram", "sgd",
-               "--quiet", "--no-cache"])
+    rc = main(
+        [
+            "solve",
+            "--model",
+            "resnet18_cifar",
+            "--device",
+            "m0",
+            "--memory",
+            "32768",
+            "--fixed-ram",
+            "sgd",
+            "--quiet",
+            "--no-cache",
+        ]
+    )
     out = capsys.readouterr().out
     assert rc == 2 and "weights do not fit" in out
 
@@ -195,13 +224,17 @@ def test_attention_tiles_cover_every_head_query_and_key_block_once():
     g = build_tiled(ml, counts).graph
     heads = next(lay.heads for lay in ml.layers if lay.heads)
     seq = ml.input_shape[0]
-    for of in ("block0.attn.context", "bwd.block0.attn.context.dq", "bwd.block0.attn.context.dk",
-               "bwd.block0.attn.context.dv"):
+    for of in (
+        "block0.attn.context",
+        "bwd.block0.attn.context.dq",
+        "bwd.block0.attn.context.dk",
+        "bwd.block0.attn.context.dv",
+    ):
         blocks = [nd.tile for nd in g.nodes if nd.tile is not None and nd.tile.of == of]
         assert len(blocks) == heads * 4 * 4 and {t.axis for t in blocks} == {"heads,queries,keys"}
         area = sum((t.stop[1] - t.start[1]) * (t.stop[2] - t.start[2]) for t in blocks)
-        assert area == heads * seq * seq           # every (head, query, key) entry exactly once
-        assert sum(t.part == "output" for t in blocks) == heads * 4   # one finished tile per chain
+        assert area == heads * seq * seq  # every (head, query, key) entry exactly once
+        assert sum(t.part == "output" for t in blocks) == heads * 4  # one finished tile per chain
     # no node holds the heads x S x S scores: an attention step's working set is a small fraction of them
     ws = working_sets(g)
     att = [w for w, nd in zip(ws, g.nodes) if nd.op == "attention"]
@@ -235,11 +268,12 @@ def test_tiling_adds_only_the_flops_it_says(model):
     rest_tiled = g.total_flops - att_tiled - stats
     assert math.isclose(rest_tiled, rest_plain, rel_tol=1e-9)
     if att_plain:
-        assert att_plain < att_tiled < 2 * att_plain     # recomputed probabilities, costed, bounded
+        assert att_plain < att_tiled < 2 * att_plain  # recomputed probabilities, costed, bounded
 
 
 def test_short_time_limit_on_a_tiled_graph_still_answers_with_a_validated_schedule():
     from poet.solve.tiled import solve_tiled
+
     p = tiled_problem("vgg16_cifar", "m0", memory=32768, runtime="3x")
     s = solve_tiled(p, "poet", SolveOptions(time_limit_s=1.0))
     assert s.steps and s.status in ("feasible", "optimal")

@@ -8,6 +8,7 @@ and the generator state afterwards must be ``torch.equal`` to eager
 ``loss.backward()``, and the measured peak (activation store + fixed bytes)
 must stay within the budget.
 """
+
 from __future__ import annotations
 
 import copy
@@ -17,8 +18,11 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import poet  # noqa: E402
-from poet.execute import Executor, reference_schedule  # noqa: E402
-from poet.execute import models  # noqa: E402
+from poet.execute import (  # noqa: E402
+    Executor,
+    models,  # noqa: E402
+    reference_schedule,
+)
 from poet.graph.torch_export import export_training_graph  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore")
@@ -29,6 +33,7 @@ def _solve(cg, strategy, fractions, kind):
     keep-all peak) the solver schedules; a rule-based schedule only when the solver
     proves none of them feasible (tiny coarse graphs leave remat nothing to save)."""
     from poet.solve.baselines import keep_all_peak
+
     lo, hi = cg.min_ram_bytes(), keep_all_peak(cg)
     for frac in fractions:
         # these tests are about running schedules exactly; a 5% gap is proof enough
@@ -115,7 +120,7 @@ def test_resnet_schedules_match_autograd(dropout):
     m, lf, x, y = _resnet(dropout)
     prog, scheds, res = _check(m, lf, x, y)
     bn_updates = [b for b in prog.bindings if b.role == "buffer"]
-    assert len(bn_updates) == 3 * 5          # running mean, var, count for 5 BatchNorms
+    assert len(bn_updates) == 3 * 5  # running mean, var, count for 5 BatchNorms
 
 
 @pytest.mark.parametrize("dropout", [0.0, 0.2])
@@ -133,7 +138,7 @@ def test_bert_aten_graph_paging_matches_autograd():
     ref, ref_loss, _ = _eager(m, lf, x, y, 7)
     torch.manual_seed(7)
     res = Executor(prog).run(sched, x + y, apply=False)
-    assert res.rng_replays > 0                # dropout recomputed with the RNG of its first draw
+    assert res.rng_replays > 0  # dropout recomputed with the RNG of its first draw
     assert torch.equal(res.loss, ref_loss)
     for pn, p in ref.named_parameters():
         assert torch.equal(p.grad, res.grads[pn]), pn
@@ -164,7 +169,7 @@ def test_graph_extraction_facts():
     assert any("native_batch_norm" in o for o in ops)
     assert all(nd.output_bytes > 0 for nd in g.nodes)
     conv = next(nd for nd in g.nodes if nd.op == "aten.convolution.default")
-    assert conv.flops == 2 * 4 * 8 * 12 * 12 * 3 * 9      # 2 * out elements * Cin * k*k
+    assert conv.flops == 2 * 4 * 8 * 12 * 12 * 3 * 9  # 2 * out elements * Cin * k*k
     assert g.forward_ids() and g.backward_ids()
     # fixed RAM: params + grads + buffers + batch (+ staged buffer updates + tangent)
     pb = sum(p.numel() * 4 for p in m.parameters())
@@ -196,7 +201,7 @@ def test_tied_parameters_are_one_tensor():
     m = _TiedLM().train()
     ids, y = torch.randint(0, 40, (4, 9)), torch.randint(0, 40, (4,))
     prog, _, _ = _check(m, torch.nn.CrossEntropyLoss(), (ids,), (y,))
-    assert "out.weight" not in prog.params                 # the first name holds it
+    assert "out.weight" not in prog.params  # the first name holds it
     untied = sum(p.numel() * 4 for _, p in m.named_parameters(remove_duplicate=False))
     assert prog.fixed_breakdown["params"] == untied - m.emb.weight.numel() * 4
 
@@ -223,7 +228,7 @@ def test_lstm_runs_within_its_budget():
     # the fused kernel's inputs and outputs are the whole peak: nothing to save, so keep-all only
     prog, _, _ = _check(m, torch.nn.CrossEntropyLoss(), (x,), (y,), kinds=())
     rnn = [u for u in prog.units if "mkldnn_rnn_layer.default" in u.op]
-    assert rnn and rnn[0].bytes > (3 * 7 * 12 + 2 * 3 * 12) * 4 + 10_000     # outputs and the workspace
+    assert rnn and rnn[0].bytes > (3 * 7 * 12 + 2 * 3 * 12) * 4 + 10_000  # outputs and the workspace
     assert prog.eager_difference == 0.0
 
 

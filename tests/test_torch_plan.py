@@ -1,4 +1,5 @@
 """poet.plan, the saved poet-schedule/1 file, training loops and the plan/train commands."""
+
 from __future__ import annotations
 
 import argparse
@@ -24,8 +25,7 @@ def test_plan_inspect_save_run(tmp_path):
     m, lf, data = _cnn()
     (x,), (y,) = data.batch()
     ref = copy.deepcopy(m)
-    pl = poet.plan(m, (x,), loss_fn=lf, targets=(y,), device="m4", memory="1MB", runtime="2x",
-                   strategy="keep-all")
+    pl = poet.plan(m, (x,), loss_fn=lf, targets=(y,), device="m4", memory="1MB", runtime="2x", strategy="keep-all")
     assert isinstance(pl, Plan) and pl.feasible
     text = str(pl)
     assert "aten ops" in text and "m4" in text
@@ -48,8 +48,11 @@ def test_plan_inspect_save_run(tmp_path):
 def test_training_loss_curve_identical_to_plain_pytorch(opt_name):
     m, lf, data = _cnn()
     ref = copy.deepcopy(m)
-    make = (lambda ps: torch.optim.SGD(ps, lr=0.1, momentum=0.9)) if opt_name == "sgd" else \
-        (lambda ps: torch.optim.Adam(ps, lr=1e-2))
+    make = (
+        (lambda ps: torch.optim.SGD(ps, lr=0.1, momentum=0.9))
+        if opt_name == "sgd"
+        else (lambda ps: torch.optim.Adam(ps, lr=1e-2))
+    )
     opt, ropt = make(m.parameters()), make(ref.parameters())
     g0 = data.g.get_state()
     batch = data.batch()
@@ -91,6 +94,7 @@ def test_layer_granularity_plan():
 
 def _cli(argv):
     from poet.execute.commands import register
+
     p = argparse.ArgumentParser(prog="poet")
     sub = p.add_subparsers(dest="command")
     register(sub)
@@ -99,8 +103,24 @@ def _cli(argv):
 
 
 def test_cli_train_check(capsys):
-    rc = _cli(["train", "--model", "mlp", "--steps", "3", "--check", "--strategy", "keep-all",
-               "--batch-size", "4", "--optimizer", "adam", "--lr", "0.01"])
+    rc = _cli(
+        [
+            "train",
+            "--model",
+            "mlp",
+            "--steps",
+            "3",
+            "--check",
+            "--strategy",
+            "keep-all",
+            "--batch-size",
+            "4",
+            "--optimizer",
+            "adam",
+            "--lr",
+            "0.01",
+        ]
+    )
     out = capsys.readouterr().out
     assert rc == 0, out
     assert "step    3/3" in out and "loss curve identical: True" in out
@@ -108,8 +128,7 @@ def test_cli_train_check(capsys):
 
 def test_cli_plan_writes_schedule(tmp_path, capsys):
     out = tmp_path / "p.json"
-    rc = _cli(["plan", "--model", "mlp", "--batch-size", "4", "--strategy", "keep-all", "--run",
-               "--out", str(out)])
+    rc = _cli(["plan", "--model", "mlp", "--batch-size", "4", "--strategy", "keep-all", "--run", "--out", str(out)])
     text = capsys.readouterr().out
     assert rc == 0, text
     assert out.exists() and poet.load_schedule(out).steps
@@ -125,38 +144,43 @@ def test_cli_plan_shows_the_solver_progress_and_answers_again_from_the_cache(cap
     second = capsys.readouterr()
     assert "solving" not in second.err
     assert "from the cache (solved in" in second.out
-    assert first.out.splitlines()[3] == second.out.splitlines()[3]      # the same predicted totals
+    assert first.out.splitlines()[3] == second.out.splitlines()[3]  # the same predicted totals
     assert _cli(argv + ["--quiet", "--no-cache"]) == 0
     assert "from the cache" not in capsys.readouterr().out
 
 
 def test_cli_train_bad_paging_dir(tmp_path, capsys):
-    rc = _cli(["train", "--model", "mlp", "--steps", "1", "--strategy", "keep-all",
-               "--paging-dir", str(tmp_path / "missing")])
+    rc = _cli(
+        ["train", "--model", "mlp", "--steps", "1", "--strategy", "keep-all", "--paging-dir", str(tmp_path / "missing")]
+    )
     # keep-all never pages, so the run succeeds; a paging strategy must fail cleanly
     assert rc == 0
     from poet.execute import reference_schedule
+
     m, lf, data = models.build("mlp", batch_size=4)
     pl = plan(m, *data.batch()[0], lf, targets=data.batch()[1], strategy="keep-all", paging_dir=tmp_path / "x")
     pl.schedule = reference_schedule(pl.graph, "paging", every=4)
     before = [p.detach().clone() for p in m.parameters()]
     from poet.execute import PagingError
+
     with pytest.raises(PagingError):
         pl.run()
     assert all(torch.equal(a, b) for a, b in zip(before, m.parameters()))
 
 
-def test_a_user_module_is_found_in_the_current_directory_and_a_missing_one_is_named(tmp_path, monkeypatch,
-                                                                                       capsys):
+def test_a_user_module_is_found_in_the_current_directory_and_a_missing_one_is_named(tmp_path, monkeypatch, capsys):
     import sys
+
     from poet.cli import main
+
     (tmp_path / "my_net_for_poet.py").write_text(
         "import torch\n"
         "from poet.execute import models\n"
         "def build():\n"
         "    torch.manual_seed(0)\n"
         "    return (models.MLP(d_in=8, hidden=16, layers=2), torch.nn.CrossEntropyLoss(),\n"
-        "            models.VectorData(batch_size=4, d_in=8, seed=0))\n")
+        "            models.VectorData(batch_size=4, d_in=8, seed=0))\n"
+    )
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", str(tmp_path))])
     assert main(["plan", "--model", "my_net_for_poet:build", "--device", "m4", "--quiet", "--no-cache"]) == 0

@@ -7,6 +7,7 @@ tile kernel reads the rows its window reaches (its halo), the measured peak
 with tiles and accumulators stays within the budget, a budget below the tiled
 minimum is answered with that minimum, and ``tile="off"`` plans as before.
 """
+
 from __future__ import annotations
 
 import copy
@@ -66,12 +67,22 @@ def test_tiled_conv_families_match_autograd_within_the_bound(count):
     prog = export_training_graph(m, (x,), F.cross_entropy, (y,))
     tp, rep = tile_program(prog, count, threshold=0)
     ops = {op for op, _, _ in rep.tiled.values()}
-    for fam in ("convolution.default", "convolution_backward.default", "_native_batch_norm_legit_functional",
-                "native_batch_norm_backward", "max_pool2d_with_indices.default",
-                "max_pool2d_with_indices_backward", "avg_pool2d.default", "avg_pool2d_backward", "cat.default",
-                "add.Tensor", "gelu.default", "mean.dim"):
+    for fam in (
+        "convolution.default",
+        "convolution_backward.default",
+        "_native_batch_norm_legit_functional",
+        "native_batch_norm_backward",
+        "max_pool2d_with_indices.default",
+        "max_pool2d_with_indices_backward",
+        "avg_pool2d.default",
+        "avg_pool2d_backward",
+        "cat.default",
+        "add.Tensor",
+        "gelu.default",
+        "mean.dim",
+    ):
         assert any(fam in op for op in ops), (fam, sorted(ops))
-    assert not rep.assembled, rep.assembled          # every tiled tensor is consumed tile by tile
+    assert not rep.assembled, rep.assembled  # every tiled tensor is consumed tile by tile
     cg = tp.costed("m4")
     assert sum(nd.tile is not None for nd in cg.nodes) > len(prog.graph)
     ref, ref_loss = _autograd(m, x, y)
@@ -88,8 +99,10 @@ def test_tiled_conv_families_match_autograd_within_the_bound(count):
             assert res.bytes_written == sched.totals.bytes_paged_out > 0
 
 
-@pytest.mark.parametrize("k,s,p,d,groups", [(3, 1, 1, 1, 1), (3, 2, 1, 1, 4), (5, 2, 2, 1, 8), (3, 1, 2, 2, 2),
-                                            (1, 2, 0, 1, 1), (4, 3, 1, 1, 1)])
+@pytest.mark.parametrize(
+    "k,s,p,d,groups",
+    [(3, 1, 1, 1, 1), (3, 2, 1, 1, 4), (5, 2, 2, 1, 8), (3, 1, 2, 2, 2), (1, 2, 0, 1, 1), (4, 3, 1, 1, 1)],
+)
 def test_each_tile_reads_the_rows_its_windows_reach(k, s, p, d, groups):
     # a tile computed from exactly the rows window_rows/reaching_rows name (halo included, padding outside)
     # equals those rows of the whole op: a smaller halo would differ at the tile's edges
@@ -102,8 +115,9 @@ def test_each_tile_reads_the_rows_its_windows_reach(k, s, p, d, groups):
     H, Ho = x.shape[2], out.shape[2]
     for a, b in [(0, 1), (0, 3), (2, 5), (Ho - 2, Ho)]:
         lo, hi = window_rows(a, b, k, s, p, d)
-        t = K.tile_conv([x[:, :, max(0, lo):min(H, hi)]], max(0, -lo), max(0, hi - H), w, None, [s, s], [p, p],
-                        [d, d], groups)
+        t = K.tile_conv(
+            [x[:, :, max(0, lo) : min(H, hi)]], max(0, -lo), max(0, hi - H), w, None, [s, s], [p, p], [d, d], groups
+        )
         assert torch.allclose(t, out[:, :, a:b], atol=1e-5), (a, b)
     for a, b in [(0, 2), (3, 8), (H - 4, H)]:
         o0, o1 = reaching_rows(a, b, k, s, p, d, Ho)
@@ -118,18 +132,29 @@ def test_tile_metadata_records_halo_and_range():
     tp, _ = tile_program(export_training_graph(m, (x,), F.cross_entropy, (y,)), 3, threshold=0)
     convs = [nd.tile for nd in tp.graph.nodes if nd.tile is not None and nd.op.endswith("tile_conv")]
     assert convs and all(t.axis == "rows" and t.count == 3 for t in convs)
-    dw = [t for t in convs if t.of == "convolution_2"]                  # the 5x5 depthwise conv
+    dw = [t for t in convs if t.of == "convolution_2"]  # the 5x5 depthwise conv
     assert [t.halo for t in dw] == [2, 2, 2]
     assert [(t.start[0], t.stop[0]) for t in dw] == [(0, 4), (4, 8), (8, 12)]
 
 
 def _cnn_plan(memory, tile="auto", **kw):
     from poet.execute import models
+
     torch.manual_seed(0)
     m = models.SmallResNet(channels=4, blocks=1).train()
     x, y = torch.randn(2, 3, 16, 16), torch.randint(0, 10, (2,))
-    pl = poet.plan(m, (x,), F.cross_entropy, targets=(y,), device="m4", memory=memory, strategy="poet",
-                   time_limit=20, tile=tile, **kw)
+    pl = poet.plan(
+        m,
+        (x,),
+        F.cross_entropy,
+        targets=(y,),
+        device="m4",
+        memory=memory,
+        strategy="poet",
+        time_limit=20,
+        tile=tile,
+        **kw,
+    )
     return m, x, y, pl
 
 
@@ -173,6 +198,7 @@ def test_forced_tile_count():
 
 def _gpt(batch):
     from poet.execute import models
+
     torch.manual_seed(0)
     m = models.TinyGPT(vocab=20, d=16, heads=2, layers=1, max_len=12).train()
     ids = torch.randint(0, 20, (batch, 12))
@@ -183,13 +209,26 @@ def _gpt(batch):
 def test_tiled_transformer_matches_autograd_within_the_bound(batch, count):
     # batch 1: token tiles are query tiles of one sequence; batch 2: tiles of whole sequences
     from poet.execute.models import lm_loss
+
     m, ids, y = _gpt(batch)
     prog = export_training_graph(m, (ids,), lm_loss, (y,))
     tp, rep = tile_program(prog, count, threshold=0, min_split=0)
     ops = {op for op, _, _ in rep.tiled.values()}
-    for fam in ("addmm", "aten.mm", "aten.bmm", "_softmax.default", "_softmax_backward_data", "native_layer_norm.",
-                "native_layer_norm_backward", "embedding.default", "embedding_dense_backward", "gelu.default",
-                "nll_loss_forward", "nll_loss_backward", "_log_softmax.default"):
+    for fam in (
+        "addmm",
+        "aten.mm",
+        "aten.bmm",
+        "_softmax.default",
+        "_softmax_backward_data",
+        "native_layer_norm.",
+        "native_layer_norm_backward",
+        "embedding.default",
+        "embedding_dense_backward",
+        "gelu.default",
+        "nll_loss_forward",
+        "nll_loss_backward",
+        "_log_softmax.default",
+    ):
         assert any(fam in op for op in ops), (fam, sorted(ops))
     axes = {nd.tile.axis for nd in tp.graph.nodes if nd.tile is not None}
     assert axes == {"tokens", "rows"} if batch == 1 else "tokens" in axes
@@ -207,14 +246,14 @@ def _grad_ok(g_tiled, g32, g64) -> bool:
     autograd is itself inexact) no more than twice as far from the float64 gradient as autograd's."""
     if relative_difference(g_tiled, g32) <= GRADIENT_BOUND:
         return True
-    return relative_difference(g_tiled.double(), g64) <= max(GRADIENT_BOUND,
-                                                             2 * relative_difference(g32.double(), g64))
+    return relative_difference(g_tiled.double(), g64) <= max(GRADIENT_BOUND, 2 * relative_difference(g32.double(), g64))
 
 
 @pytest.mark.parametrize("name", ["dwnet", "gpt"])
 def test_plan_trains_a_depthwise_resnet_and_a_causal_transformer_tiled(name):
     from poet.execute import models
     from poet.execute.tiled import TRAINED_LOSS_BOUND, TRAINED_PARAM_BOUND
+
     torch.manual_seed(0)
     if name == "dwnet":
         m, lf = models.DepthwiseResNet(channels=4, blocks=1).train(), F.cross_entropy
@@ -225,14 +264,15 @@ def test_plan_trains_a_depthwise_resnet_and_a_causal_transformer_tiled(name):
     ref, ref64 = copy.deepcopy(m), copy.deepcopy(m).double()
     opt = torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9)
     ropt = torch.optim.SGD(ref.parameters(), lr=0.1, momentum=0.9)
-    probe = poet.plan(m, *batches[0][0], lf, targets=batches[0][1], memory="100%", strategy="keep-all", tile="off",
-                      optimizer=opt)
+    probe = poet.plan(
+        m, *batches[0][0], lf, targets=batches[0][1], memory="100%", strategy="keep-all", tile="off", optimizer=opt
+    )
     lo, fixed = probe.graph.min_ram_bytes(), probe.graph.fixed_ram_bytes
     budget = fixed + (lo - fixed) * 7 // 10
     pl = poet.plan(m, *batches[0][0], lf, targets=batches[0][1], memory=budget, time_limit=10, optimizer=opt)
     assert pl.feasible and pl.tiling.tiled, str(pl)
     for step, (x, y) in enumerate(batches):
-        res = pl.train_step(x, y, optimizer=None)          # gradients land in .grad; step below
+        res = pl.train_step(x, y, optimizer=None)  # gradients land in .grad; step below
         ropt.zero_grad(set_to_none=True)
         loss = lf(ref(*x), *y)
         loss.backward()

@@ -5,6 +5,7 @@ accepts (or an honest infeasible), within its time limit (checked against a gene
 the machine is shared), Ctrl-C answers with the best schedule, and nothing is exponential in
 the graph.  bench/torture.py runs the same families at 250-1,000 nodes.
 """
+
 from __future__ import annotations
 
 import math
@@ -13,18 +14,18 @@ import random
 import pytest
 
 from poet.graph.core import CostedGraph, CostedNode, GraphError
-from poet.graph.generate import FAMILIES, generate, parse_spec
+from poet.graph.generate import FAMILIES, generate
 from poet.graph.zoo import build_model
 from poet.solve.api import costed_graph
 from poet.solve.search.greedy import RECOMPUTE_DEPTH, recompute_cost
 
-
 # --- the generators -----------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("family", sorted(FAMILIES))
 def test_a_generated_family_is_a_seeded_training_graph_of_about_the_asked_size(family):
     g = generate(f"{family}:60:3")
-    assert g == generate(f"{family}:60:3")                       # the same spec, the same graph
+    assert g == generate(f"{family}:60:3")  # the same spec, the same graph
     assert g != generate(f"{family}:60:4")
     assert 56 <= len(g.nodes) <= 66
     kinds = [nd.kind for nd in g.nodes]
@@ -38,13 +39,20 @@ def test_a_generated_family_is_a_seeded_training_graph_of_about_the_asked_size(f
 
 
 def test_a_generated_spec_is_a_model_name_everywhere():
-    g = costed_graph("rl:40:2", "a72")                          # the alias of layered
+    g = costed_graph("rl:40:2", "a72")  # the alias of layered
     assert g.name == "layered:40:2" and len(g.nodes) == len(build_model("layered:40:2").nodes)
     assert g.nodes[0].compute_time_s > 0 and g.nodes[0].pagein_time_s > 0
 
 
-@pytest.mark.parametrize("spec, words", [("layered:abc", "whole numbers"), ("layered:3", "between"),
-                                         ("layered:10:1:2", "FAMILY:NODES"), ("nosuch:10", None)])
+@pytest.mark.parametrize(
+    "spec, words",
+    [
+        ("layered:abc", "whole numbers"),
+        ("layered:3", "between"),
+        ("layered:10:1:2", "FAMILY:NODES"),
+        ("nosuch:10", None),
+    ],
+)
 def test_a_bad_generated_spec_says_what_would_work(spec, words):
     with pytest.raises(GraphError) as e:
         build_model(spec)
@@ -55,11 +63,12 @@ def test_the_layered_family_has_dense_skip_connections():
     g = generate("layered:400:1")
     nf = g.meta["forward_nodes"]
     fwd_edges = [(u, v) for u, v in g.edges if v < nf]
-    assert len(fwd_edges) > 3 * nf                             # a few inputs per node, not a chain
-    assert any(v - u > 40 for u, v in fwd_edges)                # and edges that skip far
+    assert len(fwd_edges) > 3 * nf  # a few inputs per node, not a chain
+    assert any(v - u > 40 for u, v in fwd_edges)  # and edges that skip far
 
 
 # --- the greedy's recomputation price is linear in the graph ------------------------------------
+
 
 def _ladder(n: int, fan_in: int) -> CostedGraph:
     """Every node reads the ``fan_in`` nodes before it: ``fan_in ** depth`` paths back from any node."""
@@ -85,14 +94,14 @@ def _recursive_cost(g, x, at, present, stored, depth=0):
 
 
 def test_the_recompute_price_visits_each_node_a_bounded_number_of_times():
-    g = _ladder(200, 6)                # the recursion would evaluate about 6**8 = 1.7 million nodes
+    g = _ladder(200, 6)  # the recursion would evaluate about 6**8 = 1.7 million nodes
     stats: dict = {}
-    present = set(range(142))          # every path back from 150 reaches them within 8 inputs
+    present = set(range(142))  # every path back from 150 reaches them within 8 inputs
     e, _ = recompute_cost(g, 150, 150, present, stored=(), stats=stats)
     assert math.isfinite(e) and (e, _) == _recursive_cost(g, 150, 150, present, ())
     assert stats["visits"] <= (RECOMPUTE_DEPTH + 1) * len(g.nodes)
     stats = {}
-    e, _ = recompute_cost(g, 199, 199, present=set(), stored=(), stats=stats)   # deeper than 8: inf
+    e, _ = recompute_cost(g, 199, 199, present=set(), stored=(), stats=stats)  # deeper than 8: inf
     assert e == math.inf and stats["visits"] <= (RECOMPUTE_DEPTH + 1) * len(g.nodes)
 
 
@@ -125,8 +134,7 @@ def small_graphs():
 
 @pytest.mark.parametrize("strategy", ["keep-all", "chen", "capuchin", "paging", "remat", "poet"])
 @pytest.mark.parametrize("family", sorted(FAMILIES))
-def test_every_strategy_on_every_family_returns_a_validated_schedule_or_an_honest_no(small_graphs, family,
-                                                                                    strategy):
+def test_every_strategy_on_every_family_returns_a_validated_schedule_or_an_honest_no(small_graphs, family, strategy):
     import time
 
     from poet.schedule import validate
@@ -145,7 +153,7 @@ def test_every_strategy_on_every_family_returns_a_validated_schedule_or_an_hones
             assert s.report.gap is not None and s.report.gap <= 1e-3 + 1e-12
     else:
         assert s.status in ("infeasible", "no_solution")
-        assert s.report.message              # says why
+        assert s.report.message  # says why
     if strategy in ("remat", "poet"):
         # the recomputation strategies find a plan on every family at 80% of the peak with 2x the time
         assert s.steps, f"{strategy} on {family}: {s.status}, {s.report.message}"
@@ -154,6 +162,7 @@ def test_every_strategy_on_every_family_returns_a_validated_schedule_or_an_hones
 
 # --- Ctrl-C on a generated graph, through the command line --------------------------------------------
 
+
 def _solve_process(spec: str, strategy: str = "poet"):
     import os
     import subprocess
@@ -161,10 +170,34 @@ def _solve_process(spec: str, strategy: str = "poet"):
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[1]
-    cmd = [sys.executable, "-m", "poet", "solve", "--model", spec, "--device", "a72", "--memory", "80%",
-           "--strategy", strategy, "--time-limit", "600", "--threads", "2", "--no-cache"]
-    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=root,
-                            env={**os.environ, "PYTHONPATH": str(root)}, start_new_session=True)
+    cmd = [
+        sys.executable,
+        "-m",
+        "poet",
+        "solve",
+        "--model",
+        spec,
+        "--device",
+        "a72",
+        "--memory",
+        "80%",
+        "--strategy",
+        strategy,
+        "--time-limit",
+        "600",
+        "--threads",
+        "2",
+        "--no-cache",
+    ]
+    return subprocess.Popen(
+        cmd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=root,
+        env={**os.environ, "PYTHONPATH": str(root)},
+        start_new_session=True,
+    )
 
 
 @pytest.mark.parametrize("how", ["group", "process and group"])
@@ -184,17 +217,18 @@ def test_the_first_ctrl_c_prints_the_best_validated_schedule_of_a_long_solve(how
             err.append(line)
             if line.startswith("solving"):
                 started.set()
+
     threading.Thread(target=read, daemon=True).start()
     assert started.wait(300), "".join(err)
     time.sleep(2.0)
     t_sig = time.perf_counter()
-    if how == "process and group":     # what `timeout -s INT` does: one request, two signals
+    if how == "process and group":  # what `timeout -s INT` does: one request, two signals
         os.kill(p.pid, signal.SIGINT)
     os.killpg(p.pid, signal.SIGINT)
     out = p.stdout.read()
     p.wait(timeout=120)
     waited = time.perf_counter() - t_sig
-    assert waited < 30, f"exited {waited:.1f} s after the Ctrl-C"      # 1-2 s when the machine is idle
+    assert waited < 30, f"exited {waited:.1f} s after the Ctrl-C"  # 1-2 s when the machine is idle
     text = "".join(err)
     assert p.returncode == 0, text
     assert "stopped early on request" in out and "Validated: an independent replay" in out
@@ -206,7 +240,7 @@ def test_a_ctrl_c_while_poet_loads_ends_quietly():
     import time
 
     p = _solve_process("layered:40:1")
-    time.sleep(0.6)                      # loading the modules (torch among them) takes longer
+    time.sleep(0.6)  # loading the modules (torch among them) takes longer
     p.send_signal(signal.SIGINT)
     out, err = p.communicate(timeout=120)
     if p.returncode == 130:

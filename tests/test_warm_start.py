@@ -1,6 +1,5 @@
 """A stage plan written into the MILP's columns (poet.solve.milp.warm_start) is a complete, feasible start."""
 
-
 import pytest
 
 from poet.schedule import Budget, validate
@@ -17,17 +16,19 @@ def _ram(g, frac):
     return int(lo + frac * (hi - lo))
 
 
-@pytest.mark.parametrize("model,device", [("linear", "a72"), ("linear", "m4"), ("vgg16_cifar", "m4"),
-                                          ("resnet18_cifar", "a72")])
+@pytest.mark.parametrize(
+    "model,device", [("linear", "a72"), ("linear", "m4"), ("vgg16_cifar", "m4"), ("resnet18_cifar", "a72")]
+)
 def test_greedy_plan_is_a_valid_complete_warm_start(model, device):
     from poet.solve.api import costed_graph
+
     g = costed_graph(model, device)
     for frac, mult in ((0.3, 1.2), (0.0, 2.0)):
         b = Budget(_ram(g, frac), mult * g.plain_runtime_s, "serial")
         plan = best_greedy(g, b)
         if plan is None:
             continue
-        t = validate(g, emit(g, plan), b)            # a real schedule within both budgets
+        t = validate(g, emit(g, plan), b)  # a real schedule within both budgets
         e, _ = plan_costs(g, plan, b.paging_time)
         assert t.energy_j == pytest.approx(e, rel=1e-9)
         assert t.energy_j >= lower_bound_energy(g) * (1 - 1e-12)

@@ -1,10 +1,12 @@
 """The benchmark zoo: structure, honest backward dependencies, sizes, errors."""
+
 from __future__ import annotations
 
 import json
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from poet.graph.core import BACKWARD, FORWARD, Graph, GraphError
 from poet.graph.zoo import MODELS, build_model, list_models
@@ -12,14 +14,28 @@ from poet.graph.zoo import MODELS, build_model, list_models
 NAMES = ["linear", "vgg16", "vgg16_cifar", "resnet18", "resnet18_cifar", "resnet50", "bert", "transformer"]
 
 # node counts are part of the contract (schedules saved for a model refer to node ids)
-NODE_COUNTS = {"linear": 20, "vgg16": 80, "vgg16_cifar": 80, "resnet18": 140, "resnet18_cifar": 138,
-               "resnet50": 352, "bert": 338, "transformer": 30}
+NODE_COUNTS = {
+    "linear": 20,
+    "vgg16": 80,
+    "vgg16_cifar": 80,
+    "resnet18": 140,
+    "resnet18_cifar": 138,
+    "resnet50": 352,
+    "bert": 338,
+    "transformer": 30,
+}
 
 # Parameter counts of the reference architectures (weights + biases, batchnorm/layernorm
 # gamma and beta; batchnorm running statistics are buffers and not counted).  BERT counts
 # the 12 encoder blocks only: no token/position embeddings, no pooler or task head.
-EXPECTED_PARAMS = {"resnet18": 11_689_512, "resnet50": 25_557_032, "vgg16": 138_357_544,
-                   "resnet18_cifar": 11_173_962, "bert": 85_054_464, "transformer": 85_054_464 // 12}
+EXPECTED_PARAMS = {
+    "resnet18": 11_689_512,
+    "resnet50": 25_557_032,
+    "vgg16": 138_357_544,
+    "resnet18_cifar": 11_173_962,
+    "bert": 85_054_464,
+    "transformer": 85_054_464 // 12,
+}
 
 # what each op's backward reads from the forward pass (besides incoming gradients)
 READS_INPUT = {"conv2d", "linear", "batchnorm", "layernorm", "maxpool", "gelu", "matmul"}
@@ -45,6 +61,7 @@ def bwd_preds(g: Graph, i: int) -> set[int]:
 
 
 # ---------------------------------------------------------------- catalogue
+
 
 def test_catalogue():
     assert list_models() == NAMES
@@ -89,6 +106,7 @@ def test_deterministic(name, graphs):
 
 
 # ---------------------------------------------------------------- honest backward deps
+
 
 @pytest.mark.parametrize("name", NAMES)
 def test_backward_dependency_rules(name, graphs):
@@ -179,6 +197,7 @@ def test_gradient_sizes(name, graphs):
 
 # ---------------------------------------------------------------- sizes
 
+
 @pytest.mark.parametrize("name", sorted(EXPECTED_PARAMS))
 def test_param_counts(name, graphs):
     params = graphs[name].param_bytes / 4
@@ -191,8 +210,9 @@ def test_param_counts_small_models(graphs):
     assert graphs["linear"].param_bytes < 1_000_000  # microcontroller-sized
 
 
-@pytest.mark.parametrize("name,gmac", [("resnet18", 1.82), ("resnet50", 4.11), ("vgg16", 15.47),
-                                       ("resnet18_cifar", 0.556)])
+@pytest.mark.parametrize(
+    "name,gmac", [("resnet18", 1.82), ("resnet50", 4.11), ("vgg16", 15.47), ("resnet18_cifar", 0.556)]
+)
 def test_forward_flops(name, gmac, graphs):
     g = graphs[name]
     fwd = sum(nd.flops for nd in g.nodes if nd.kind == FORWARD)
@@ -227,6 +247,7 @@ def test_batch_scaling(name, batch):
 
 
 # ---------------------------------------------------------------- errors
+
 
 def test_unknown_model_lists_names():
     with pytest.raises(GraphError) as e:

@@ -3,16 +3,32 @@
 Everything here needs torch, which is imported only when one of these names is first used
 (``poet.execute.commands``, the ``plan`` and ``train`` subcommands, imports it only when they run).
 """
+
 from __future__ import annotations
 
 import importlib
 
-__all__ = ["ExecutionError", "Executor", "PagingError", "PagingStore", "RunResult", "reference_schedule",
-           "run_schedule"]
+__all__ = [
+    "ExecutionError",
+    "Executor",
+    "PagingError",
+    "PagingStore",
+    "RunResult",
+    "reference_schedule",
+    "run_schedule",
+]
 
-_WHERE = {"Executor": "executor", "ExecutionError": "executor", "RunResult": "executor", "run_schedule": "executor",
-          "InstructionRecord": "executor", "reference_schedule": "reference", "reference_steps": "reference",
-          "PagingError": "store", "PagingStore": "store"}
+_WHERE = {
+    "Executor": "executor",
+    "ExecutionError": "executor",
+    "RunResult": "executor",
+    "run_schedule": "executor",
+    "InstructionRecord": "executor",
+    "reference_schedule": "reference",
+    "reference_steps": "reference",
+    "PagingError": "store",
+    "PagingStore": "store",
+}
 
 
 def __getattr__(name):

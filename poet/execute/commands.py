@@ -3,6 +3,7 @@
 ``register(subparsers)`` adds both subcommands; torch is imported only when
 one of them runs.
 """
+
 from __future__ import annotations
 
 import sys
@@ -14,47 +15,78 @@ PLAN_EXAMPLE = "poet plan --model bert --device m4 --memory 60% --strategy pagin
 
 def _common(p) -> None:
     from ..units import BATCH, SECONDS, number_option
+
     src = p.add_argument_group("model")
-    src.add_argument("--model", default="cnn",
-                     help="cnn, bert, mlp (built-in, generated data) or module:function returning "
-                          "(model, loss_fn, data) where data.batch() -> (inputs, targets); the module is "
-                          "looked up in the current directory, then on PYTHONPATH")
+    src.add_argument(
+        "--model",
+        default="cnn",
+        help="cnn, bert, mlp (built-in, generated data) or module:function returning "
+        "(model, loss_fn, data) where data.batch() -> (inputs, targets); the module is "
+        "looked up in the current directory, then on PYTHONPATH",
+    )
     src.add_argument("--batch-size", type=BATCH, default=8)
-    src.add_argument("--dropout", type=number_option("float", "a dropout probability in [0, 1)", "0.1",
-                                                     minimum=0.0, below=1.0), default=0.1)
+    src.add_argument(
+        "--dropout",
+        type=number_option("float", "a dropout probability in [0, 1)", "0.1", minimum=0.0, below=1.0),
+        default=0.1,
+    )
     src.add_argument("--seed", type=int, default=0)
-    src.add_argument("--granularity", choices=["aten", "layer"], default="aten",
-                     help="aten: every aten op a node (default); layer: ops grouped by module")
+    src.add_argument(
+        "--granularity",
+        choices=["aten", "layer"],
+        default="aten",
+        help="aten: every aten op a node (default); layer: ops grouped by module",
+    )
     b = p.add_argument_group("budgets")
-    b.add_argument("--device", default="m4",
-                   help="device profile for the cost model: a name (see `poet devices`) or a .toml file, e.g. one "
-                        "written by `poet profile`")
-    b.add_argument("--costs", choices=["model", "measured"], default="model",
-                   help="model: price nodes with the device's cost model (default); measured: time every node of "
-                        "this model on this machine, paging priced by the device's storage")
-    b.add_argument("--memory", default="100%",
-                   help="RAM budget incl. params, grads, buffers, batch, optimizer state: 256KB, 1MB, or "
-                        "a percentage of the way from fixed bytes to the keep-everything peak (default 100%%)")
+    b.add_argument(
+        "--device",
+        default="m4",
+        help="device profile for the cost model: a name (see `poet devices`) or a .toml file, e.g. one "
+        "written by `poet profile`",
+    )
+    b.add_argument(
+        "--costs",
+        choices=["model", "measured"],
+        default="model",
+        help="model: price nodes with the device's cost model (default); measured: time every node of "
+        "this model on this machine, paging priced by the device's storage",
+    )
+    b.add_argument(
+        "--memory",
+        default="100%",
+        help="RAM budget incl. params, grads, buffers, batch, optimizer state: 256KB, 1MB, or "
+        "a percentage of the way from fixed bytes to the keep-everything peak (default 100%%)",
+    )
     b.add_argument("--runtime", default=None, help="deadline: 2x (of one plain step), 2.5s; default none")
     b.add_argument("--paging-time", choices=["serial", "overlap", "hidden"], default="serial")
-    b.add_argument("--tile", default="auto",
-                   help="auto (default): split ops into tiles when the budget is below the untiled minimum; "
-                        "off: never; N: force N tiles (tiled gradients match within docs/torch.md's bound)")
+    b.add_argument(
+        "--tile",
+        default="auto",
+        help="auto (default): split ops into tiles when the budget is below the untiled minimum; "
+        "off: never; N: force N tiles (tiled gradients match within docs/torch.md's bound)",
+    )
     b.add_argument("--strategy", default="poet", help="poet (default), remat, paging, keep-all, chen")
     b.add_argument("--time-limit", type=SECONDS, default=60.0, help="solver seconds (default 60)")
-    b.add_argument("--no-cache", action="store_true",
-                   help="solve afresh: neither reuse nor keep an answer in the cache (docs/pipeline.md, Cache)")
+    b.add_argument(
+        "--no-cache",
+        action="store_true",
+        help="solve afresh: neither reuse nor keep an answer in the cache (docs/pipeline.md, Cache)",
+    )
     r = p.add_argument_group("execution")
     r.add_argument("--optimizer", choices=["sgd", "adam"], default="sgd")
-    r.add_argument("--lr", type=number_option("float", "a finite learning rate >= 0", "0.05", minimum=0.0),
-                   default=0.05)
+    r.add_argument(
+        "--lr", type=number_option("float", "a finite learning rate >= 0", "0.05", minimum=0.0), default=0.05
+    )
     r.add_argument("--paging-dir", default=None, help="directory for paged tensors (default: a temp dir)")
     r.add_argument("--swap-file", default=None, help="one swap file instead of a directory of pages")
 
 
 def register(subparsers) -> None:
-    p = subparsers.add_parser("plan", help="trace a PyTorch model, schedule its training step, optionally run it",
-                              epilog=f"Example: {PLAN_EXAMPLE}")
+    p = subparsers.add_parser(
+        "plan",
+        help="trace a PyTorch model, schedule its training step, optionally run it",
+        epilog=f"Example: {PLAN_EXAMPLE}",
+    )
     _common(p)
     p.add_argument("--run", action="store_true", help="execute one step and print predicted vs measured")
     p.add_argument("--out", help="write the schedule (poet-schedule/1 JSON) here")
@@ -63,49 +95,64 @@ def register(subparsers) -> None:
     p.add_argument("--quiet", action="store_true", help="no progress line while the solver runs")
     p.set_defaults(func=cmd_plan)
 
-    t = subparsers.add_parser("train", help="fine-tune a model for N steps with the executed schedule",
-                              epilog=f"Example: {TRAIN_EXAMPLE}")
+    t = subparsers.add_parser(
+        "train", help="fine-tune a model for N steps with the executed schedule", epilog=f"Example: {TRAIN_EXAMPLE}"
+    )
     _common(t)
     from ..units import number_option
-    t.add_argument("--steps", type=number_option("int", "a whole number of training steps, 1 or more", "20",
-                                                 minimum=1), default=20)
-    t.add_argument("--check", action="store_true",
-                   help="also train with plain PyTorch from the same seed and compare the loss curves bit for bit")
+
+    t.add_argument(
+        "--steps", type=number_option("int", "a whole number of training steps, 1 or more", "20", minimum=1), default=20
+    )
+    t.add_argument(
+        "--check",
+        action="store_true",
+        help="also train with plain PyTorch from the same seed and compare the loss curves bit for bit",
+    )
     t.add_argument("--quiet", action="store_true")
-    t.add_argument("--json", action="store_true",
-                   help="print one JSON object (losses, peaks, predicted and measured seconds) instead of text")
+    t.add_argument(
+        "--json",
+        action="store_true",
+        help="print one JSON object (losses, peaks, predicted and measured seconds) instead of text",
+    )
     t.set_defaults(func=cmd_train)
 
 
 def _load(a):
     from . import models
+
     if ":" in a.model:
         import importlib
         import os
+
         mod, fn = a.model.split(":", 1)
-        if os.getcwd() not in sys.path:      # a console script does not put it there; python -m does
+        if os.getcwd() not in sys.path:  # a console script does not put it there; python -m does
             sys.path.insert(0, os.getcwd())
         try:
             module = importlib.import_module(mod)
         except ImportError as e:
-            raise ValueError(f"--model {a.model}: cannot import {mod!r} ({e}); run from the directory that "
-                             f"holds it, or add that directory to PYTHONPATH") from e
+            raise ValueError(
+                f"--model {a.model}: cannot import {mod!r} ({e}); run from the directory that "
+                f"holds it, or add that directory to PYTHONPATH"
+            ) from e
         build = getattr(module, fn, None)
         if not callable(build):
             raise ValueError(f"--model {a.model}: {mod} has no function {fn!r}")
         try:
             made = build()
-        except Exception as e:       # noqa: BLE001 - the user's code: say whose and what, not a traceback
+        except Exception as e:  # noqa: BLE001 - the user's code: say whose and what, not a traceback
             raise ValueError(f"--model {a.model}: {mod}.{fn}() raised {type(e).__name__}: {e}") from e
         if not (isinstance(made, tuple) and len(made) == 3):
-            raise ValueError(f"--model {a.model}: {mod}.{fn}() must return (model, loss_fn, data), "
-                             f"got {type(made).__name__}")
+            raise ValueError(
+                f"--model {a.model}: {mod}.{fn}() must return (model, loss_fn, data), got {type(made).__name__}"
+            )
         return made
     return models.build(a.model, batch_size=a.batch_size, seed=a.seed, dropout=a.dropout)
 
 
 def _optimizer(a, model):
     import torch
+
     if a.optimizer == "adam":
         return torch.optim.Adam(model.parameters(), lr=a.lr)
     return torch.optim.SGD(model.parameters(), lr=a.lr, momentum=0.9)
@@ -114,14 +161,31 @@ def _optimizer(a, model):
 def _make_plan(a, model, loss_fn, inputs, targets, optimizer):
     from ..console import Progress, ctrl_c_stops_the_solve, warn_uncached
     from ..planner import plan
+
     prog = Progress(enabled=not getattr(a, "quiet", False))
     try:
         with ctrl_c_stops_the_solve() as stop:
-            pl = plan(model, inputs, loss_fn, targets=targets, device=a.device, memory=a.memory,
-                      runtime=a.runtime, strategy=a.strategy, granularity=a.granularity,
-                      paging_time=a.paging_time, optimizer=optimizer, time_limit=a.time_limit,
-                      paging_dir=a.paging_dir, swap_file=a.swap_file, cache=not a.no_cache, progress=prog,
-                      stop=stop, costs=a.costs, tile=a.tile)
+            pl = plan(
+                model,
+                inputs,
+                loss_fn,
+                targets=targets,
+                device=a.device,
+                memory=a.memory,
+                runtime=a.runtime,
+                strategy=a.strategy,
+                granularity=a.granularity,
+                paging_time=a.paging_time,
+                optimizer=optimizer,
+                time_limit=a.time_limit,
+                paging_dir=a.paging_dir,
+                swap_file=a.swap_file,
+                cache=not a.no_cache,
+                progress=prog,
+                stop=stop,
+                costs=a.costs,
+                tile=a.tile,
+            )
     finally:
         prog.done()
     warn_uncached(pl.schedule)
@@ -130,17 +194,19 @@ def _make_plan(a, model, loss_fn, inputs, targets, optimizer):
 
 def _errors():
     from ..graph.torch_export import ExtractionError
+    from ..units import BudgetError
     from .executor import ExecutionError
     from .store import PagingError
-    from ..units import BudgetError
+
     # OSError: a file that could not be written or read (--out on a full disk, a paging directory)
     return (ExtractionError, ExecutionError, PagingError, BudgetError, ValueError, OSError)
 
 
 def cmd_plan(a) -> int:
     from ..console import check_out_path
+
     try:
-        check_out_path(a.out, a.force)         # before tracing and solving, not after
+        check_out_path(a.out, a.force)  # before tracing and solving, not after
         check_out_path(a.graph_out, a.force)
         model, loss_fn, data = _load(a)
         model.train()
@@ -150,6 +216,7 @@ def cmd_plan(a) -> int:
         print(pl)
         if a.graph_out:
             from ..graph.io import save_graph
+
             save_graph(pl.graph, a.graph_out)
             print(f"costed graph ({a.costs} costs) written to {a.graph_out} (poet-graph/1)")
         if a.out:
@@ -169,10 +236,13 @@ def cmd_plan(a) -> int:
 
 def cmd_train(a) -> int:
     import copy
+
     import torch
+
     from ..units import fmt_bytes
     from .timing import median_rows, timing_table
-    if a.json:      # stdout carries the JSON object only
+
+    if a.json:  # stdout carries the JSON object only
         a.quiet = True
     say = (lambda *args, **kw: None) if a.json else print
     try:
@@ -186,8 +256,16 @@ def cmd_train(a) -> int:
         pl = _make_plan(a, model, loss_fn, inputs, targets, opt)
         say(pl)
         if not pl.feasible:
-            _emit_json(a, {"model": a.model, "device": pl.device, "strategy": a.strategy, "status": pl.schedule.status,
-                           "message": pl.schedule.report.message})
+            _emit_json(
+                a,
+                {
+                    "model": a.model,
+                    "device": pl.device,
+                    "strategy": a.strategy,
+                    "status": pl.schedule.status,
+                    "message": pl.schedule.report.message,
+                },
+            )
             return 3
         losses = []
         results = []
@@ -202,26 +280,41 @@ def cmd_train(a) -> int:
             results.append(res)
             peak = max(peak, res.measured_peak_bytes)
             if not a.quiet:
-                say(f"step {step + 1:4d}/{a.steps}  loss {losses[-1]:.6f}  measured peak "
+                say(
+                    f"step {step + 1:4d}/{a.steps}  loss {losses[-1]:.6f}  measured peak "
                     f"{fmt_bytes(res.measured_peak_bytes)} (budget {fmt_bytes(res.budget_bytes)})  "
                     f"paged {fmt_bytes(res.bytes_written)} out / {fmt_bytes(res.bytes_read)} in  "
-                    f"{res.seconds['total']:.3f} s", flush=True)
+                    f"{res.seconds['total']:.3f} s",
+                    flush=True,
+                )
         dt = time.perf_counter() - t0
-        say(f"trained {a.steps} steps in {dt:.2f} s; loss {losses[0]:.6f} -> {losses[-1]:.6f}; "
+        say(
+            f"trained {a.steps} steps in {dt:.2f} s; loss {losses[0]:.6f} -> {losses[-1]:.6f}; "
             f"measured peak {fmt_bytes(peak)} <= budget {fmt_bytes(pl.schedule.budget.ram_bytes)}: "
-            f"{peak <= pl.schedule.budget.ram_bytes}")
+            f"{peak <= pl.schedule.budget.ram_bytes}"
+        )
         timing = median_rows(results)
-        say(f"predicted vs measured (median of {len(results)} steps; busy = wall seconds minus waits for a CPU "
-            f"behind other processes, see docs/devices.md):")
+        say(
+            f"predicted vs measured (median of {len(results)} steps; busy = wall seconds minus waits for a CPU "
+            f"behind other processes, see docs/devices.md):"
+        )
         say(timing_table(timing))
-        report = {"model": a.model, "device": pl.device, "strategy": a.strategy, "status": pl.schedule.status,
-                  "costs": a.costs,
-                  "steps": a.steps, "losses": losses, "measured_peak_bytes": peak,
-                  "predicted_peak_bytes": pl.totals.peak_ram_bytes, "budget_bytes": pl.schedule.budget.ram_bytes,
-                  "torch_threads": pl.threads or torch.get_num_threads(),
-                  "per_iteration": next(t.as_dict() for t in timing if t.kind == "total"),
-                  "per_kind": [t.as_dict() for t in timing if t.kind != "total"],
-                  "step_seconds": [r.seconds["total"] for r in results]}
+        report = {
+            "model": a.model,
+            "device": pl.device,
+            "strategy": a.strategy,
+            "status": pl.schedule.status,
+            "costs": a.costs,
+            "steps": a.steps,
+            "losses": losses,
+            "measured_peak_bytes": peak,
+            "predicted_peak_bytes": pl.totals.peak_ram_bytes,
+            "budget_bytes": pl.schedule.budget.ram_bytes,
+            "torch_threads": pl.threads or torch.get_num_threads(),
+            "per_iteration": next(t.as_dict() for t in timing if t.kind == "total"),
+            "per_kind": [t.as_dict() for t in timing if t.kind != "total"],
+            "step_seconds": [r.seconds["total"] for r in results],
+        }
         if a.check:
             # plain PyTorch from the same initial weights, data and generator state
             if data_state is not None:
@@ -230,10 +323,10 @@ def cmd_train(a) -> int:
             ropt = _optimizer(a, reference)
             plain = []
             threads0 = torch.get_num_threads()
-            if pl.threads:                  # the thread count the plan ran with: same reduction order
+            if pl.threads:  # the thread count the plan ran with: same reduction order
                 torch.set_num_threads(pl.threads)
             try:
-                for step in range(a.steps):
+                for _ in range(a.steps):
                     x, y = data.batch()
                     ropt.zero_grad(set_to_none=True)
                     loss = loss_fn(reference(*x), *y)
@@ -247,15 +340,21 @@ def cmd_train(a) -> int:
             if pl.tiling is not None and pl.tiling.tiled:
                 # tiles sum in another order: within the documented bound, not bit for bit
                 from .tiled import TRAINED_LOSS_BOUND, TRAINED_PARAM_BOUND, parameter_difference
+
                 loss_rel = max(abs(u - v) / max(abs(v), 1e-12) for u, v in zip(losses, plain))
                 param_rel = parameter_difference(model.parameters(), reference.parameters())
                 ok = loss_rel <= TRAINED_LOSS_BOUND and param_rel <= TRAINED_PARAM_BOUND
-                say(f"plain PyTorch (tiled plan: summation order differs): loss curve within "
+                say(
+                    f"plain PyTorch (tiled plan: summation order differs): loss curve within "
                     f"{loss_rel:.2e} (bound {TRAINED_LOSS_BOUND:.0e}), final parameters within {param_rel:.2e} "
                     f"of the model's largest parameter (bound {TRAINED_PARAM_BOUND:.0e}): "
-                    f"{'match within the bound' if ok else 'EXCEED the bound'}")
-                report["check"] = {"loss_curve_relative": loss_rel, "parameters_relative": param_rel,
-                                   "within_bound": ok}
+                    f"{'match within the bound' if ok else 'EXCEED the bound'}"
+                )
+                report["check"] = {
+                    "loss_curve_relative": loss_rel,
+                    "parameters_relative": param_rel,
+                    "within_bound": ok,
+                }
                 _emit_json(a, report)
                 return 0 if ok else 1
             say(f"plain PyTorch loss curve identical: {same}; final parameters identical: {params_same}")
@@ -277,4 +376,5 @@ def cmd_train(a) -> int:
 def _emit_json(a, report: dict) -> None:
     if a.json:
         import json
+
         print(json.dumps(report, indent=1))

@@ -21,6 +21,7 @@ storages of the tensors it holds, excluding storages of fixed tensors), plus
 the graph's ``fixed_ram_bytes`` for comparison with the budget; bytes written
 and read; seconds per instruction kind.
 """
+
 from __future__ import annotations
 
 import operator
@@ -46,9 +47,9 @@ class InstructionRecord:
     op: str
     node: int
     seconds: float
-    live_bytes: int            # activation store after the instruction (unique storages)
-    predicted_bytes: int       # the validator's activation bytes after the instruction (no fixed)
-    cpu_seconds: float = 0.0   # CPU time of this process during the instruction (time.process_time)
+    live_bytes: int  # activation store after the instruction (unique storages)
+    predicted_bytes: int  # the validator's activation bytes after the instruction (no fixed)
+    cpu_seconds: float = 0.0  # CPU time of this process during the instruction (time.process_time)
     busy_seconds: float = 0.0  # wall seconds minus run-queue waits (see poet.execute.timing)
 
 
@@ -62,9 +63,9 @@ class RunResult:
     records: list
     fixed_ram_bytes: int
     measured_fixed_bytes: int
-    peak_live_bytes: int               # activation store peak (unique storages)
-    intra_peak_live_bytes: int         # peak including a node's internal temporaries (layer groups)
-    predicted_peak_bytes: int          # validator's peak (fixed included)
+    peak_live_bytes: int  # activation store peak (unique storages)
+    intra_peak_live_bytes: int  # peak including a node's internal temporaries (layer groups)
+    predicted_peak_bytes: int  # validator's peak (fixed included)
     budget_bytes: int
     bytes_written: int
     bytes_read: int
@@ -73,14 +74,15 @@ class RunResult:
     seconds: dict
     predicted_seconds: dict
     applied: bool = False
-    rng_replays: int = 0               # seeded ops recomputed with their first draw's generator state
-    cpu_seconds: dict = field(default_factory=dict)   # CPU seconds per instruction kind (process_time)
+    rng_replays: int = 0  # seeded ops recomputed with their first draw's generator state
+    cpu_seconds: dict = field(default_factory=dict)  # CPU seconds per instruction kind (process_time)
     busy_seconds: dict = field(default_factory=dict)  # wall minus run-queue waits per kind (timing.py)
 
     @property
     def timing(self) -> list:
         """Predicted vs measured seconds per instruction kind and for the iteration (see TimingRow)."""
         from .timing import timing_rows
+
         return timing_rows(self.predicted_seconds, self.seconds, self.busy_seconds)
 
     @property
@@ -94,13 +96,18 @@ class RunResult:
 
     def table(self) -> str:
         """Predicted vs measured, side by side."""
-        rows = [("", "predicted", "measured"),
-                ("peak RAM (fixed + activations)", fmt_bytes(self.predicted_peak_bytes),
-                 fmt_bytes(self.measured_peak_bytes)),
-                ("  exact bytes", str(self.predicted_peak_bytes), str(self.measured_peak_bytes)),
-                ("budget", fmt_bytes(self.budget_bytes), "ok" if self.within_budget else "EXCEEDED"),
-                ("bytes paged out", str(self.predicted_bytes_paged_out), str(self.bytes_written)),
-                ("bytes paged in", str(self.predicted_bytes_paged_in), str(self.bytes_read))]
+        rows = [
+            ("", "predicted", "measured"),
+            (
+                "peak RAM (fixed + activations)",
+                fmt_bytes(self.predicted_peak_bytes),
+                fmt_bytes(self.measured_peak_bytes),
+            ),
+            ("  exact bytes", str(self.predicted_peak_bytes), str(self.measured_peak_bytes)),
+            ("budget", fmt_bytes(self.budget_bytes), "ok" if self.within_budget else "EXCEEDED"),
+            ("bytes paged out", str(self.predicted_bytes_paged_out), str(self.bytes_written)),
+            ("bytes paged in", str(self.predicted_bytes_paged_in), str(self.bytes_read)),
+        ]
         for t in self.timing:
             meas = fmt_seconds(t.measured_s) + (f" (x{t.ratio:.2f})" if t.ratio is not None else "")
             if t.cpu_s is not None:
@@ -118,8 +125,7 @@ class Executor:
     removed afterwards); swap_file: use one swap file instead.
     """
 
-    def __init__(self, program, *, paging_dir=None, swap_file=None, fsync: bool = False,
-                 drop_cache: bool = False):
+    def __init__(self, program, *, paging_dir=None, swap_file=None, fsync: bool = False, drop_cache: bool = False):
         self.program = program
         self.paging_dir = paging_dir
         self.swap_file = swap_file
@@ -132,8 +138,7 @@ class Executor:
         self._seeded_pos = {u: i for i, u in enumerate(self._seeded)}
 
     # ------------------------------------------------------------------ run
-    def run(self, schedule: Schedule, batch=None, *, optimizer=None, apply: bool = True,
-            callback=None) -> RunResult:
+    def run(self, schedule: Schedule, batch=None, *, optimizer=None, apply: bool = True, callback=None) -> RunResult:
         """Execute ``schedule`` on ``batch`` (inputs + targets, as at extraction; default: the example batch).
 
         With ``apply`` the buffer updates and gradients are written to the model
@@ -143,21 +148,27 @@ class Executor:
         p = self.program
         g = schedule.graph
         if len(g) != len(p.groups):
-            raise ExecutionError(f"the schedule has {len(g)} nodes but the program has {len(p.groups)} "
-                                 f"({p.granularity} granularity); plan and run the same program")
+            raise ExecutionError(
+                f"the schedule has {len(g)} nodes but the program has {len(p.groups)} "
+                f"({p.granularity} granularity); plan and run the same program"
+            )
         if not schedule.steps:
-            raise ExecutionError(f"the schedule has no steps (status {schedule.status}): "
-                                 f"{schedule.report.message or 'nothing to run'}")
+            raise ExecutionError(
+                f"the schedule has no steps (status {schedule.status}): {schedule.report.message or 'nothing to run'}"
+            )
         fixed_vals = self._fixed_values(batch)
         fixed_keys = {t.untyped_storage()._cdata for t in fixed_vals if isinstance(t, torch.Tensor)}
         for t in list(self._grads.values()) + list(self._bufs.values()):
             fixed_keys.add(t.untyped_storage()._cdata)
-        measured_fixed = _unique_bytes(fixed_vals) + _unique_bytes(list(self._grads.values())) \
+        measured_fixed = (
+            _unique_bytes(fixed_vals)
+            + _unique_bytes(list(self._grads.values()))
             + _unique_bytes(list(self._bufs.values()))
+        )
 
         info = p.fx_info
         store: dict[int, dict[int, object]] = {}
-        refcount: dict[int, list] = {}     # storage key -> [count, nbytes]
+        refcount: dict[int, list] = {}  # storage key -> [count, nbytes]
         live = [0]
         staged_loss = [None]
         pending = list(range(len(p.bindings)))
@@ -200,8 +211,7 @@ class Executor:
                 return local[u]
             vals = store.get(p.owner[u])
             if vals is None or u not in vals:
-                raise ExecutionError(f"value of aten op {p.units[u].fx_name} (poet node {p.owner[u]}) "
-                                     f"is not in RAM")
+                raise ExecutionError(f"value of aten op {p.units[u].fx_name} (poet node {p.owner[u]}) is not in RAM")
             return vals[u]
 
         def fetch(a, local: dict, cache: dict):
@@ -235,7 +245,7 @@ class Executor:
                 rng_before[u] = rng0
                 return rng0
             prev = self._seeded[i - 1]
-            if prev not in rng_after:   # an earlier seeded op not yet run: draw its numbers on dummies
+            if prev not in rng_after:  # an earlier seeded op not yet run: draw its numbers on dummies
                 st = ensure_rng(prev)
                 n = p.unit_node[prev]
                 args = torch.fx.node.map_arg(n.args, lambda x: _dummy(x.meta.get("val")))
@@ -302,8 +312,9 @@ class Executor:
         need_store = any(s.op in ("page_out", "page_in") for s in schedule.steps)
         try:
             if need_store:
-                pstore = PagingStore(self.paging_dir, swap_file=self.swap_file, fsync=self.fsync,
-                                     drop_cache=self.drop_cache)
+                pstore = PagingStore(
+                    self.paging_dir, swap_file=self.swap_file, fsync=self.fsync, drop_cache=self.drop_cache
+                )
             # grad mode as when the joint graph was traced: some kernels consult it (the CPU LSTM's
             # mkldnn_rnn_layer returns no workspace under no_grad, and its backward then fails).
             # Every input is detached, so no autograd graph is built.
@@ -356,9 +367,11 @@ class Executor:
             raise
         except Exception as e:
             torch.set_rng_state(rng0)
-            raise ExecutionError(f"executing step {len(records)} "
-                                 f"({schedule.steps[len(records)].op} node {schedule.steps[len(records)].node}) "
-                                 f"failed: {type(e).__name__}: {e}") from e
+            raise ExecutionError(
+                f"executing step {len(records)} "
+                f"({schedule.steps[len(records)].op} node {schedule.steps[len(records)].node}) "
+                f"failed: {type(e).__name__}: {e}"
+            ) from e
         finally:
             runq.close()
             store.clear()
@@ -379,20 +392,35 @@ class Executor:
         busy["total"] = sum(busy.values())
         pred_secs = {}
         if tot is not None:
-            pred_secs = {"compute": tot.compute_time_s, "total": tot.runtime_s,
-                         "page_out": sum(g.nodes[s.node].pageout_time_s for s in schedule.steps if s.op == "page_out"),
-                         "page_in": sum(g.nodes[s.node].pagein_time_s for s in schedule.steps if s.op == "page_in")}
+            pred_secs = {
+                "compute": tot.compute_time_s,
+                "total": tot.runtime_s,
+                "page_out": sum(g.nodes[s.node].pageout_time_s for s in schedule.steps if s.op == "page_out"),
+                "page_in": sum(g.nodes[s.node].pagein_time_s for s in schedule.steps if s.op == "page_in"),
+            }
         res = RunResult(
-            loss=staged_loss[0], grads=dict(self._grads), buffer_updates=dict(self._bufs), records=records,
-            fixed_ram_bytes=g.fixed_ram_bytes, measured_fixed_bytes=measured_fixed,
+            loss=staged_loss[0],
+            grads=dict(self._grads),
+            buffer_updates=dict(self._bufs),
+            records=records,
+            fixed_ram_bytes=g.fixed_ram_bytes,
+            measured_fixed_bytes=measured_fixed,
             peak_live_bytes=max((r.live_bytes for r in records), default=0),
             intra_peak_live_bytes=intra_peak[0],
-            predicted_peak_bytes=tot.peak_ram_bytes if tot else g.fixed_ram_bytes + max(r.predicted_bytes for r in records),
-            budget_bytes=schedule.budget.ram_bytes, bytes_written=bw, bytes_read=br,
+            predicted_peak_bytes=tot.peak_ram_bytes
+            if tot
+            else g.fixed_ram_bytes + max(r.predicted_bytes for r in records),
+            budget_bytes=schedule.budget.ram_bytes,
+            bytes_written=bw,
+            bytes_read=br,
             predicted_bytes_paged_out=tot.bytes_paged_out if tot else 0,
             predicted_bytes_paged_in=tot.bytes_paged_in if tot else 0,
-            seconds=seconds, predicted_seconds=pred_secs, rng_replays=rng_replays[0], cpu_seconds=cpu_seconds,
-            busy_seconds=busy)
+            seconds=seconds,
+            predicted_seconds=pred_secs,
+            rng_replays=rng_replays[0],
+            cpu_seconds=cpu_seconds,
+            busy_seconds=busy,
+        )
         if apply:
             self.apply(res, optimizer=optimizer)
         return res
@@ -410,10 +438,15 @@ class Executor:
                     raise ExecutionError(f"the batch has {len(batch)} tensors; the program was traced with more")
                 x = batch[i]
                 ref = n.meta.get("val")
-                if isinstance(x, torch.Tensor) and ref is not None and (tuple(x.shape) != tuple(ref.shape)
-                                                                         or x.dtype != ref.dtype):
-                    raise ExecutionError(f"batch tensor {i} has shape {tuple(x.shape)} {x.dtype}; the plan was "
-                                         f"made for {tuple(ref.shape)} {ref.dtype} (plan again for a new shape)")
+                if (
+                    isinstance(x, torch.Tensor)
+                    and ref is not None
+                    and (tuple(x.shape) != tuple(ref.shape) or x.dtype != ref.dtype)
+                ):
+                    raise ExecutionError(
+                        f"batch tensor {i} has shape {tuple(x.shape)} {x.dtype}; the plan was "
+                        f"made for {tuple(ref.shape)} {ref.dtype} (plan again for a new shape)"
+                    )
         return placeholder_values(p.placeholders, p.params, p.buffers, batch)
 
     def apply(self, res: RunResult, optimizer=None) -> None:
@@ -425,7 +458,7 @@ class Executor:
             for name, gval in res.grads.items():
                 prm = p.params[name]
                 if prm.grad is None:
-                    prm.grad = gval            # hand the staging buffer over, as backward() would
+                    prm.grad = gval  # hand the staging buffer over, as backward() would
                     self._grads.pop(name, None)
                 else:
                     prm.grad.add_(gval)

@@ -11,6 +11,7 @@ Two users: ``poet profile`` fits operator families to the per-op times of a mode
 program (:func:`poet.hardware.profile.fit_families`); ``--costs measured`` prices a program's nodes
 from these times directly (:func:`poet.hardware.profile_model.price_measured`).
 """
+
 from __future__ import annotations
 
 import statistics
@@ -22,13 +23,13 @@ from dataclasses import dataclass
 class ProgramTiming:
     """Per-node medians over ``runs`` executions of the keep-everything schedule."""
 
-    node_busy_s: tuple[float, ...]       # compute instruction, busy seconds (mean)
-    node_wall_s: tuple[float, ...]      # compute instruction, wall seconds (median)
-    node_spread: tuple[float, ...]      # (p75 - p25) / median of the busy seconds
-    free_busy_s: float                   # one free instruction, busy seconds (mean over all)
+    node_busy_s: tuple[float, ...]  # compute instruction, busy seconds (mean)
+    node_wall_s: tuple[float, ...]  # compute instruction, wall seconds (median)
+    node_spread: tuple[float, ...]  # (p75 - p25) / median of the busy seconds
+    free_busy_s: float  # one free instruction, busy seconds (mean over all)
     runs: int
-    iteration_busy_s: float              # median busy seconds of one whole run
-    iteration_wall_s: float             # median wall seconds of one whole run
+    iteration_busy_s: float  # median busy seconds of one whole run
+    iteration_wall_s: float  # median wall seconds of one whole run
 
 
 def _quartile_spread(xs: list[float]) -> float:
@@ -43,11 +44,20 @@ def keep_schedule(program):
     """The keep-everything schedule of ``program`` (its prices, from ``m4``, are not used)."""
     from ..hardware.device import load_device
     from .reference import reference_schedule
+
     return reference_schedule(program.costed(load_device("m4")), "keep")
 
 
-def measure_program(program, *, runs: int = 20, warmup: int = 3, max_seconds: float | None = None,
-                    progress=None, executor=None, schedule=None) -> ProgramTiming:
+def measure_program(
+    program,
+    *,
+    runs: int = 20,
+    warmup: int = 3,
+    max_seconds: float | None = None,
+    progress=None,
+    executor=None,
+    schedule=None,
+) -> ProgramTiming:
     """Execute ``program``'s keep-everything schedule ``warmup + runs`` times and take per-node means.
 
     ``max_seconds`` stops the measured runs early (at least 3) once exceeded.  ``executor`` and
@@ -82,18 +92,23 @@ def measure_program(program, *, runs: int = 20, warmup: int = 3, max_seconds: fl
         if max_seconds is not None and done >= 3 and time.perf_counter() - t_start > max_seconds:
             break
     return ProgramTiming(
-        node_busy_s=tuple(statistics.fmean(x) for x in busy), node_wall_s=tuple(statistics.median(x) for x in wall),
-        node_spread=tuple(_quartile_spread(x) for x in busy), free_busy_s=statistics.fmean(frees) if frees else 0.0,
-        runs=done, iteration_busy_s=statistics.median(it_busy), iteration_wall_s=statistics.median(it_wall))
+        node_busy_s=tuple(statistics.fmean(x) for x in busy),
+        node_wall_s=tuple(statistics.median(x) for x in wall),
+        node_spread=tuple(_quartile_spread(x) for x in busy),
+        free_busy_s=statistics.fmean(frees) if frees else 0.0,
+        runs=done,
+        iteration_busy_s=statistics.median(it_busy),
+        iteration_wall_s=statistics.median(it_wall),
+    )
 
 
 @dataclass(frozen=True)
 class PagingOverhead:
     """What executing page-ins and page-outs costs beyond the storage fit, per paging instruction."""
 
-    seconds: float             # per page-in or page-out (>= 0), to add to both
-    predicted_s: float         # the calibration schedule's predicted busy seconds without the overhead
-    measured_s: float          # its mean measured busy seconds
+    seconds: float  # per page-in or page-out (>= 0), to add to both
+    predicted_s: float  # the calibration schedule's predicted busy seconds without the overhead
+    measured_s: float  # its mean measured busy seconds
     page_ops: int
 
 
@@ -111,7 +126,7 @@ def measure_paging_overhead(program, device, *, runs: int = 5, paging_dir=None, 
     sched = reference_schedule(g, "paging", every=every)
     n_ops = sched.totals.page_ins + sched.totals.page_outs
     ex = Executor(program, paging_dir=paging_dir, fsync=True, drop_cache=True)
-    ex.run(sched, apply=False)                  # warm-up
+    ex.run(sched, apply=False)  # warm-up
     busy = [ex.run(sched, apply=False).busy_seconds["total"] for _ in range(runs)]
     measured = statistics.fmean(busy)
     pred = sched.totals.runtime_s
@@ -119,16 +134,24 @@ def measure_paging_overhead(program, device, *, runs: int = 5, paging_dir=None, 
     return PagingOverhead(per, pred, measured, n_ops)
 
 
-def measured_costs(program, device, *, runs: int = 20, warmup: int = 3, fixed_ram_bytes: int | None = None,
-                   progress=None):
+def measured_costs(
+    program, device, *, runs: int = 20, warmup: int = 3, fixed_ram_bytes: int | None = None, progress=None
+):
     """The costed graph of ``program`` priced from measurements of its own nodes (compute) and
     ``device``'s storage fit (paging): ``--costs measured``."""
     from ..hardware.device import load_device
     from ..hardware.profile_model import price_measured
+
     timing = measure_program(program, runs=runs, warmup=warmup, progress=progress)
     fixed = program.fixed_ram_bytes if fixed_ram_bytes is None else int(fixed_ram_bytes)
     return price_measured(program.graph, load_device(device), timing.node_busy_s, timing.free_busy_s, fixed)
 
 
-__all__ = ["PagingOverhead", "ProgramTiming", "keep_schedule", "measure_paging_overhead", "measure_program",
-           "measured_costs"]
+__all__ = [
+    "PagingOverhead",
+    "ProgramTiming",
+    "keep_schedule",
+    "measure_paging_overhead",
+    "measure_program",
+    "measured_costs",
+]

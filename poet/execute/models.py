@@ -1,4 +1,5 @@
 """Small trainable models and generated data (no downloads) for demos, tests and ``poet train``."""
+
 from __future__ import annotations
 
 import torch
@@ -57,9 +58,11 @@ class DepthwiseNet(nn.Module):
         super().__init__()
         self.stem = nn.Conv2d(3, channels, 3, padding=1, bias=False)
         self.bn = nn.BatchNorm2d(channels)
-        self.blocks = nn.Sequential(_DepthwiseBlock(channels, 2 * channels, stride=2),
-                                    _DepthwiseBlock(2 * channels, 2 * channels),
-                                    _DepthwiseBlock(2 * channels, 4 * channels, stride=2))
+        self.blocks = nn.Sequential(
+            _DepthwiseBlock(channels, 2 * channels, stride=2),
+            _DepthwiseBlock(2 * channels, 2 * channels),
+            _DepthwiseBlock(2 * channels, 4 * channels, stride=2),
+        )
         self.dropout = nn.Dropout(dropout)
         self.fc = nn.Linear(4 * channels, num_classes)
 
@@ -72,6 +75,7 @@ def resnet_training_graph(blocks: int, device: str, channels: int = 16):
     """A SmallResNet's training graph exported op by op (about 16 nodes per block, one 1x3x32x32
     sample, seeded), priced on ``device``: the op-level graph of the solver benchmarks and tests."""
     from ..graph.torch_export import export_training_graph
+
     torch.manual_seed(0)
     model = SmallResNet(channels=channels, blocks=blocks).train()
     x, y = torch.randn(1, 3, 32, 32), torch.tensor([3])
@@ -157,8 +161,7 @@ def lm_loss(logits, targets):
 
 
 class MLP(nn.Module):
-    def __init__(self, d_in: int = 32, hidden: int = 64, layers: int = 3, num_classes: int = 10,
-                 dropout: float = 0.0):
+    def __init__(self, d_in: int = 32, hidden: int = 64, layers: int = 3, num_classes: int = 10, dropout: float = 0.0):
         super().__init__()
         mods = []
         d = d_in
@@ -172,13 +175,29 @@ class MLP(nn.Module):
         return self.net(x)
 
 
-def small_bert(num_labels: int = 3, hidden: int = 32, layers: int = 2, heads: int = 2, vocab: int = 100,
-               max_len: int = 32, dropout: float = 0.1):
+def small_bert(
+    num_labels: int = 3,
+    hidden: int = 32,
+    layers: int = 2,
+    heads: int = 2,
+    vocab: int = 100,
+    max_len: int = 32,
+    dropout: float = 0.1,
+):
     """A BERT-style classifier from a ``transformers`` BertConfig (random weights, nothing downloaded)."""
     from transformers import BertConfig, BertForSequenceClassification
-    cfg = BertConfig(vocab_size=vocab, hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=heads,
-                     intermediate_size=2 * hidden, max_position_embeddings=max_len, num_labels=num_labels,
-                     hidden_dropout_prob=dropout, attention_probs_dropout_prob=dropout)
+
+    cfg = BertConfig(
+        vocab_size=vocab,
+        hidden_size=hidden,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        intermediate_size=2 * hidden,
+        max_position_embeddings=max_len,
+        num_labels=num_labels,
+        hidden_dropout_prob=dropout,
+        attention_probs_dropout_prob=dropout,
+    )
     cfg._attn_implementation = "eager"
     return BertForSequenceClassification(cfg)
 
@@ -234,8 +253,7 @@ class NextTokenData:
 class TokenData:
     """Token sequences; the label is which third of the vocabulary the first tokens mostly come from."""
 
-    def __init__(self, batch_size: int = 4, seq_len: int = 16, vocab: int = 100, num_labels: int = 3,
-                 seed: int = 0):
+    def __init__(self, batch_size: int = 4, seq_len: int = 16, vocab: int = 100, num_labels: int = 3, seed: int = 0):
         self.g = torch.Generator().manual_seed(seed)
         self.bs, self.n, self.vocab, self.k = batch_size, seq_len, vocab, num_labels
 

@@ -8,6 +8,7 @@ counters over the compute measurement when readable, else ``--power-w``.  ``--im
 the profile (or, with ``--graph-out``, a costed graph) from measurements taken elsewhere
 (:mod:`poet.hardware.profile_import`).
 """
+
 from __future__ import annotations
 
 import os
@@ -20,28 +21,49 @@ STANDARD_MODELS = ("cnn", "mlp", "dwcnn")
 
 
 def register(subparsers) -> None:
-    p = subparsers.add_parser("profile", help="measure this machine (or import measurements) into a device profile",
-                              epilog=f"Example: {EXAMPLE}; then poet train --model cnn --device host.toml ...")
-    p.add_argument("--model", default=None,
-                   help="measure the ops of these models, comma-separated: cnn, bert, mlp, dwcnn or "
-                        "module:function returning (model, loss_fn, data) (default: cnn,mlp,dwcnn)")
+    p = subparsers.add_parser(
+        "profile",
+        help="measure this machine (or import measurements) into a device profile",
+        epilog=f"Example: {EXAMPLE}; then poet train --model cnn --device host.toml ...",
+    )
+    p.add_argument(
+        "--model",
+        default=None,
+        help="measure the ops of these models, comma-separated: cnn, bert, mlp, dwcnn or "
+        "module:function returning (model, loss_fn, data) (default: cnn,mlp,dwcnn)",
+    )
     p.add_argument("--batch-size", type=int, default=8)
     p.add_argument("--out", help="write the device profile (TOML) here")
     p.add_argument("--force", action="store_true", help="overwrite --out / --graph-out")
     p.add_argument("--dir", default=None, help="directory on the storage to measure (default: the temp directory)")
-    p.add_argument("--power-w", type=float, default=None,
-                   help="compute power in watts, when RAPL counters are not readable (or to override them)")
+    p.add_argument(
+        "--power-w",
+        type=float,
+        default=None,
+        help="compute power in watts, when RAPL counters are not readable (or to override them)",
+    )
     p.add_argument("--storage-power-w", type=float, default=None, help="storage power in watts (default: as compute)")
-    p.add_argument("--threads", type=int, default=1,
-                   help="torch threads to measure with (default 1; training with this profile uses the same)")
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="torch threads to measure with (default 1; training with this profile uses the same)",
+    )
     p.add_argument("--runs", type=int, default=20, help="measured executions of each model's step (default 20)")
     p.add_argument("--name", default=None, help="the profile's device name (default host; board with --import)")
     p.add_argument("--quick", action="store_true", help="tiny sweep and few runs: a complete but rough profile")
-    p.add_argument("--import", dest="import_csv", metavar="CSV",
-                   help="build the profile from a CSV of measurements taken on another board (docs/devices.md)")
+    p.add_argument(
+        "--import",
+        dest="import_csv",
+        metavar="CSV",
+        help="build the profile from a CSV of measurements taken on another board (docs/devices.md)",
+    )
     p.add_argument("--graph-out", help="with --import: also write the costed graph of its op rows (poet-graph/1)")
-    p.add_argument("--device", default=None,
-                   help="with --import --graph-out and no storage rows: the device whose storage prices paging")
+    p.add_argument(
+        "--device",
+        default=None,
+        help="with --import --graph-out and no storage rows: the device whose storage prices paging",
+    )
     p.add_argument("--quiet", action="store_true", help="no progress lines")
     p.set_defaults(func=cmd_profile)
 
@@ -49,17 +71,21 @@ def register(subparsers) -> None:
 def build_model(spec: str, batch_size: int):
     """(model, loss_fn, data) for a built-in name or ``module:function``."""
     from . import models
+
     if ":" not in spec:
         return models.build(spec, batch_size=batch_size, seed=0, dropout=0.1)
     import importlib
+
     mod, fn = spec.split(":", 1)
     if os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())
     try:
         module = importlib.import_module(mod)
     except ImportError as e:
-        raise ValueError(f"--model {spec}: cannot import {mod!r} ({e}); run from the directory that holds it, "
-                         f"or add that directory to PYTHONPATH") from e
+        raise ValueError(
+            f"--model {spec}: cannot import {mod!r} ({e}); run from the directory that holds it, "
+            f"or add that directory to PYTHONPATH"
+        ) from e
     build = getattr(module, fn, None)
     if not callable(build):
         raise ValueError(f"--model {spec}: {mod} has no function {fn!r}")
@@ -78,6 +104,7 @@ def measure_ops(specs, batch_size: int, runs: int, warmup: int, say):
     from ..graph.torch_export import export_training_graph
     from ..hardware.profile import OpSample
     from .measure import measure_program
+
     samples, frees, programs = [], [], []
     for spec in specs:
         torch.manual_seed(0)
@@ -92,13 +119,16 @@ def measure_ops(specs, batch_size: int, runs: int, warmup: int, say):
             samples.append(OpSample(u.op, u.flops, t.node_busy_s[v], t.node_spread[v]))
         frees.append(t.free_busy_s)
         programs.append(prog)
-        say(f"{spec}: {len(prog.groups)} ops, step {t.iteration_busy_s * 1e3:.2f} ms busy "
-            f"({t.iteration_wall_s * 1e3:.2f} ms wall), median of {t.runs} runs")
+        say(
+            f"{spec}: {len(prog.groups)} ops, step {t.iteration_busy_s * 1e3:.2f} ms busy "
+            f"({t.iteration_wall_s * 1e3:.2f} ms wall), median of {t.runs} runs"
+        )
     return samples, statistics.median(frees), programs
 
 
 def cmd_profile(a) -> int:
     from ..console import check_out_path
+
     say = (lambda m: None) if a.quiet else (lambda m: print(f"profile: {m}", file=sys.stderr, flush=True))
     try:
         check_out_path(a.out, a.force)
@@ -108,8 +138,10 @@ def cmd_profile(a) -> int:
         if not a.out:
             raise ValueError("give --out host.toml (where to write the profile)")
         if a.graph_out:
-            raise ValueError("--graph-out goes with --import; to price a model from its own measured nodes use "
-                             "poet plan --costs measured --graph-out FILE")
+            raise ValueError(
+                "--graph-out goes with --import; to price a model from its own measured nodes use "
+                "poet plan --costs measured --graph-out FILE"
+            )
         if a.threads < 1 or a.runs < 1:
             raise ValueError("--threads and --runs must be at least 1")
         return _measure(a, say)
@@ -133,6 +165,7 @@ def _measure(a, say) -> int:
     )
     from ..hardware.profile_storage import FULL_SIZES, QUICK_SIZES, profile_storage
     from .measure import measure_paging_overhead
+
     t0 = time.perf_counter()
     specs = [s.strip() for s in a.model.split(",") if s.strip()] if a.model else list(STANDARD_MODELS)
     runs, warmup = (min(a.runs, 3), 1) if a.quick else (a.runs, 3)
@@ -146,34 +179,46 @@ def _measure(a, say) -> int:
         power = choose_power(rapl_w, a.power_w, a.storage_power_w)
         directory = a.dir or tempfile.gettempdir()
         say(f"storage: files in {directory}")
-        storage = profile_storage(directory, QUICK_SIZES if a.quick else FULL_SIZES, 2 if a.quick else 5,
-                                  progress=say)
+        storage = profile_storage(directory, QUICK_SIZES if a.quick else FULL_SIZES, 2 if a.quick else 5, progress=say)
         fams, rate = fit_families(samples)
-        hp = HostProfile(name=a.name or "host", threads=a.threads, families=fams, flops_per_s=rate,
-                         free_overhead_s=free_s, power=power, storage=storage, models=specs,
-                         command="poet " + " ".join(sys.argv[1:]))
-        over = measure_paging_overhead(programs[0], profile_device(hp), runs=2 if a.quick else 5,
-                                       paging_dir=directory)
+        hp = HostProfile(
+            name=a.name or "host",
+            threads=a.threads,
+            families=fams,
+            flops_per_s=rate,
+            free_overhead_s=free_s,
+            power=power,
+            storage=storage,
+            models=specs,
+            command="poet " + " ".join(sys.argv[1:]),
+        )
+        over = measure_paging_overhead(programs[0], profile_device(hp), runs=2 if a.quick else 5, paging_dir=directory)
         hp.page_overhead_s = over.seconds
-        hp.page_overhead_note = (f"{specs[0]}, paging all but every 3rd forward output: {over.page_ops} "
-                                 f"page-ins/outs, {over.measured_s * 1e3:.2f} ms busy measured vs "
-                                 f"{over.predicted_s * 1e3:.2f} ms predicted from the fits")
+        hp.page_overhead_note = (
+            f"{specs[0]}, paging all but every 3rd forward output: {over.page_ops} "
+            f"page-ins/outs, {over.measured_s * 1e3:.2f} ms busy measured vs "
+            f"{over.predicted_s * 1e3:.2f} ms predicted from the fits"
+        )
         say(f"paging overhead {over.seconds * 1e6:.0f} us per page-in/out ({hp.page_overhead_note})")
     finally:
         torch.set_num_threads(threads0)
     hp.seconds = time.perf_counter() - t0
     atomic_write_text(a.out, profile_toml(hp))
-    load_device(a.out)          # what was written reads back
-    print(f"wrote {a.out}: {len(samples)} ops of {', '.join(specs)} in {len(fams)} families; "
-          f"storage write {storage.write.latency_s * 1e3:.3f} ms + {storage.write.bytes_per_s / 1e6:.1f} MB/s "
-          f"(fit error median {storage.write.median_rel_error:.0%}), read {storage.read.latency_s * 1e3:.3f} ms + "
-          f"{storage.read.bytes_per_s / 1e6:.1f} MB/s (median {storage.read.median_rel_error:.0%}), "
-          f"{hp.page_overhead_s * 1e6:.0f} us more per page-in/out when executed; "
-          f"power {power.compute_w:.3g} W ({power.source}); {hp.seconds:.0f} s")
+    load_device(a.out)  # what was written reads back
+    print(
+        f"wrote {a.out}: {len(samples)} ops of {', '.join(specs)} in {len(fams)} families; "
+        f"storage write {storage.write.latency_s * 1e3:.3f} ms + {storage.write.bytes_per_s / 1e6:.1f} MB/s "
+        f"(fit error median {storage.write.median_rel_error:.0%}), read {storage.read.latency_s * 1e3:.3f} ms + "
+        f"{storage.read.bytes_per_s / 1e6:.1f} MB/s (median {storage.read.median_rel_error:.0%}), "
+        f"{hp.page_overhead_s * 1e6:.0f} us more per page-in/out when executed; "
+        f"power {power.compute_w:.3g} W ({power.source}); {hp.seconds:.0f} s"
+    )
     for f in fams:
-        print(f"  {f.name:<14} {f.ops:4d} ops  {f.fit.latency_s * 1e6:9.1f} us + FLOPs / {f.fit.bytes_per_s / 1e9:8.3g} "
-              f"GFLOP/s  fit error median {f.fit.median_rel_error:5.1%} max {f.fit.max_rel_error:6.1%}  "
-              f"spread {f.spread:5.1%}")
+        print(
+            f"  {f.name:<14} {f.ops:4d} ops  {f.fit.latency_s * 1e6:9.1f} us + FLOPs / {f.fit.bytes_per_s / 1e9:8.3g} "
+            f"GFLOP/s  fit error median {f.fit.median_rel_error:5.1%} max {f.fit.max_rel_error:6.1%}  "
+            f"spread {f.spread:5.1%}"
+        )
     if power.source == "none":
         print(f"note: {power.note}", file=sys.stderr)
     return 0
@@ -184,13 +229,16 @@ def _import(a, say) -> int:
     from ..graph.io import save_graph
     from ..hardware.device import load_device
     from ..hardware.profile_import import imported_graph, imported_profile_toml, read_measurements
+
     if not (a.out or a.graph_out):
         raise ValueError("--import needs --out board.toml (a profile) and/or --graph-out graph.json (a costed graph)")
     m = read_measurements(a.import_csv)
     say(f"{a.import_csv}: {len(m.ops)} op rows, {len(m.storage)} storage rows")
     if a.out:
-        atomic_write_text(a.out, imported_profile_toml(m, name=a.name or "board", power_w=a.power_w,
-                                                       storage_power_w=a.storage_power_w))
+        atomic_write_text(
+            a.out,
+            imported_profile_toml(m, name=a.name or "board", power_w=a.power_w, storage_power_w=a.storage_power_w),
+        )
         load_device(a.out)
         print(f"wrote {a.out}: device profile from {a.import_csv}")
     if a.graph_out:

@@ -10,6 +10,7 @@
 They are valid (replayed by the validator) but make no optimality claim; the
 solver strategies (``poet.solve``) are what you plan with.
 """
+
 from __future__ import annotations
 
 from ..graph.core import BACKWARD, FORWARD, CostedGraph
@@ -27,9 +28,8 @@ def reference_steps(g: CostedGraph, kind: str = "keep", every: int = 4) -> list[
     succs, preds = g.succs, g.preds
     fwd = [v for v in range(n) if g.nodes[v].kind == FORWARD]
     # forward outputs the backward pass reads
-    needed_bwd = {u for v in range(n) if g.nodes[v].kind == BACKWARD for u in preds[v]
-                  if g.nodes[u].kind == FORWARD}
-    ckpt = set(fwd[::max(1, every)]) if kind != "keep" else set(fwd)
+    needed_bwd = {u for v in range(n) if g.nodes[v].kind == BACKWARD for u in preds[v] if g.nodes[u].kind == FORWARD}
+    ckpt = set(fwd[:: max(1, every)]) if kind != "keep" else set(fwd)
     droppable = {u for u in needed_bwd if u not in ckpt}
     steps: list[Step] = []
     in_ram: set[int] = set()
@@ -66,10 +66,10 @@ def reference_steps(g: CostedGraph, kind: str = "keep", every: int = 4) -> list[
         for u in sorted(in_ram):
             if finished(u):
                 if u in ckpt and drop_pending and kind == "remat":
-                    continue          # a checkpoint stays while recomputes may start from it
+                    continue  # a checkpoint stays while recomputes may start from it
                 free = True
             elif u in temps:
-                free = True           # recomputed / paged-in values are dropped after use
+                free = True  # recomputed / paged-in values are dropped after use
             elif u in droppable and fwd_phase:
                 free = all(done[s] for s in succs[u] if g.nodes[s].kind == FORWARD)
             else:
@@ -82,12 +82,20 @@ def reference_steps(g: CostedGraph, kind: str = "keep", every: int = 4) -> list[
     return steps
 
 
-def reference_schedule(g: CostedGraph, kind: str = "keep", every: int = 4, ram_bytes: int | None = None,
-                       paging_time: str = "serial") -> Schedule:
+def reference_schedule(
+    g: CostedGraph, kind: str = "keep", every: int = 4, ram_bytes: int | None = None, paging_time: str = "serial"
+) -> Schedule:
     """A validated schedule; the budget defaults to exactly its peak RAM."""
     steps = reference_steps(g, kind, every)
     tot = validate(g, steps, Budget(ram_bytes=10**18, paging_time=paging_time))
     budget = Budget(ram_bytes=ram_bytes if ram_bytes is not None else tot.peak_ram_bytes, paging_time=paging_time)
     tot = validate(g, steps, budget)
-    return Schedule(graph=g, budget=budget, steps=tuple(steps), status=HEURISTIC, strategy=f"reference-{kind}",
-                    totals=tot, report=SolveReport(method=f"rule-based {kind} (every={every})"))
+    return Schedule(
+        graph=g,
+        budget=budget,
+        steps=tuple(steps),
+        status=HEURISTIC,
+        strategy=f"reference-{kind}",
+        totals=tot,
+        report=SolveReport(method=f"rule-based {kind} (every={every})"),
+    )

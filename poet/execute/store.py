@@ -12,6 +12,7 @@ and raises :class:`PagingError` on a short or corrupt page.  Every write error
 (missing or unwritable directory, disk full, ...) is raised as
 :class:`PagingError` naming the file and the OS reason.
 """
+
 from __future__ import annotations
 
 import errno
@@ -30,7 +31,7 @@ class PagingError(RuntimeError):
 
 @dataclass
 class _Chunk:
-    offset: int          # byte offset in the file
+    offset: int  # byte offset in the file
     nbytes: int
     crc: int
 
@@ -38,12 +39,12 @@ class _Chunk:
 @dataclass
 class _Page:
     path: str
-    chunks: list          # one per unique storage
-    tensors: list         # (chunk index, dtype, storage_offset, size, stride) per tensor
-    structure: object     # how to rebuild the value (see _flatten)
+    chunks: list  # one per unique storage
+    tensors: list  # (chunk index, dtype, storage_offset, size, stride) per tensor
+    structure: object  # how to rebuild the value (see _flatten)
 
 
-def _u8_view(storage) -> "torch.Tensor":
+def _u8_view(storage) -> torch.Tensor:
     n = storage.nbytes()
     return torch.empty(0, dtype=torch.uint8).set_(storage, 0, (n,), (1,))
 
@@ -186,8 +187,10 @@ class PagingStore:
             reason = e.strerror or str(e)
             if self._swap is None:
                 self._remove(path)
-            raise PagingError(f"cannot write page of {key} ({sum(sizes)} B) to {path}: {reason}"
-                              + (" [errno %s]" % errno.errorcode.get(e.errno, e.errno) if e.errno else "")) from e
+            raise PagingError(
+                f"cannot write page of {key} ({sum(sizes)} B) to {path}: {reason}"
+                + (f" [errno {errno.errorcode.get(e.errno, e.errno)}]" if e.errno else "")
+            ) from e
         if self._swap is not None:
             self._swap_end = max(self._swap_end, start + written)
         elif old is not None:
@@ -224,8 +227,9 @@ class PagingStore:
                         raise PagingError(f"page of {key} in {page.path}: read {n} B, expected {c.nbytes} B")
                     crc = zlib.crc32(mv)
                     if crc != c.crc:
-                        raise PagingError(f"page of {key} in {page.path} is corrupt: CRC-32 {crc:08x}, "
-                                          f"expected {c.crc:08x}")
+                        raise PagingError(
+                            f"page of {key} in {page.path} is corrupt: CRC-32 {crc:08x}, expected {c.crc:08x}"
+                        )
                     storages.append(buf.untyped_storage())
                     self.bytes_read += c.nbytes
             finally:
@@ -233,8 +237,9 @@ class PagingStore:
                     f.close()
         except OSError as e:
             raise PagingError(f"cannot read page of {key} from {page.path}: {e.strerror or e}") from e
-        tensors = [torch.empty(0, dtype=dt).set_(storages[ci], off, size, stride)
-                   for ci, dt, off, size, stride in page.tensors]
+        tensors = [
+            torch.empty(0, dtype=dt).set_(storages[ci], off, size, stride) for ci, dt, off, size, stride in page.tensors
+        ]
         return _unflatten(page.structure, tensors)
 
     def page_bytes(self, key) -> int:

@@ -16,6 +16,7 @@ An op without a rule (or whose inputs cannot be sliced consistently) stays
 whole; if it reads a tiled tensor the tiles are assembled first (an ordinary
 node holding the whole tensor), and the report says which ops did so.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -44,16 +45,20 @@ class TilingReport:
 
     count: int
     threshold_bytes: int
-    tiled: dict = field(default_factory=dict)        # original op name -> (aten op, tiles, axis)
-    assembled: dict = field(default_factory=dict)    # original op name -> why its tiles were joined
-    untiled: dict = field(default_factory=dict)      # original op name -> why it was not tiled
+    tiled: dict = field(default_factory=dict)  # original op name -> (aten op, tiles, axis)
+    assembled: dict = field(default_factory=dict)  # original op name -> why its tiles were joined
+    untiled: dict = field(default_factory=dict)  # original op name -> why it was not tiled
     nodes_before: int = 0
     nodes_after: int = 0
 
     def lines(self) -> list[str]:
-        out = [(f"tiled {len(self.tiled)} ops into up to {self.count} tiles each "
-               f"(ops whose working set exceeds {self.threshold_bytes} B, and their tiled neighbours); "
-               f"{self.nodes_before} -> {self.nodes_after} nodes")]
+        out = [
+            (
+                f"tiled {len(self.tiled)} ops into up to {self.count} tiles each "
+                f"(ops whose working set exceeds {self.threshold_bytes} B, and their tiled neighbours); "
+                f"{self.nodes_before} -> {self.nodes_after} nodes"
+            )
+        ]
         fams: dict[str, int] = {}
         for op, _, _ in self.tiled.values():
             fams[op] = fams.get(op, 0) + 1
@@ -68,11 +73,11 @@ class TilingReport:
 
 # Tiled numerics (docs/torch.md, "Tiling numerics"): tiles sum in another order than the whole-tensor
 # kernels, so results match autograd within these bounds (relative to the largest magnitude), not bitwise.
-GRADIENT_BOUND = 1e-4          # one step: max |g_tiled - g| / max |g| per parameter, and the loss
-TRAINED_LOSS_BOUND = 1e-3      # poet train --check: every step's loss, relative
-TRAINED_PARAM_BOUND = 1e-2     # ... and the final parameters: largest |p_tiled - p| over the largest |p| of the model
+GRADIENT_BOUND = 1e-4  # one step: max |g_tiled - g| / max |g| per parameter, and the loss
+TRAINED_LOSS_BOUND = 1e-3  # poet train --check: every step's loss, relative
+TRAINED_PARAM_BOUND = 1e-2  # ... and the final parameters: largest |p_tiled - p| over the largest |p| of the model
 
-MIN_SPLIT_BYTES = 4096        # an op whose working set is smaller is split only when it reads a tiled tensor
+MIN_SPLIT_BYTES = 4096  # an op whose working set is smaller is split only when it reads a tiled tensor
 
 
 def relative_difference(a, b) -> float:
@@ -208,8 +213,16 @@ class Rewriter:
 
     def tile_of(self, orig, i: int, layout: Layout, *, halo: int = 0, part: str = "output") -> Tile:
         a, b = layout.rows(i)
-        return Tile(of=orig.name, index=i, count=layout.count, axis=layout.axis, halo=max(0, int(halo)),
-                    part=part, start=(a,), stop=(b,))
+        return Tile(
+            of=orig.name,
+            index=i,
+            count=layout.count,
+            axis=layout.axis,
+            halo=max(0, int(halo)),
+            part=part,
+            start=(a,),
+            stop=(b,),
+        )
 
     def share(self, orig, a: int, b: int, size: int) -> float:
         return self.unit_flops.get(orig.name, 0.0) * (b - a) / max(1, size)
@@ -252,13 +265,15 @@ class Rewriter:
                         v = done
                         t = next(iter(v.items.values())) if isinstance(v, TupleVal) else v
                         cnt = t.layout.count if isinstance(t, Tiled) else self.count
-                        self.report.tiled[n.name] = (str(n.target), cnt, t.layout.axis if isinstance(t, Tiled)
-                                                     else "rows")
+                        self.report.tiled[n.name] = (
+                            str(n.target),
+                            cnt,
+                            t.layout.axis if isinstance(t, Tiled) else "rows",
+                        )
                 elif done is None and rule is None and self.working_set.get(n.name, 0) > self.threshold:
                     self.report.untiled.setdefault(n.name, f"{n.target}: no tiling rule for this op family")
                 if done is None:
-                    why = f"read whole by {n.target}" + (" (no tiling rule)" if rule is None and alias is None
-                                                          else "")
+                    why = f"read whole by {n.target}" + (" (no tiling rule)" if rule is None and alias is None else "")
                     done = self.g.node_copy(n, lambda a, why=why: self.full(a, why))
                 self.env[n] = done
             else:
@@ -269,8 +284,9 @@ class Rewriter:
         return torch.fx.GraphModule(self.p.gm, self.g)
 
 
-def tile_program(program: TorchProgram, count: int, threshold: int = 0,
-                 min_split: int = MIN_SPLIT_BYTES) -> tuple[TorchProgram, TilingReport]:
+def tile_program(
+    program: TorchProgram, count: int, threshold: int = 0, min_split: int = MIN_SPLIT_BYTES
+) -> tuple[TorchProgram, TilingReport]:
     """``program`` with ops whose working set exceeds ``threshold`` bytes split into ``count`` tiles.
 
     Ops whose working set is at most ``min_split`` bytes are split only when they read a tiled tensor.
@@ -304,7 +320,7 @@ class TilingChoice:
     untiled_min_bytes: int
     tiled_min_bytes: int | None = None
     budget_bytes: int = 0
-    tried: list = field(default_factory=list)       # (count, threshold, min RAM) per tiling tried
+    tried: list = field(default_factory=list)  # (count, threshold, min RAM) per tiling tried
 
     @property
     def tiled(self) -> bool:
@@ -313,19 +329,36 @@ class TilingChoice:
     def lines(self) -> list[str]:
         if not self.tiled:
             if self.tried:
-                return [(f"not tiled: minimum RAM {self.untiled_min_bytes} B untiled; no tiling tried lowers it "
-                        f"(smallest tiled minimum {self.tiled_min_bytes} B)")]
+                return [
+                    (
+                        f"not tiled: minimum RAM {self.untiled_min_bytes} B untiled; no tiling tried lowers it "
+                        f"(smallest tiled minimum {self.tiled_min_bytes} B)"
+                    )
+                ]
             return [f"not tiled: minimum RAM {self.untiled_min_bytes} B untiled"]
-        out = [(f"tiling: minimum RAM {self.untiled_min_bytes} B untiled, {self.tiled_min_bytes} B tiled "
-               f"(budget {self.budget_bytes} B)")]
+        out = [
+            (
+                f"tiling: minimum RAM {self.untiled_min_bytes} B untiled, {self.tiled_min_bytes} B tiled "
+                f"(budget {self.budget_bytes} B)"
+            )
+        ]
         if self.tiled_min_bytes > self.budget_bytes:
-            out.append(f"  no tiling tried fits the budget; the smallest minimum reached is {self.tiled_min_bytes} B "
-                       f"(tried " + ", ".join(f"{c} tiles: {m} B" for c, _, m in self.tried) + ")")
+            out.append(
+                f"  no tiling tried fits the budget; the smallest minimum reached is {self.tiled_min_bytes} B "
+                f"(tried " + ", ".join(f"{c} tiles: {m} B" for c, _, m in self.tried) + ")"
+            )
         return out + self.report.lines()
 
 
-def tile_for_budget(program: TorchProgram, device, budget_bytes: int, *, fixed_ram_bytes: int | None = None,
-                    count: int | None = None, max_count: int = 64) -> TilingChoice:
+def tile_for_budget(
+    program: TorchProgram,
+    device,
+    budget_bytes: int,
+    *,
+    fixed_ram_bytes: int | None = None,
+    count: int | None = None,
+    max_count: int = 64,
+) -> TilingChoice:
     """Tile ``program`` as coarsely as fits ``budget_bytes`` (untiled if it fits already).
 
     ``count`` forces a tile count.  Tile counts 2, 4, 8, ... are tried, first
@@ -355,10 +388,10 @@ def tile_for_budget(program: TorchProgram, device, budget_bytes: int, *, fixed_r
                 choice.program, choice.report, choice.tiled_min_bytes = tp, rep, m
                 return choice
         if last_min is not None and best[2] >= last_min:
-            break                      # more tiles no longer lower the minimum: an untiled op bounds it
+            break  # more tiles no longer lower the minimum: an untiled op bounds it
         last_min = best[2]
     if count is None and best[2] >= untiled_min:
-        choice.tiled_min_bytes = best[2]         # tiling does not help: plan the untiled program
+        choice.tiled_min_bytes = best[2]  # tiling does not help: plan the untiled program
         return choice
     choice.program, choice.report, choice.tiled_min_bytes = best
     return choice

@@ -14,6 +14,7 @@ accumulator is an ordinary tensor the schedule keeps, pages or frees.
 Partial statistics are kept in float64; the summation order still differs from
 the untiled kernels' (see docs/torch.md, "Tiling numerics").
 """
+
 from __future__ import annotations
 
 import torch
@@ -76,8 +77,9 @@ def tile_conv(pieces, top, bottom, weight, bias, stride, padding, dilation, grou
     return _own(aten.convolution.default(x, weight, bias, stride, pad, dilation, False, [0] * len(pad), groups))
 
 
-def tile_conv_input_grad(go_pieces, region_start, region_rows, a, b, in_shape, weight, stride, padding,
-                         dilation, groups):
+def tile_conv_input_grad(
+    go_pieces, region_start, region_rows, a, b, in_shape, weight, stride, padding, dilation, groups
+):
     """Rows ``[a, b)`` of a convolution's input gradient from the output-gradient rows over them.
 
     ``go_pieces`` are output rows whose windows start at input row ``region_start``
@@ -88,19 +90,31 @@ def tile_conv_input_grad(go_pieces, region_start, region_rows, a, b, in_shape, w
     go = _rows(go_pieces, 2)
     x = torch.zeros([in_shape[0], in_shape[1], region_rows] + list(in_shape[3:]), dtype=go.dtype)
     pad = [0] + list(padding[1:])
-    gi = aten.convolution_backward.default(go, x, weight, None, stride, pad, dilation, False, [0] * len(pad), groups,
-                                           [True, False, False])[0]
+    gi = aten.convolution_backward.default(
+        go, x, weight, None, stride, pad, dilation, False, [0] * len(pad), groups, [True, False, False]
+    )[0]
     return _place(gi, region_start, a, b, 2)
 
 
-def tile_conv_weight_grad(acc_w, acc_b, go, x_pieces, top, bottom, weight, bias_sizes, stride, padding, dilation,
-                          groups, want_w, want_b):
+def tile_conv_weight_grad(
+    acc_w, acc_b, go, x_pieces, top, bottom, weight, bias_sizes, stride, padding, dilation, groups, want_w, want_b
+):
     """Weight (and bias) gradient accumulated over one more tile of output rows: ``(acc_w, acc_b)``."""
     x = _rows(x_pieces, 2, top, bottom)
     pad = [0] + list(padding[1:])
-    _, gw, gb = aten.convolution_backward.default(go, x, weight, bias_sizes if want_b else None, stride, pad,
-                                                  dilation, False, [0] * len(pad), groups,
-                                                  [False, bool(want_w), bool(want_b)])
+    _, gw, gb = aten.convolution_backward.default(
+        go,
+        x,
+        weight,
+        bias_sizes if want_b else None,
+        stride,
+        pad,
+        dilation,
+        False,
+        [0] * len(pad),
+        groups,
+        [False, bool(want_w), bool(want_b)],
+    )
     if want_w and acc_w is not None:
         gw = acc_w + gw
     if want_b and acc_b is not None:
@@ -215,8 +229,9 @@ def tile_avg_pool(pieces, top, bottom, kernel, stride, padding, count_include_pa
     return _own(aten.avg_pool2d.default(x, kernel, stride, [0, padding[1]], False, count_include_pad, divisor))
 
 
-def tile_avg_pool_grad(go_pieces, region_start, region_rows, a, b, in_shape, kernel, stride, padding,
-                       count_include_pad, divisor, dtype):
+def tile_avg_pool_grad(
+    go_pieces, region_start, region_rows, a, b, in_shape, kernel, stride, padding, count_include_pad, divisor, dtype
+):
     if not go_pieces:
         return torch.zeros([in_shape[0], in_shape[1], b - a] + list(in_shape[3:]), dtype=dtype)
     go = _rows(go_pieces, 2)
@@ -265,7 +280,7 @@ def tile_layer_norm_param_grad(acc_w, acc_b, go, x, mean, rstd, want_w, want_b):
 
 def tile_nll_partial(logp, target, weight, ignore_index):
     """One tile's summed negative log-likelihood and weight: float64 [2]."""
-    total, tw = aten.nll_loss_forward.default(logp, target, weight, 2, ignore_index)   # 2: reduction sum
+    total, tw = aten.nll_loss_forward.default(logp, target, weight, 2, ignore_index)  # 2: reduction sum
     return torch.stack([total.double(), tw.double()])
 
 

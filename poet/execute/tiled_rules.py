@@ -10,6 +10,7 @@ tensors in :mod:`poet.execute.tiled_views`.  Geometry of a convolution or poolin
 window: output rows ``[a, b)`` read input rows ``[a*s - p, (b-1)*s - p + d*(k-1) + 1)``,
 the part outside the tensor being padding (zeros, or -inf for max pooling).
 """
+
 from __future__ import annotations
 
 import math
@@ -48,7 +49,6 @@ def _layout_of(rw, a, shape, axis="rows") -> Layout:
     return rw.layout_for(shape, axis)
 
 
-
 def tiled_layout(rw, n, shape, dims_reduced=()):
     """The layout of an input with ``shape`` that is tiled along an axis the op does not reduce, else the default."""
     for a in n.all_input_nodes:
@@ -67,7 +67,7 @@ def pointwise(rw, n):
     shape = tuple(out.shape)
     lay = rw.layout_for(shape)
     same = [v.layout for v in (rw.env.get(a) for a in n.all_input_nodes) if isinstance(v, Tiled) and v.shape == shape]
-    if same:                              # follow an input's tiles, along the usual axis if one is
+    if same:  # follow an input's tiles, along the usual axis if one is
         lay = next((x for x in same if x.dim == lay.dim), same[0])
     d = lay.dim
     tiles = []
@@ -81,10 +81,11 @@ def pointwise(rw, n):
             if not isinstance(x, torch.fx.Node):
                 return x
             xs = rw.shape(x)
-            k = d - (len(shape) - len(xs))        # broadcasting aligns trailing dims
+            k = d - (len(shape) - len(xs))  # broadcasting aligns trailing dims
             if k >= 0 and len(xs) > k and xs[k] == shape[d]:
                 return rw.rows_of(x, k, a0, b0, n, tile)
             return rw.full(x, "broadcast into a tiled op")
+
         args = [arg(x) for x in n.args]
         kwargs = {k: arg(x) for k, x in n.kwargs.items()}
         tiles.append(rw.emit(n.target, args, n, tile=tile, flops=rw.share(n, a0, b0, shape[d]), kwargs=kwargs))
@@ -111,8 +112,15 @@ def convolution(rw, n):
         lo, hi = window_rows(a0, b0, k, s, p, dl)
         ps = rw.pieces(x, 2, lo, hi)
         t = rw.tile_of(n, i, lay, halo=(hi - lo - (b0 - a0) * s + 1) // 2)
-        tiles.append(rw.emit(K.tile_conv, (ps, max(0, -lo), max(0, hi - H), rw.full(w), rw.full(b), stride, padding,
-                                           dilation, groups), n, tile=t, flops=rw.share(n, a0, b0, out.shape[2])))
+        tiles.append(
+            rw.emit(
+                K.tile_conv,
+                (ps, max(0, -lo), max(0, hi - H), rw.full(w), rw.full(b), stride, padding, dilation, groups),
+                n,
+                tile=t,
+                flops=rw.share(n, a0, b0, out.shape[2]),
+            )
+        )
     return Tiled(lay, tiles, tuple(out.shape), out.dtype, out)
 
 
@@ -136,9 +144,15 @@ def convolution_backward(rw, n):
             ps = rw.pieces(go, 2, o0, o1)
             rs, re = window_rows(o0, o1, k, s, p, dl) if o1 > o0 else (a0, a0)
             t = rw.tile_of(n, i, lay, halo=max(0, (re - rs) - (b0 - a0)) // 2)
-            tiles.append(rw.emit(K.tile_conv_input_grad, (ps, rs, re - rs, a0, b0, list(xs), rw.full(w), stride,
-                                                          padding, dilation, groups), n, tile=t,
-                                 flops=flops / parts * max(b0 - a0, re - rs) / H))     # the halo is recomputed
+            tiles.append(
+                rw.emit(
+                    K.tile_conv_input_grad,
+                    (ps, rs, re - rs, a0, b0, list(xs), rw.full(w), stride, padding, dilation, groups),
+                    n,
+                    tile=t,
+                    flops=flops / parts * max(b0 - a0, re - rs) / H,
+                )
+            )  # the halo is recomputed
         items[0] = Tiled(lay, tiles, tuple(xs), fx_value(x).dtype)
     if mask[1] or mask[2]:
         lay = _layout_of(rw, go, gos)
@@ -149,10 +163,28 @@ def convolution_backward(rw, n):
             g = rw.rows_of(go, 2, o0, o1, n, t)
             lo, hi = window_rows(o0, o1, k, s, p, dl)
             xp = rw.pieces(x, 2, lo, hi)
-            node = rw.emit(K.tile_conv_weight_grad, (acc_w, acc_b, g, xp, max(0, -lo), max(0, hi - H), rw.full(w),
-                                                     bias_sizes, stride, padding, dilation, groups, bool(mask[1]),
-                                                     bool(mask[2])), n, tile=t,
-                           flops=flops / parts * (o1 - o0) / Ho)
+            node = rw.emit(
+                K.tile_conv_weight_grad,
+                (
+                    acc_w,
+                    acc_b,
+                    g,
+                    xp,
+                    max(0, -lo),
+                    max(0, hi - H),
+                    rw.full(w),
+                    bias_sizes,
+                    stride,
+                    padding,
+                    dilation,
+                    groups,
+                    bool(mask[1]),
+                    bool(mask[2]),
+                ),
+                n,
+                tile=t,
+                flops=flops / parts * (o1 - o0) / Ho,
+            )
             acc_w = rw.item(node, 0) if mask[1] else None
             acc_b = rw.item(node, 1) if mask[2] else None
         if mask[1]:
@@ -174,19 +206,39 @@ def batch_norm(rw, n):
     for i in range(lay.count):
         a0, b0 = lay.rows(i)
         t = rw.tile_of(n, i, lay, part="stats")
-        stats.append(rw.emit(K.tile_bn_stats, (rw.rows_of(x, lay.dim, a0, b0, n, t),), n, tile=t,
-                             flops=flops / 2 * (b0 - a0) / shape[lay.dim]))
-    comb = rw.emit(K.tile_bn_combine, (stats, rw.full(rm), rw.full(rv), momentum, eps, fx_value(x).dtype), n,
-                   tile=rw.tile_of(n, lay.count - 1, lay, part="stats"), flops=10 * shape[1] * lay.count)
+        stats.append(
+            rw.emit(
+                K.tile_bn_stats,
+                (rw.rows_of(x, lay.dim, a0, b0, n, t),),
+                n,
+                tile=t,
+                flops=flops / 2 * (b0 - a0) / shape[lay.dim],
+            )
+        )
+    comb = rw.emit(
+        K.tile_bn_combine,
+        (stats, rw.full(rm), rw.full(rv), momentum, eps, fx_value(x).dtype),
+        n,
+        tile=rw.tile_of(n, lay.count - 1, lay, part="stats"),
+        flops=10 * shape[1] * lay.count,
+    )
     mean, invstd = rw.item(comb, 0), rw.item(comb, 1)
     tiles = []
     for i in range(lay.count):
         a0, b0 = lay.rows(i)
         t = rw.tile_of(n, i, lay)
-        tiles.append(rw.emit(K.tile_bn_apply, (rw.rows_of(x, lay.dim, a0, b0, n, t), mean, invstd, rw.full(w),
-                                               rw.full(b)), n, tile=t, flops=flops / 2 * (b0 - a0) / shape[lay.dim]))
-    return TupleVal({0: Tiled(lay, tiles, shape, fx_value(x).dtype), 1: mean, 2: invstd, 3: rw.item(comb, 2),
-                     4: rw.item(comb, 3)})
+        tiles.append(
+            rw.emit(
+                K.tile_bn_apply,
+                (rw.rows_of(x, lay.dim, a0, b0, n, t), mean, invstd, rw.full(w), rw.full(b)),
+                n,
+                tile=t,
+                flops=flops / 2 * (b0 - a0) / shape[lay.dim],
+            )
+        )
+    return TupleVal(
+        {0: Tiled(lay, tiles, shape, fx_value(x).dtype), 1: mean, 2: invstd, 3: rw.item(comb, 2), 4: rw.item(comb, 3)}
+    )
 
 
 def batch_norm_backward(rw, n):
@@ -204,18 +256,33 @@ def batch_norm_backward(rw, n):
         t = rw.tile_of(n, i, lay, part="partial")
         gos.append(rw.rows_of(go, lay.dim, a0, b0, n, t))
         xs.append(rw.rows_of(x, lay.dim, a0, b0, n, t))
-        parts.append(rw.emit(K.tile_bn_grad_partial, (gos[-1], xs[-1], mean), n, tile=t,
-                             flops=flops / 2 * (b0 - a0) / shape[lay.dim]))
-    comb = rw.emit(K.tile_bn_grad_combine, (parts, invstd, fx_value(x).dtype), n,
-                   tile=rw.tile_of(n, lay.count - 1, lay, part="partial"), flops=4 * shape[1] * lay.count)
+        parts.append(
+            rw.emit(
+                K.tile_bn_grad_partial, (gos[-1], xs[-1], mean), n, tile=t, flops=flops / 2 * (b0 - a0) / shape[lay.dim]
+            )
+        )
+    comb = rw.emit(
+        K.tile_bn_grad_combine,
+        (parts, invstd, fx_value(x).dtype),
+        n,
+        tile=rw.tile_of(n, lay.count - 1, lay, part="partial"),
+        flops=4 * shape[1] * lay.count,
+    )
     items = {1: rw.item(comb, 0), 2: rw.item(comb, 1)}
     if mask[0]:
         sums = rw.item(comb, 2)
         tiles = []
         for i in range(lay.count):
             a0, b0 = lay.rows(i)
-            tiles.append(rw.emit(K.tile_bn_grad_input, (gos[i], xs[i], mean, invstd, rw.full(w), sums, count), n,
-                                 tile=rw.tile_of(n, i, lay), flops=flops / 2 * (b0 - a0) / shape[lay.dim]))
+            tiles.append(
+                rw.emit(
+                    K.tile_bn_grad_input,
+                    (gos[i], xs[i], mean, invstd, rw.full(w), sums, count),
+                    n,
+                    tile=rw.tile_of(n, i, lay),
+                    flops=flops / 2 * (b0 - a0) / shape[lay.dim],
+                )
+            )
         items[0] = Tiled(lay, tiles, shape, fx_value(x).dtype)
     return TupleVal(items)
 
@@ -229,8 +296,9 @@ def _pool_args(args, defaults):
 def max_pool(rw, n):
     x, kernel, stride, padding, dilation, _ceil = _pool_args(n.args, [None, None, None, [0, 0], [1, 1], False])
     stride = stride or kernel
-    kernel, stride, padding, dilation = (list(v) * 2 if len(v) == 1 else list(v)
-                                         for v in (kernel, stride, padding, dilation))
+    kernel, stride, padding, dilation = (
+        list(v) * 2 if len(v) == 1 else list(v) for v in (kernel, stride, padding, dilation)
+    )
     out = fx_value(n)[0]
     shape = rw.shape(x)
     k, s, p, dl = kernel[0], stride[0], padding[0], dilation[0]
@@ -241,21 +309,36 @@ def max_pool(rw, n):
     for i in range(lay.count):
         a0, b0 = lay.rows(i)
         lo, hi = window_rows(a0, b0, k, s, p, dl)
-        node = rw.emit(K.tile_max_pool, (rw.pieces(x, 2, lo, hi), max(0, -lo), max(0, hi - shape[2]), lo, shape[3],
-                                         kernel, stride, padding, dilation), n,
-                       tile=rw.tile_of(n, i, lay, halo=max(0, (hi - lo) - (b0 - a0) * s) // 2),
-                       flops=rw.share(n, a0, b0, out.shape[2]))
+        node = rw.emit(
+            K.tile_max_pool,
+            (
+                rw.pieces(x, 2, lo, hi),
+                max(0, -lo),
+                max(0, hi - shape[2]),
+                lo,
+                shape[3],
+                kernel,
+                stride,
+                padding,
+                dilation,
+            ),
+            n,
+            tile=rw.tile_of(n, i, lay, halo=max(0, (hi - lo) - (b0 - a0) * s) // 2),
+            flops=rw.share(n, a0, b0, out.shape[2]),
+        )
         outs.append(rw.item(node, 0))
         idxs.append(rw.item(node, 1))
-    return TupleVal({0: Tiled(lay, outs, tuple(out.shape), out.dtype), 1: Tiled(lay, idxs, tuple(out.shape),
-                                                                                 torch.int64)})
+    return TupleVal(
+        {0: Tiled(lay, outs, tuple(out.shape), out.dtype), 1: Tiled(lay, idxs, tuple(out.shape), torch.int64)}
+    )
 
 
 def max_pool_backward(rw, n):
     go, x, kernel, stride, padding, dilation, _ceil, idx = n.args
     stride = stride or kernel
-    kernel, stride, padding, dilation = (list(v) * 2 if len(v) == 1 else list(v)
-                                         for v in (kernel, stride, padding, dilation))
+    kernel, stride, padding, dilation = (
+        list(v) * 2 if len(v) == 1 else list(v) for v in (kernel, stride, padding, dilation)
+    )
     shape, gos = rw.shape(x), rw.shape(go)
     k, s, p, dl = kernel[0], stride[0], padding[0], dilation[0]
     lay = rw.layout_for(shape)
@@ -263,9 +346,15 @@ def max_pool_backward(rw, n):
     for i in range(lay.count):
         a0, b0 = lay.rows(i)
         o0, o1 = reaching_rows(a0, b0, k, s, p, dl, gos[2])
-        tiles.append(rw.emit(K.tile_max_pool_grad, (rw.pieces(go, 2, o0, o1), rw.pieces(idx, 2, o0, o1), a0, b0,
-                                                    list(shape)), n, tile=rw.tile_of(n, i, lay),
-                             flops=rw.share(n, a0, b0, shape[2])))
+        tiles.append(
+            rw.emit(
+                K.tile_max_pool_grad,
+                (rw.pieces(go, 2, o0, o1), rw.pieces(idx, 2, o0, o1), a0, b0, list(shape)),
+                n,
+                tile=rw.tile_of(n, i, lay),
+                flops=rw.share(n, a0, b0, shape[2]),
+            )
+        )
     return Tiled(lay, tiles, shape, fx_value(n).dtype)
 
 
@@ -283,10 +372,15 @@ def avg_pool(rw, n):
     for i in range(lay.count):
         a0, b0 = lay.rows(i)
         lo, hi = window_rows(a0, b0, k, s, p, 1)
-        tiles.append(rw.emit(K.tile_avg_pool, (rw.pieces(x, 2, lo, hi), max(0, -lo), max(0, hi - shape[2]), kernel,
-                                               stride, padding, cip, divisor), n,
-                             tile=rw.tile_of(n, i, lay, halo=max(0, (hi - lo) - (b0 - a0) * s) // 2),
-                             flops=rw.share(n, a0, b0, out.shape[2])))
+        tiles.append(
+            rw.emit(
+                K.tile_avg_pool,
+                (rw.pieces(x, 2, lo, hi), max(0, -lo), max(0, hi - shape[2]), kernel, stride, padding, cip, divisor),
+                n,
+                tile=rw.tile_of(n, i, lay, halo=max(0, (hi - lo) - (b0 - a0) * s) // 2),
+                flops=rw.share(n, a0, b0, out.shape[2]),
+            )
+        )
     return Tiled(lay, tiles, tuple(out.shape), out.dtype, out)
 
 
@@ -304,9 +398,28 @@ def avg_pool_backward(rw, n):
         a0, b0 = lay.rows(i)
         o0, o1 = reaching_rows(a0, b0, k, s, p, 1, gos[2])
         rs, re = window_rows(o0, o1, k, s, p, 1) if o1 > o0 else (a0, a0)
-        tiles.append(rw.emit(K.tile_avg_pool_grad, (rw.pieces(go, 2, o0, o1), rs, re - rs, a0, b0, list(shape), kernel,
-                                                    stride, padding, cip, divisor, fx_value(n).dtype), n,
-                             tile=rw.tile_of(n, i, lay), flops=rw.share(n, a0, a0 + max(b0 - a0, re - rs), shape[2])))
+        tiles.append(
+            rw.emit(
+                K.tile_avg_pool_grad,
+                (
+                    rw.pieces(go, 2, o0, o1),
+                    rs,
+                    re - rs,
+                    a0,
+                    b0,
+                    list(shape),
+                    kernel,
+                    stride,
+                    padding,
+                    cip,
+                    divisor,
+                    fx_value(n).dtype,
+                ),
+                n,
+                tile=rw.tile_of(n, i, lay),
+                flops=rw.share(n, a0, a0 + max(b0 - a0, re - rs), shape[2]),
+            )
+        )
     return Tiled(lay, tiles, shape, fx_value(n).dtype, fx_value(n))
 
 
@@ -315,7 +428,7 @@ def reduction(rw, n):
     x = n.args[0]
     v = rw.env.get(x)
     if not isinstance(v, Tiled):
-        return None                          # a whole input: tiling its reduction saves nothing
+        return None  # a whole input: tiling its reduction saves nothing
     shape = v.shape
     if n.target is aten.sum.default:
         dims, keepdim = list(range(len(shape))), False
@@ -332,10 +445,22 @@ def reduction(rw, n):
     parts = []
     for i in range(lay.count):
         a0, b0 = lay.rows(i)
-        parts.append(rw.emit(K.tile_sum_partial, (v.tiles[i], dims, keepdim, out.dtype), n,
-                             tile=rw.tile_of(n, i, lay, part="partial"), flops=rw.share(n, a0, b0, shape[lay.dim])))
-    return rw.emit(K.tile_sum_combine, (parts, scale, out.dtype), n,
-                   tile=rw.tile_of(n, lay.count - 1, lay, part="partial"), flops=out.numel() * lay.count)
+        parts.append(
+            rw.emit(
+                K.tile_sum_partial,
+                (v.tiles[i], dims, keepdim, out.dtype),
+                n,
+                tile=rw.tile_of(n, i, lay, part="partial"),
+                flops=rw.share(n, a0, b0, shape[lay.dim]),
+            )
+        )
+    return rw.emit(
+        K.tile_sum_combine,
+        (parts, scale, out.dtype),
+        n,
+        tile=rw.tile_of(n, lay.count - 1, lay, part="partial"),
+        flops=out.numel() * lay.count,
+    )
 
 
 def pointwise_reduce(rw, n, v, dims, keepdim):
@@ -346,8 +471,16 @@ def pointwise_reduce(rw, n, v, dims, keepdim):
     for i in range(lay.count):
         a0, b0 = lay.rows(i)
         args = [v.tiles[i]] + list(n.args[1:])
-        tiles.append(rw.emit(n.target, args, n, tile=rw.tile_of(n, i, lay), kwargs=dict(n.kwargs),
-                             flops=rw.share(n, a0, b0, v.shape[lay.dim])))
+        tiles.append(
+            rw.emit(
+                n.target,
+                args,
+                n,
+                tile=rw.tile_of(n, i, lay),
+                kwargs=dict(n.kwargs),
+                flops=rw.share(n, a0, b0, v.shape[lay.dim]),
+            )
+        )
     return Tiled(Layout(newdim, lay.bounds, lay.axis), tiles, tuple(out.shape), out.dtype, out)
 
 
@@ -362,20 +495,70 @@ def cat(rw, n):
     for i in range(lay.count):
         a0, b0 = lay.rows(i)
         t = rw.tile_of(n, i, lay)
-        tiles.append(rw.emit(aten.cat.default, ([rw.rows_of(x, lay.dim, a0, b0, n, t) for x in tensors], dim), n,
-                             tile=t, flops=0.0))
+        tiles.append(
+            rw.emit(
+                aten.cat.default, ([rw.rows_of(x, lay.dim, a0, b0, n, t) for x in tensors], dim), n, tile=t, flops=0.0
+            )
+        )
     return Tiled(lay, tiles, tuple(out.shape), out.dtype, out)
 
 
 def _pointwise_targets():
     out = {}
-    for name in ("relu", "add", "sub", "mul", "div", "threshold_backward", "gelu", "gelu_backward", "sigmoid",
-                 "sigmoid_backward", "tanh", "tanh_backward", "silu", "silu_backward", "native_dropout_backward",
-                 "clone", "neg", "exp", "where", "hardtanh", "hardtanh_backward", "leaky_relu",
-                 "leaky_relu_backward", "masked_fill", "rsqrt", "pow", "_to_copy", "copy", "fill", "le", "lt", "ge",
-                 "gt", "eq", "ne", "abs", "erf", "log", "sqrt", "reciprocal", "clamp", "clamp_min", "clamp_max",
-                 "relu6", "elu", "elu_backward", "softplus", "mish", "hardswish", "hardswish_backward",
-                 "hardsigmoid", "hardsigmoid_backward"):
+    for name in (
+        "relu",
+        "add",
+        "sub",
+        "mul",
+        "div",
+        "threshold_backward",
+        "gelu",
+        "gelu_backward",
+        "sigmoid",
+        "sigmoid_backward",
+        "tanh",
+        "tanh_backward",
+        "silu",
+        "silu_backward",
+        "native_dropout_backward",
+        "clone",
+        "neg",
+        "exp",
+        "where",
+        "hardtanh",
+        "hardtanh_backward",
+        "leaky_relu",
+        "leaky_relu_backward",
+        "masked_fill",
+        "rsqrt",
+        "pow",
+        "_to_copy",
+        "copy",
+        "fill",
+        "le",
+        "lt",
+        "ge",
+        "gt",
+        "eq",
+        "ne",
+        "abs",
+        "erf",
+        "log",
+        "sqrt",
+        "reciprocal",
+        "clamp",
+        "clamp_min",
+        "clamp_max",
+        "relu6",
+        "elu",
+        "elu_backward",
+        "softplus",
+        "mish",
+        "hardswish",
+        "hardswish_backward",
+        "hardsigmoid",
+        "hardsigmoid_backward",
+    ):
         pk = getattr(aten, name, None)
         if pk is None:
             continue
@@ -401,4 +584,3 @@ RULES = {
     aten.sum.default: reduction,
     aten.cat.default: cat,
 }
-

@@ -6,6 +6,7 @@ whole sequences of a batch.  A contraction over the tiled axis (a weight
 gradient, attention's key/value gradients) is accumulated tile by tile.  See
 :mod:`poet.execute.tiled_rules` for the rule interface.
 """
+
 from __future__ import annotations
 
 import torch
@@ -15,6 +16,7 @@ from .tiled_rules import fx_value, norm_dim, tiled_layout
 from .tiled_values import Tiled, TilingError, TupleVal
 
 aten = torch.ops.aten
+
 
 def _split_outputs(rw, n, nodes, lay, out):
     """Per-tile nodes of a tuple op -> a TupleVal of tiled outputs."""
@@ -42,8 +44,12 @@ def rowwise(rw, n):
     for i in range(lay.count):
         a0, b0 = lay.rows(i)
         t = rw.tile_of(n, i, lay)
-        args = [rw.rows_of(a, lay.dim, a0, b0, n, t) if isinstance(a, torch.fx.Node) and len(rw.shape(a)) == nd
-                and rw.shape(a)[lay.dim] == shape[lay.dim] else rw.full(a) for a in n.args]
+        args = [
+            rw.rows_of(a, lay.dim, a0, b0, n, t)
+            if isinstance(a, torch.fx.Node) and len(rw.shape(a)) == nd and rw.shape(a)[lay.dim] == shape[lay.dim]
+            else rw.full(a)
+            for a in n.args
+        ]
         nodes.append(rw.emit(n.target, args, n, tile=t, flops=rw.share(n, a0, b0, shape[lay.dim])))
     if isinstance(out, (tuple, list)):
         return _split_outputs(rw, n, nodes, lay, out)
@@ -66,14 +72,22 @@ def layer_norm_backward(rw, n):
         m_i, r_i = rw.rows_of(mean, lay.dim, a0, b0, n, t), rw.rows_of(rstd, lay.dim, a0, b0, n, t)
         share = rw.share(n, a0, b0, shape[lay.dim]) / 2
         if mask[0]:
-            node = rw.emit(aten.native_layer_norm_backward.default,
-                           (g_i, x_i, normalized_shape, m_i, r_i, rw.full(w), rw.full(b), [True, False, False]), n,
-                           tile=t, flops=share)
+            node = rw.emit(
+                aten.native_layer_norm_backward.default,
+                (g_i, x_i, normalized_shape, m_i, r_i, rw.full(w), rw.full(b), [True, False, False]),
+                n,
+                tile=t,
+                flops=share,
+            )
             gis.append(rw.item(node, 0))
         if mask[1] or mask[2]:
-            acc = rw.emit(K.tile_layer_norm_param_grad, (acc_w, acc_b, g_i, x_i, m_i, r_i, bool(mask[1]),
-                                                         bool(mask[2])), n,
-                          tile=rw.tile_of(n, i, lay, part="partial"), flops=share)
+            acc = rw.emit(
+                K.tile_layer_norm_param_grad,
+                (acc_w, acc_b, g_i, x_i, m_i, r_i, bool(mask[1]), bool(mask[2])),
+                n,
+                tile=rw.tile_of(n, i, lay, part="partial"),
+                flops=share,
+            )
             acc_w = rw.item(acc, 0) if mask[1] else None
             acc_b = rw.item(acc, 1) if mask[2] else None
     if mask[0]:
@@ -96,13 +110,18 @@ def matmul(rw, n):
     va = rw.env.get(a)
     out = fx_value(n)
     if isinstance(va, Tiled) and va.layout.dim == row + 1 and bias is None:
-        lay = va.layout                     # contraction over the tiled axis
+        lay = va.layout  # contraction over the tiled axis
         acc = None
         for i in range(lay.count):
             a0, b0 = lay.rows(i)
             t = rw.tile_of(n, i, lay, part="partial")
-            acc = rw.emit(K.tile_mm_accumulate, (acc, va.tiles[i], rw.rows_of(b, row, a0, b0, n, t)), n, tile=t,
-                          flops=rw.share(n, a0, b0, va.shape[row + 1]))
+            acc = rw.emit(
+                K.tile_mm_accumulate,
+                (acc, va.tiles[i], rw.rows_of(b, row, a0, b0, n, t)),
+                n,
+                tile=t,
+                flops=rw.share(n, a0, b0, va.shape[row + 1]),
+            )
         return acc
     if isinstance(va, Tiled) and va.layout.dim not in (row, 0):
         return None
@@ -114,8 +133,16 @@ def matmul(rw, n):
         a_i = rw.rows_of(a, lay.dim, a0, b0, n, t)
         b_i = rw.rows_of(b, 0, a0, b0, n, t) if lay.dim == 0 and row == 1 else rw.full(b, "the whole right operand")
         args = (rw.full(bias), a_i, b_i) if bias is not None else (a_i, b_i)
-        tiles.append(rw.emit(n.target, args + tuple(n.args[len(args):]), n, tile=t, kwargs=dict(n.kwargs),
-                             flops=rw.share(n, a0, b0, out.shape[lay.dim])))
+        tiles.append(
+            rw.emit(
+                n.target,
+                args + tuple(n.args[len(args) :]),
+                n,
+                tile=t,
+                kwargs=dict(n.kwargs),
+                flops=rw.share(n, a0, b0, out.shape[lay.dim]),
+            )
+        )
     return Tiled(lay, tiles, tuple(out.shape), out.dtype, out)
 
 
@@ -129,8 +156,15 @@ def embedding(rw, n):
     for i in range(lay.count):
         a0, b0 = lay.rows(i)
         t = rw.tile_of(n, i, lay)
-        tiles.append(rw.emit(n.target, (rw.full(w), rw.rows_of(ids, lay.dim, a0, b0, n, t)) + tuple(n.args[2:]), n,
-                             tile=t, flops=rw.share(n, a0, b0, out.shape[lay.dim])))
+        tiles.append(
+            rw.emit(
+                n.target,
+                (rw.full(w), rw.rows_of(ids, lay.dim, a0, b0, n, t)) + tuple(n.args[2:]),
+                n,
+                tile=t,
+                flops=rw.share(n, a0, b0, out.shape[lay.dim]),
+            )
+        )
     return Tiled(lay, tiles, tuple(out.shape), out.dtype, out)
 
 
@@ -143,8 +177,13 @@ def embedding_backward(rw, n):
     for i in range(lay.count):
         a0, b0 = lay.rows(i)
         t = rw.tile_of(n, i, lay, part="partial")
-        acc = rw.emit(K.tile_embedding_grad_accumulate, (acc, v.tiles[i], rw.rows_of(ids, lay.dim, a0, b0, n, t))
-                      + tuple(n.args[2:]), n, tile=t, flops=rw.share(n, a0, b0, v.shape[lay.dim]))
+        acc = rw.emit(
+            K.tile_embedding_grad_accumulate,
+            (acc, v.tiles[i], rw.rows_of(ids, lay.dim, a0, b0, n, t)) + tuple(n.args[2:]),
+            n,
+            tile=t,
+            flops=rw.share(n, a0, b0, v.shape[lay.dim]),
+        )
     return acc
 
 
@@ -157,10 +196,22 @@ def nll_loss(rw, n):
     for i in range(lay.count):
         a0, b0 = lay.rows(i)
         t = rw.tile_of(n, i, lay, part="partial")
-        parts.append(rw.emit(K.tile_nll_partial, (v.tiles[i], rw.rows_of(target, 0, a0, b0, n, t), rw.full(weight),
-                                                  ignore), n, tile=t, flops=rw.share(n, a0, b0, v.shape[0])))
-    comb = rw.emit(K.tile_nll_combine, (parts, reduction, fx_value(n)[0].dtype), n,
-                   tile=rw.tile_of(n, lay.count - 1, lay, part="partial"), flops=2 * lay.count)
+        parts.append(
+            rw.emit(
+                K.tile_nll_partial,
+                (v.tiles[i], rw.rows_of(target, 0, a0, b0, n, t), rw.full(weight), ignore),
+                n,
+                tile=t,
+                flops=rw.share(n, a0, b0, v.shape[0]),
+            )
+        )
+    comb = rw.emit(
+        K.tile_nll_combine,
+        (parts, reduction, fx_value(n)[0].dtype),
+        n,
+        tile=rw.tile_of(n, lay.count - 1, lay, part="partial"),
+        flops=2 * lay.count,
+    )
     return TupleVal({0: rw.item(comb, 0), 1: rw.item(comb, 1)})
 
 
@@ -175,9 +226,23 @@ def nll_loss_backward(rw, n):
     for i in range(lay.count):
         a0, b0 = lay.rows(i)
         t = rw.tile_of(n, i, lay)
-        tiles.append(rw.emit(n.target, (rw.full(tangent), rw.rows_of(logp, 0, a0, b0, n, t),
-                                        rw.rows_of(target, 0, a0, b0, n, t), rw.full(weight), reduction, ignore,
-                                        rw.full(total_weight)), n, tile=t, flops=rw.share(n, a0, b0, shape[0])))
+        tiles.append(
+            rw.emit(
+                n.target,
+                (
+                    rw.full(tangent),
+                    rw.rows_of(logp, 0, a0, b0, n, t),
+                    rw.rows_of(target, 0, a0, b0, n, t),
+                    rw.full(weight),
+                    reduction,
+                    ignore,
+                    rw.full(total_weight),
+                ),
+                n,
+                tile=t,
+                flops=rw.share(n, a0, b0, shape[0]),
+            )
+        )
     return Tiled(lay, tiles, tuple(out.shape), out.dtype, out)
 
 

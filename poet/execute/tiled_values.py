@@ -4,6 +4,7 @@
 Shared by the rewriter (:mod:`poet.execute.tiled`) and its per-op rules (:mod:`poet.execute.tiled_rules`),
 which both import it, so neither imports the other's module to reach them.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -38,7 +39,7 @@ class Tiled:
     tiles: list
     shape: tuple
     dtype: object
-    val: object = None          # the original FX value (fake tensor), for an assembled node's meta
+    val: object = None  # the original FX value (fake tensor), for an assembled node's meta
 
 
 @dataclass

@@ -5,6 +5,7 @@ reshape that keeps the axes before it and merges or splits it with later
 ones) is applied to every tile and stays a view (no bytes); any other view
 returns ``None`` and the rewriter joins the tiles first.
 """
+
 from __future__ import annotations
 
 import math
@@ -16,6 +17,7 @@ from .tiled_rules import fx_value, norm_dim
 from .tiled_values import Layout, Tiled, TupleVal
 
 aten = torch.ops.aten
+
 
 def alias_passthrough(rw, n):
     v = rw.env[n.args[0]]
@@ -95,12 +97,12 @@ def alias_view(rw, n):
         nb = bounds
     elif new[e] > old[d] and new[e] % old[d] == 0 and math.prod(old[d:]) == math.prod(new[e:]):
         f = new[e] // old[d]
-        if math.prod(old[d + 1:]) % f:
+        if math.prod(old[d + 1 :]) % f:
             return None
         nb = tuple(x * f for x in bounds)
     elif old[d] % new[e] == 0:
         f = old[d] // new[e]
-        if any(x % f for x in bounds) or math.prod(new[e + 1:]) % f:
+        if any(x % f for x in bounds) or math.prod(new[e + 1 :]) % f:
             return None
         nb = tuple(x // f for x in bounds)
     else:

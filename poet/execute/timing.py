@@ -11,6 +11,7 @@ Two measured figures per row:
   one to compare with a profile measured the same way (``poet profile`` fits busy seconds).  Where
   the OS does not report run-queue waits it equals the wall clock; on an idle machine both agree.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -22,16 +23,22 @@ KINDS = ("compute", "page_out", "page_in", "free", "total")
 
 @dataclass(frozen=True)
 class TimingRow:
-    kind: str                      # compute, page_out, page_in, free or total (the iteration)
-    predicted_s: float | None      # None: the schedule's totals do not price this kind separately
-    measured_s: float              # wall clock
-    cpu_s: float | None            # busy seconds (see module docstring); None when not measured
-    ratio: float | None            # measured_s / predicted_s
-    cpu_ratio: float | None        # cpu_s / predicted_s
+    kind: str  # compute, page_out, page_in, free or total (the iteration)
+    predicted_s: float | None  # None: the schedule's totals do not price this kind separately
+    measured_s: float  # wall clock
+    cpu_s: float | None  # busy seconds (see module docstring); None when not measured
+    ratio: float | None  # measured_s / predicted_s
+    cpu_ratio: float | None  # cpu_s / predicted_s
 
     def as_dict(self) -> dict:
-        return {"kind": self.kind, "predicted_s": self.predicted_s, "measured_s": self.measured_s,
-                "busy_s": self.cpu_s, "ratio": self.ratio, "busy_ratio": self.cpu_ratio}
+        return {
+            "kind": self.kind,
+            "predicted_s": self.predicted_s,
+            "measured_s": self.measured_s,
+            "busy_s": self.cpu_s,
+            "ratio": self.ratio,
+            "busy_ratio": self.cpu_ratio,
+        }
 
 
 def _ratio(a: float | None, b: float | None) -> float | None:
@@ -59,6 +66,7 @@ def timing_rows(predicted: dict, wall: dict, busy: dict) -> list[TimingRow]:
 def median_rows(results) -> list[TimingRow]:
     """Per kind, the median over executed steps (``RunResult``s of one schedule) of the measured seconds."""
     import statistics
+
     if not results:
         return []
     per = [r.timing for r in results]
@@ -67,21 +75,30 @@ def median_rows(results) -> list[TimingRow]:
         m = statistics.median(p[i].measured_s for p in per)
         cs = [p[i].cpu_s for p in per if p[i].cpu_s is not None]
         c = statistics.median(cs) if cs else None
-        rows.append(TimingRow(first.kind, first.predicted_s, m, c, _ratio(m, first.predicted_s),
-                              _ratio(c, first.predicted_s)))
+        rows.append(
+            TimingRow(first.kind, first.predicted_s, m, c, _ratio(m, first.predicted_s), _ratio(c, first.predicted_s))
+        )
     return rows
 
 
 def timing_table(rows: list[TimingRow]) -> str:
     """Predicted vs measured seconds, one line per kind (``total`` is the iteration)."""
+
     def f(x):
         return "-" if x is None else f"{x:.6f}"
 
     def r(x):
         return "-" if x is None else f"{x:.3f}"
-    out = [f"{'time per iteration':<18} {'predicted s':>12} {'measured s':>12} {'ratio':>7} {'busy s':>12} {'ratio':>7}"]
+
+    out = [
+        f"{'time per iteration':<18} {'predicted s':>12} {'measured s':>12} {'ratio':>7} {'busy s':>12} {'ratio':>7}"
+    ]
     for t in rows:
-        out.append(f"{t.kind:<18} {f(t.predicted_s):>12} {f(t.measured_s):>12} {r(t.ratio):>7} "
-                   f"{f(t.cpu_s):>12} {r(t.cpu_ratio):>7}")
+        out.append(
+            f"{t.kind:<18} {f(t.predicted_s):>12} {f(t.measured_s):>12} {r(t.ratio):>7} "
+            f"{f(t.cpu_s):>12} {r(t.cpu_ratio):>7}"
+        )
     return "\n".join(out)
+
+
 __all__ = ["KINDS", "RunQueueClock", "TimingRow", "busy_seconds", "median_rows", "timing_rows", "timing_table"]

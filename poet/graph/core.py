@@ -17,6 +17,7 @@ A node made by tiling (:mod:`poet.graph.tiling`) carries a :class:`Tile`
 saying which original node it is a piece of, so reports, plots and the
 executor can map a tiled schedule back to the model.
 """
+
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -92,7 +93,7 @@ def tile_problem(t: Tile) -> str:
     if not _is_int(t.index) or not 0 <= t.index < t.count:
         return f"'index' must be an integer in 0..count-1 = 0..{t.count - 1}, got {t.index!r}"
     if not isinstance(t.axis, str) or not t.axis or any(not a.strip() for a in t.axis.split(",")):
-        return f"'axis' must name what is split (e.g. \"rows\", \"tokens\", \"heads,queries\"), got {t.axis!r}"
+        return f'\'axis\' must name what is split (e.g. "rows", "tokens", "heads,queries"), got {t.axis!r}'
     if not _is_int(t.halo) or t.halo < 0:
         return f"'halo' must be an integer >= 0 (extra rows read on each side), got {t.halo!r}"
     if t.part not in TILE_PARTS:
@@ -121,8 +122,14 @@ class Node:
     tile: Tile | None = None
 
 
-COST_FIELDS = ("compute_time_s", "compute_energy_j", "pagein_time_s", "pagein_energy_j",
-               "pageout_time_s", "pageout_energy_j")
+COST_FIELDS = (
+    "compute_time_s",
+    "compute_energy_j",
+    "pagein_time_s",
+    "pagein_energy_j",
+    "pageout_time_s",
+    "pageout_energy_j",
+)
 
 
 @dataclass(frozen=True)
@@ -152,8 +159,7 @@ def _check_edges(n: int, edges: Sequence[tuple[int, int]]) -> tuple[tuple[int, i
             raise GraphError(f"edge [{u}, {v}] names a node outside 0..{n - 1}")
         if u >= v:
             raise GraphError(
-                f"edge [{u}, {v}] goes backwards: node ids must be a topological order "
-                f"(every edge [u, v] needs u < v)"
+                f"edge [{u}, {v}] goes backwards: node ids must be a topological order (every edge [u, v] needs u < v)"
             )
         if (u, v) not in seen:
             seen.add((u, v))
@@ -262,8 +268,9 @@ class CostedGraph(_Topology):
     def __post_init__(self):
         object.__setattr__(self, "nodes", tuple(self.nodes))
         object.__setattr__(self, "edges", _check_edges(len(self.nodes), self.edges))
-        object.__setattr__(self, "fixed_ram_bytes", byte_count(self.fixed_ram_bytes, "fixed_ram_bytes",
-                                                                  error=GraphError))
+        object.__setattr__(
+            self, "fixed_ram_bytes", byte_count(self.fixed_ram_bytes, "fixed_ram_bytes", error=GraphError)
+        )
         if not isinstance(self.meta, dict):
             raise GraphError(f"meta must be an object (a dict of notes), got {type(self.meta).__name__}")
         if not self.nodes:
@@ -278,8 +285,10 @@ class CostedGraph(_Topology):
             for f in COST_FIELDS:
                 finite_number(getattr(nd, f), f"{label}: {f}", error=GraphError)
         if self.fixed_ram_bytes + sum(nd.ram_bytes for nd in self.nodes) > MAX_BYTES:
-            raise GraphError("fixed_ram_bytes plus every node's ram_bytes is above 2^53 B (9 PB); byte counts "
-                             "that large are not exact in the solvers' arithmetic")
+            raise GraphError(
+                "fixed_ram_bytes plus every node's ram_bytes is above 2^53 B (9 PB); byte counts "
+                "that large are not exact in the solvers' arithmetic"
+            )
 
     @property
     def ram(self) -> list[int]:
@@ -300,8 +309,7 @@ class CostedGraph(_Topology):
         With paging allowed and unlimited time this bound is also sufficient.
         """
         return self.fixed_ram_bytes + max(
-            nd.ram_bytes + sum(self.nodes[p].ram_bytes for p in self.preds[i])
-            for i, nd in enumerate(self.nodes)
+            nd.ram_bytes + sum(self.nodes[p].ram_bytes for p in self.preds[i]) for i, nd in enumerate(self.nodes)
         )
 
     def with_fixed_ram(self, fixed_ram_bytes: int) -> CostedGraph:

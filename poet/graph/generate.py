@@ -27,6 +27,7 @@ to within a few nodes.  Families:
   edge from every encoder level to its decoder level (big tensors alive long).
 * ``tiny-huge``: a random DAG of tiny outputs with one huge node in the middle.
 """
+
 from __future__ import annotations
 
 import random
@@ -109,7 +110,7 @@ def _diamond(n: int, rnd: random.Random) -> _Forward:
     top = f.add(_size(rnd), (), rnd)
     while len(f) < n:
         left = f.add(_size(rnd), (top,), rnd)
-        a = f.add(_size(rnd), (top,), rnd)           # the right arm is itself a diamond
+        a = f.add(_size(rnd), (top,), rnd)  # the right arm is itself a diamond
         b = f.add(_size(rnd), (a,), rnd)
         c = f.add(_size(rnd), (a,), rnd)
         right = f.add(_size(rnd), (b, c), rnd)
@@ -130,11 +131,11 @@ def _unet(n: int, rnd: random.Random) -> _Forward:
             x = f.add(size, (x,), rnd)
         skips.append(x)
         size = max(256, size // 2)
-        x = f.add(size, (x,), rnd)                    # downsample
+        x = f.add(size, (x,), rnd)  # downsample
     for skip in reversed(skips):
         size = f.sizes[skip]
-        x = f.add(size, (x,), rnd)                    # upsample
-        x = f.add(size, (x, skip), rnd)               # concatenate with the encoder's level
+        x = f.add(size, (x,), rnd)  # upsample
+        x = f.add(size, (x, skip), rnd)  # concatenate with the encoder's level
         for _ in range(per_level - 1):
             x = f.add(size, (x,), rnd)
     while len(f) < n:
@@ -148,7 +149,7 @@ def _tiny_huge(n: int, rnd: random.Random) -> _Forward:
     for i in range(n):
         ins = rnd.sample(range(i), k=min(i, rnd.randint(1, 3))) if i else ()
         if i == huge_at:
-            f.add(40 * n, ins, rnd)             # about a third of all the tiny ones together
+            f.add(40 * n, ins, rnd)  # about a third of all the tiny ones together
         else:
             f.add(rnd.randint(16, 256), ins, rnd)
     return f
@@ -215,8 +216,10 @@ def parse_spec(spec: str) -> tuple[str, int, int]:
     parts = spec.split(":")
     family = ALIASES.get(parts[0], parts[0])
     if family not in FAMILIES or len(parts) not in (2, 3):
-        raise GraphError(f"{spec!r} is not a generated graph: write FAMILY:NODES[:SEED], e.g. layered:250:1, with "
-                         f"FAMILY one of {', '.join([*FAMILIES, *ALIASES])}")
+        raise GraphError(
+            f"{spec!r} is not a generated graph: write FAMILY:NODES[:SEED], e.g. layered:250:1, with "
+            f"FAMILY one of {', '.join([*FAMILIES, *ALIASES])}"
+        )
     try:
         nodes = int(parts[1])
         seed = int(parts[2]) if len(parts) == 3 else 0
@@ -229,8 +232,7 @@ def parse_spec(spec: str) -> tuple[str, int, int]:
 
 def is_spec(name: object) -> bool:
     """Does ``name`` look like a generated graph's spec (a known family, then a colon)?"""
-    return isinstance(name, str) and ALIASES.get(name.split(":")[0], name.split(":")[0]) in FAMILIES \
-        and ":" in name
+    return isinstance(name, str) and ALIASES.get(name.split(":")[0], name.split(":")[0]) in FAMILIES and ":" in name
 
 
 def generate(spec: str, batch_size: int = 1) -> Graph:

@@ -1,4 +1,5 @@
 """The ``poet-graph/1`` file: a costed graph as JSON (documented in docs/formats.md)."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -16,9 +17,14 @@ def graph_to_dict(g: CostedGraph) -> dict:
         "name": g.name,
         "fixed_ram_bytes": g.fixed_ram_bytes,
         "nodes": [
-            {"id": i, "name": nd.name, "kind": nd.kind, "ram_bytes": nd.ram_bytes,
-             **{f: getattr(nd, f) for f in _COST_FIELDS},
-             **({"tile": tile_to_dict(nd.tile)} if nd.tile is not None else {})}
+            {
+                "id": i,
+                "name": nd.name,
+                "kind": nd.kind,
+                "ram_bytes": nd.ram_bytes,
+                **{f: getattr(nd, f) for f in _COST_FIELDS},
+                **({"tile": tile_to_dict(nd.tile)} if nd.tile is not None else {}),
+            }
             for i, nd in enumerate(g.nodes)
         ],
         "edges": [[u, v] for u, v in g.edges],
@@ -41,19 +47,26 @@ _TILE_KEYS = ("of", "index", "count", "axis", "halo", "part", "start", "stop")
 def tile_from_dict(raw) -> Tile:
     """A node's ``"tile"`` object; raises GraphError saying which field is wrong."""
     if not isinstance(raw, dict):
-        raise GraphError("\"tile\" must be an object {\"of\", \"index\", \"count\", \"axis\", \"halo\"}")
+        raise GraphError('"tile" must be an object {"of", "index", "count", "axis", "halo"}')
     missing = [k for k in ("of", "index", "count", "axis") if k not in raw]
     if missing:
-        raise GraphError(f"\"tile\" lacks {', '.join(missing)}")
+        raise GraphError(f'"tile" lacks {", ".join(missing)}')
     unknown = sorted(set(raw) - set(_TILE_KEYS))
     if unknown:
-        raise GraphError(f"\"tile\" has unknown field(s) {', '.join(unknown)}; known: {', '.join(_TILE_KEYS)}")
+        raise GraphError(f'"tile" has unknown field(s) {", ".join(unknown)}; known: {", ".join(_TILE_KEYS)}')
     for k in ("start", "stop"):
         if k in raw and not isinstance(raw[k], list):
-            raise GraphError(f"\"tile\".{k} must be a list of integers, one per axis")
-    return Tile(of=raw["of"], index=raw["index"], count=raw["count"], axis=raw["axis"],
-                halo=raw.get("halo", 0), part=raw.get("part", "output"),
-                start=tuple(raw.get("start", ())), stop=tuple(raw.get("stop", ())))
+            raise GraphError(f'"tile".{k} must be a list of integers, one per axis')
+    return Tile(
+        of=raw["of"],
+        index=raw["index"],
+        count=raw["count"],
+        axis=raw["axis"],
+        halo=raw.get("halo", 0),
+        part=raw.get("part", "output"),
+        start=tuple(raw.get("start", ())),
+        stop=tuple(raw.get("stop", ())),
+    )
 
 
 def graph_from_dict(d: dict, source: str = "graph") -> CostedGraph:
@@ -61,9 +74,9 @@ def graph_from_dict(d: dict, source: str = "graph") -> CostedGraph:
         return GraphError(f"{source}: {msg}")
 
     if not isinstance(d, dict):
-        raise bad("expected a JSON object with \"format\": \"poet-graph/1\"")
+        raise bad('expected a JSON object with "format": "poet-graph/1"')
     if d.get("format") != GRAPH_FORMAT:
-        raise bad(f"\"format\" is {d.get('format')!r}; expected {GRAPH_FORMAT!r}")
+        raise bad(f'"format" is {d.get("format")!r}; expected {GRAPH_FORMAT!r}')
     for key in ("nodes", "edges"):
         if not isinstance(d.get(key), list):
             raise bad(f"missing list {key!r}")
@@ -83,23 +96,32 @@ def graph_from_dict(d: dict, source: str = "graph") -> CostedGraph:
             except GraphError as e:
                 raise bad(f"nodes[{pos}]: {e}") from None
         try:
-            nodes.append(CostedNode(
-                name=str(raw.get("name", f"n{pos}")), kind=raw["kind"], ram_bytes=raw["ram_bytes"],
-                **{f: raw[f] for f in _COST_FIELDS}, tile=tile))
+            nodes.append(
+                CostedNode(
+                    name=str(raw.get("name", f"n{pos}")),
+                    kind=raw["kind"],
+                    ram_bytes=raw["ram_bytes"],
+                    **{f: raw[f] for f in _COST_FIELDS},
+                    tile=tile,
+                )
+            )
         except TypeError as e:
             raise bad(f"nodes[{pos}]: {e}") from None
     edges = d["edges"]
     for k, e in enumerate(edges):
-        if not (isinstance(e, list) and len(e) == 2
-                and all(isinstance(x, int) and not isinstance(x, bool) for x in e)):
+        if not (isinstance(e, list) and len(e) == 2 and all(isinstance(x, int) and not isinstance(x, bool) for x in e)):
             raise bad(f"edges[{k}] is {str(e)[:60]}; every edge must be a pair of integer node ids [u, v]")
     meta = d.get("meta")
     if meta is not None and not isinstance(meta, dict):
-        raise bad(f"\"meta\" must be an object of notes like {{\"device\": \"m4\"}}, got {type(meta).__name__}")
+        raise bad(f'"meta" must be an object of notes like {{"device": "m4"}}, got {type(meta).__name__}')
     try:
-        return CostedGraph(name=str(d.get("name", source)), nodes=tuple(nodes),
-                           edges=tuple((u, v) for u, v in edges),
-                           fixed_ram_bytes=d.get("fixed_ram_bytes", 0), meta=meta or {})
+        return CostedGraph(
+            name=str(d.get("name", source)),
+            nodes=tuple(nodes),
+            edges=tuple((u, v) for u, v in edges),
+            fixed_ram_bytes=d.get("fixed_ram_bytes", 0),
+            meta=meta or {},
+        )
     except GraphError as e:
         raise bad(str(e)) from None
 

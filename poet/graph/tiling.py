@@ -29,6 +29,7 @@ tile as patch-based inference does, and a tile's inputs are usually still in
 RAM when it runs.  Attention is tiled by head and query tile with key/value
 tiles streamed (:mod:`poet.graph.tiling_attention`).
 """
+
 from __future__ import annotations
 
 import heapq
@@ -70,7 +71,7 @@ class TiledBuild:
 
     graph: Graph
     owner: tuple[int | None, ...]
-    counts: dict[str, int]        # layer name -> tiles of its output (only layers split in 2 or more)
+    counts: dict[str, int]  # layer name -> tiles of its output (only layers split in 2 or more)
 
 
 def build_tiled(model: str | ModelLayers, counts: dict[str, int], batch_size: int = 1) -> TiledBuild:
@@ -93,20 +94,27 @@ def build_tiled(model: str | ModelLayers, counts: dict[str, int], batch_size: in
             raise GraphError(f"tile count of {lay.name} must be an integer >= 1, got {n!r}")
         n = min(n, rows_of(lay.shape)) if tileable(lay) else 1
         if lay.op == "batchnorm" and lay.inputs[0] != DATA:
-            n = max(n, n_of[lay.inputs[0]])    # statistics over a split input need the tiled pass
+            n = max(n, n_of[lay.inputs[0]])  # statistics over a split input need the tiled pass
         n_of.append(n)
 
     # attention split into tiles: context layer -> scores layer; Q/K/V projections and contexts split by head too
     attention: dict[int, int] = {}
     col_split: dict[int, int] = {}
     for i, lay in enumerate(layers):
-        if not (lay.op == "matmul" and lay.heads and len(lay.shape) == 3 and i + 2 < L
-                and max(n_of[i], n_of[i + 1]) > 1):
+        if not (
+            lay.op == "matmul" and lay.heads and len(lay.shape) == 3 and i + 2 < L and max(n_of[i], n_of[i + 1]) > 1
+        ):
             continue
         sm, cx = (layers[i + 1], layers[i + 2]) if i + 2 < L else (None, None)
         qkv = (lay.inputs[0], lay.inputs[1], cx.inputs[1]) if cx is not None else ()
-        if (sm is None or sm.op != "softmax" or sm.inputs != (i,) or cx.op != "matmul" or cx.inputs[0] != i + 1
-                or any(x == DATA or layers[x].op != "linear" or len(layers[x].shape) != 2 for x in qkv)):
+        if (
+            sm is None
+            or sm.op != "softmax"
+            or sm.inputs != (i,)
+            or cx.op != "matmul"
+            or cx.inputs[0] != i + 1
+            or any(x == DATA or layers[x].op != "linear" or len(layers[x].shape) != 2 for x in qkv)
+        ):
             n_of[i] = n_of[i + 1] = 1
             continue
         attention[i + 2] = i
@@ -138,7 +146,7 @@ def build_tiled(model: str | ModelLayers, counts: dict[str, int], batch_size: in
     bd = Builder()
     out: list[list[Piece]] = []
     fwd_stats: dict[int, int] = {}
-    chained: set[int] = set()          # layers computed as a running reduction over their input's tiles
+    chained: set[int] = set()  # layers computed as a running reduction over their input's tiles
     consumers: list[list[int]] = [[] for _ in layers]
     for i, lay in enumerate(layers):
         for x in dict.fromkeys(lay.inputs):
@@ -158,9 +166,21 @@ def build_tiled(model: str | ModelLayers, counts: dict[str, int], batch_size: in
             continue
         if i in attention:
             sc = layers[attention[i]]
-            out.append(attention_forward(bd, sc, layers[attention[i] + 1], lay, out[sc.inputs[0]], out[sc.inputs[1]],
-                                         out[lay.inputs[1]], (n_of[attention[i]], n_of[attention[i] + 1]), b, DTYPE_BYTES,
-                                         (attention[i], attention[i] + 1)))
+            out.append(
+                attention_forward(
+                    bd,
+                    sc,
+                    layers[attention[i] + 1],
+                    lay,
+                    out[sc.inputs[0]],
+                    out[sc.inputs[1]],
+                    out[lay.inputs[1]],
+                    (n_of[attention[i]], n_of[attention[i] + 1]),
+                    b,
+                    DTYPE_BYTES,
+                    (attention[i], attention[i] + 1),
+                )
+            )
             continue
         if i in col_split:
             heads = col_split[i]
@@ -170,10 +190,19 @@ def build_tiled(model: str | ModelLayers, counts: dict[str, int], batch_size: in
                 for h in range(heads):
                     t = len(pieces)
                     p = Piece(lo, hi, -1, h, h + 1)
-                    v = bd.add(Node(f"{lay.name}[{lo}:{hi},h{h}]", FORWARD, nbytes(lay.shape, lo, hi) // heads,
-                                    flops * (hi - lo) / R / heads, params if t == 0 else 0, lay.op,
-                                    span_tile(lay.name, t, len(ranges) * heads, lay.shape, p)),
-                               [u for x in xs for u in overlap(out[x], lo, hi)], i)
+                    v = bd.add(
+                        Node(
+                            f"{lay.name}[{lo}:{hi},h{h}]",
+                            FORWARD,
+                            nbytes(lay.shape, lo, hi) // heads,
+                            flops * (hi - lo) / R / heads,
+                            params if t == 0 else 0,
+                            lay.op,
+                            span_tile(lay.name, t, len(ranges) * heads, lay.shape, p),
+                        ),
+                        [u for x in xs for u in overlap(out[x], lo, hi)],
+                        i,
+                    )
                     pieces.append(Piece(lo, hi, v, h, h + 1))
             out.append(pieces)
             continue
@@ -182,18 +211,30 @@ def build_tiled(model: str | ModelLayers, counts: dict[str, int], batch_size: in
             src = out[xs[0]]
             prev = None
             for t, p in enumerate(src):
-                tile = Tile(lay.name, t, len(src), axis_of(in_shape(xs[0])), part="partial",
-                            start=(p.lo,), stop=(p.hi,))
-                prev = bd.add(Node(f"{lay.name}[{t}/{len(src)}]", FORWARD, nbytes(lay.shape),
-                                   flops * (p.hi - p.lo) / rows_of(in_shape(xs[0])), 0, lay.op, tile),
-                              [p.node] + ([prev] if prev is not None else []), None)
+                tile = Tile(
+                    lay.name, t, len(src), axis_of(in_shape(xs[0])), part="partial", start=(p.lo,), stop=(p.hi,)
+                )
+                prev = bd.add(
+                    Node(
+                        f"{lay.name}[{t}/{len(src)}]",
+                        FORWARD,
+                        nbytes(lay.shape),
+                        flops * (p.hi - p.lo) / rows_of(in_shape(xs[0])),
+                        0,
+                        lay.op,
+                        tile,
+                    ),
+                    [p.node] + ([prev] if prev is not None else []),
+                    None,
+                )
             out.append(Pieces([Piece(0, 1, prev)]))
             chained.add(i)
             continue
         if n == 1:
             reads = [p.node for x in xs for p in out[x]]
-            v = bd.add(Node(lay.name, FORWARD, nbytes(lay.shape), flops, params, lay.op), reads,
-                       i if tileable(lay) else None)
+            v = bd.add(
+                Node(lay.name, FORWARD, nbytes(lay.shape), flops, params, lay.op), reads, i if tileable(lay) else None
+            )
             out.append(Pieces([Piece(0, R, v)]))
             continue
         ranges = split(R, n)
@@ -204,9 +245,19 @@ def build_tiled(model: str | ModelLayers, counts: dict[str, int], batch_size: in
             for t, (lo, hi) in enumerate(ranges):
                 tile = Tile(lay.name, t, n, ax, part="stats", start=(lo,), stop=(hi,))
                 reads = [u for x in xs for u in overlap(out[x], lo, hi)] + ([prev] if prev is not None else [])
-                prev = bd.add(Node(f"{lay.name}.stats[{t}/{n}]", FORWARD, DTYPE_BYTES * 2 * c,
-                                   STATS_FLOPS_PER_ELEM * nbytes(lay.shape, lo, hi) / DTYPE_BYTES, 0, lay.op,
-                                   tile), reads, None)
+                prev = bd.add(
+                    Node(
+                        f"{lay.name}.stats[{t}/{n}]",
+                        FORWARD,
+                        DTYPE_BYTES * 2 * c,
+                        STATS_FLOPS_PER_ELEM * nbytes(lay.shape, lo, hi) / DTYPE_BYTES,
+                        0,
+                        lay.op,
+                        tile,
+                    ),
+                    reads,
+                    None,
+                )
             stats_final = fwd_stats[i] = prev
         pieces = Pieces()
         for t, (lo, hi) in enumerate(ranges):
@@ -217,8 +268,19 @@ def build_tiled(model: str | ModelLayers, counts: dict[str, int], batch_size: in
             if stats_final is not None:
                 reads.append(stats_final)
             tile = Tile(lay.name, t, n, ax, halo=halo_of(lay), start=(lo,), stop=(hi,))
-            v = bd.add(Node(f"{lay.name}[{t}/{n}]", FORWARD, nbytes(lay.shape, lo, hi), flops * (hi - lo) / R,
-                            params if t == 0 else 0, lay.op, tile), reads, i)
+            v = bd.add(
+                Node(
+                    f"{lay.name}[{t}/{n}]",
+                    FORWARD,
+                    nbytes(lay.shape, lo, hi),
+                    flops * (hi - lo) / R,
+                    params if t == 0 else 0,
+                    lay.op,
+                    tile,
+                ),
+                reads,
+                i,
+            )
             pieces.append(Piece(lo, hi, v))
         out.append(pieces)
 
@@ -233,22 +295,43 @@ def build_tiled(model: str | ModelLayers, counts: dict[str, int], batch_size: in
         prev = None
         for t, p in enumerate(lpieces):
             tile = Tile("loss", t, len(lpieces), axis_of(lshape), part="partial", start=(p.lo,), stop=(p.hi,))
-            prev = bd.add(Node(f"loss[{t}/{len(lpieces)}]", FORWARD, DTYPE_BYTES * b,
-                               b * lf * (p.hi - p.lo) / rows_of(lshape), 0, "cross_entropy", tile),
-                          [p.node] + ([prev] if prev is not None else []), None)
+            prev = bd.add(
+                Node(
+                    f"loss[{t}/{len(lpieces)}]",
+                    FORWARD,
+                    DTYPE_BYTES * b,
+                    b * lf * (p.hi - p.lo) / rows_of(lshape),
+                    0,
+                    "cross_entropy",
+                    tile,
+                ),
+                [p.node] + ([prev] if prev is not None else []),
+                None,
+            )
         loss = prev
     grad_out: list[list[list[Piece]]] = [[] for _ in layers]
     if len(lpieces) == 1:
-        v = bd.add(Node("bwd.loss", BACKWARD, nbytes(lshape), b * lb, 0, "cross_entropy"),
-                   [loss, lpieces[0].node], logits)
+        v = bd.add(
+            Node("bwd.loss", BACKWARD, nbytes(lshape), b * lb, 0, "cross_entropy"), [loss, lpieces[0].node], logits
+        )
         grad_out[logits].append(Pieces([Piece(0, rows_of(lshape), v)]))
     else:
         gp = Pieces()
         for t, p in enumerate(lpieces):
             tile = Tile("bwd.loss", t, len(lpieces), axis_of(lshape), start=(p.lo,), stop=(p.hi,))
-            v = bd.add(Node(f"bwd.loss[{t}/{len(lpieces)}]", BACKWARD, nbytes(lshape, p.lo, p.hi),
-                            b * lb * (p.hi - p.lo) / rows_of(lshape), 0, "cross_entropy", tile),
-                       [loss, p.node], logits)
+            v = bd.add(
+                Node(
+                    f"bwd.loss[{t}/{len(lpieces)}]",
+                    BACKWARD,
+                    nbytes(lshape, p.lo, p.hi),
+                    b * lb * (p.hi - p.lo) / rows_of(lshape),
+                    0,
+                    "cross_entropy",
+                    tile,
+                ),
+                [loss, p.node],
+                logits,
+            )
             gp.append(Piece(p.lo, p.hi, v, p.clo, p.chi))
         grad_out[logits].append(gp)
 
@@ -269,9 +352,21 @@ def build_tiled(model: str | ModelLayers, counts: dict[str, int], batch_size: in
         if i in attention:
             sc = layers[attention[i]]
             q, k, v = sc.inputs[0], sc.inputs[1], lay.inputs[1]
-            dq, dk, dv = attention_backward(bd, sc, layers[attention[i] + 1], lay, out[q], out[k], out[v], out[i],
-                                            grad_out[i], (n_of[attention[i]], n_of[attention[i] + 1]), b,
-                                            DTYPE_BYTES, (attention[i], attention[i] + 1))
+            dq, dk, dv = attention_backward(
+                bd,
+                sc,
+                layers[attention[i] + 1],
+                lay,
+                out[q],
+                out[k],
+                out[v],
+                out[i],
+                grad_out[i],
+                (n_of[attention[i]], n_of[attention[i] + 1]),
+                b,
+                DTYPE_BYTES,
+                (attention[i], attention[i] + 1),
+            )
             grad_out[q].append(dq)
             grad_out[k].append(dk)
             grad_out[v].append(dv)
@@ -284,14 +379,18 @@ def build_tiled(model: str | ModelLayers, counts: dict[str, int], batch_size: in
                 reads += [p.node for x in xs for p in out[x]]
             elif saves == "output":
                 reads += [out[i][0].node]
-            v = bd.add(Node(name, BACKWARD, DTYPE_BYTES * b * lay.grad_numel, bwd_flops, 0, lay.op), reads,
-                       i if (tileable(lay) and xs) else None)
+            v = bd.add(
+                Node(name, BACKWARD, DTYPE_BYTES * b * lay.grad_numel, bwd_flops, 0, lay.op),
+                reads,
+                i if (tileable(lay) and xs) else None,
+            )
             for x in xs:
                 grad_out[x].append(Pieces([Piece(0, rows_of(in_shape(x)), v)]))
             continue
         own = out[i]
-        own_tiled = len(own) > 1 and bd.nodes[own[0].node].tile is not None and \
-            bd.nodes[own[0].node].tile.part == "output"
+        own_tiled = (
+            len(own) > 1 and bd.nodes[own[0].node].tile is not None and bd.nodes[own[0].node].tile.part == "output"
+        )
         weighted = lay.op in WEIGHTED or lay.op == "batchnorm"
         w_flops = b * lay.bwd_weight_flops if weighted else 0.0
         in_flops = bwd_flops - w_flops
@@ -302,9 +401,19 @@ def build_tiled(model: str | ModelLayers, counts: dict[str, int], batch_size: in
             for t, p in enumerate(own):
                 reads = dy(p.lo, p.hi) + [u for x in xs for u in overlap(out[x], p.lo, p.hi)] + [fwd_stats[i]]
                 tile = Tile(name, t, len(own), axis_of(lay.shape), part="stats", start=(p.lo,), stop=(p.hi,))
-                prev = bd.add(Node(f"{name}.stats[{t}/{len(own)}]", BACKWARD, DTYPE_BYTES * 2 * c,
-                                   w_flops * (p.hi - p.lo) / R, 0, lay.op, tile), reads + ([prev] if prev is not None else []),
-                              None)
+                prev = bd.add(
+                    Node(
+                        f"{name}.stats[{t}/{len(own)}]",
+                        BACKWARD,
+                        DTYPE_BYTES * 2 * c,
+                        w_flops * (p.hi - p.lo) / R,
+                        0,
+                        lay.op,
+                        tile,
+                    ),
+                    reads + ([prev] if prev is not None else []),
+                    None,
+                )
             bstats = prev
         # grad-input tiles, split like the input they are the gradient of (add: like its own output)
         targets = xs[:1] if lay.op == "add" else xs
@@ -331,11 +440,21 @@ def build_tiled(model: str | ModelLayers, counts: dict[str, int], batch_size: in
                 tile = span_tile(name, t, len(xp), in_shape(x), p, halo=halo_of(lay))
                 nb = piece_bytes(x, p) if len(xp) > 1 else nbytes(in_shape(x))
                 nm = name if len(targets) == 1 else f"{name}@{layers[x].name}"
-                v = bd.add(Node(f"{nm}[{t}/{len(xp)}]" if len(xp) > 1 else nm, BACKWARD, nb,
-                                share * (p.hi - p.lo) / xr * colfrac(x, p), 0, lay.op, tile if len(xp) > 1 else None),
-                           reads, i if lay.op == "add" else x)
+                v = bd.add(
+                    Node(
+                        f"{nm}[{t}/{len(xp)}]" if len(xp) > 1 else nm,
+                        BACKWARD,
+                        nb,
+                        share * (p.hi - p.lo) / xr * colfrac(x, p),
+                        0,
+                        lay.op,
+                        tile if len(xp) > 1 else None,
+                    ),
+                    reads,
+                    i if lay.op == "add" else x,
+                )
                 gp.append(Piece(p.lo, p.hi, v, p.clo, p.chi))
-            for y in (xs if lay.op == "add" else [x]):
+            for y in xs if lay.op == "add" else [x]:
                 grad_out[y].append(gp)
         if lay.op in WEIGHTED:
             # weight gradient: one accumulation step per output tile (input rows with halo + grad-output rows)
@@ -346,16 +465,37 @@ def build_tiled(model: str | ModelLayers, counts: dict[str, int], batch_size: in
                     reads += overlap(out[x], a, z)
                 tile = span_tile(name, t, len(own), lay.shape, p, halo=halo_of(lay), part="weight_grad")
                 nm = f"{name}.wgrad[{t}/{len(own)}]" if len(own) > 1 else f"{name}.wgrad"
-                bd.add(Node(nm, BACKWARD, 0, w_flops * (p.hi - p.lo) / R * colfrac(i, p), 0, lay.op,
-                            tile if len(own) > 1 else None), reads, None)
+                bd.add(
+                    Node(
+                        nm,
+                        BACKWARD,
+                        0,
+                        w_flops * (p.hi - p.lo) / R * colfrac(i, p),
+                        0,
+                        lay.op,
+                        tile if len(own) > 1 else None,
+                    ),
+                    reads,
+                    None,
+                )
 
     names = [nd.name for nd in bd.nodes]
     if len(set(names)) != len(names):
         raise AssertionError("tiled graph has duplicate node names")
-    meta = {"model": ml.name, "batch_size": b, "input_shape": [b, *ml.input_shape], "dtype_bytes": DTYPE_BYTES,
-            "forward_layers": L}
-    used = {layers[i].name: len(out[i]) for i in range(L) if len(out[i]) > 1
-            and bd.nodes[out[i][0].node].tile is not None and bd.nodes[out[i][0].node].tile.part == "output"}
+    meta = {
+        "model": ml.name,
+        "batch_size": b,
+        "input_shape": [b, *ml.input_shape],
+        "dtype_bytes": DTYPE_BYTES,
+        "forward_layers": L,
+    }
+    used = {
+        layers[i].name: len(out[i])
+        for i in range(L)
+        if len(out[i]) > 1
+        and bd.nodes[out[i][0].node].tile is not None
+        and bd.nodes[out[i][0].node].tile.part == "output"
+    }
     if not used:
         edges = [(u, v) for v, ps in enumerate(bd.preds) for u in ps]
         return TiledBuild(Graph(ml.name, tuple(bd.nodes), tuple(edges), meta), tuple(bd.owner), {})

@@ -10,6 +10,7 @@ big can be split further; the largest working set then left is the *tiled
 minimum*, the smallest budget tiling can reach, and ``limit`` names the node
 that sets it.
 """
+
 from __future__ import annotations
 
 import time
@@ -22,13 +23,15 @@ from .zoo import build_model, model_layers
 TILE_OFF = "off"
 TILE_AUTO = "auto"
 MAX_ROUNDS = 200
-MAX_NODES = 60_000      # auto tiling stops refining past this many nodes: no solver answers in minutes beyond it
-MAX_PLAN_SECONDS = 60.0     # ... or after this long
+MAX_NODES = 60_000  # auto tiling stops refining past this many nodes: no solver answers in minutes beyond it
+MAX_PLAN_SECONDS = 60.0  # ... or after this long
 
 
-TILE_HELP = ("operator tiling when no layer fits the RAM budget whole: auto (default: split only the layers that "
-             "must be split, as coarsely as fits), off (never; today's untiled answer), or N (split every layer "
-             "that can be split into N tiles); see docs/tiling.md")
+TILE_HELP = (
+    "operator tiling when no layer fits the RAM budget whole: auto (default: split only the layers that "
+    "must be split, as coarsely as fits), off (never; today's untiled answer), or N (split every layer "
+    "that can be split into N tiles); see docs/tiling.md"
+)
 
 
 def add_tile_option(group) -> None:
@@ -49,14 +52,14 @@ class TilingPlan:
     model: str
     budget_bytes: int
     fixed_ram_bytes: int
-    mode: str                       # "auto", "off" or "N" (a forced count)
-    graph: Graph                    # the graph to schedule: tiled, or the untiled one
-    counts: dict[str, int] = field(default_factory=dict)   # layer -> tiles (layers split in 2 or more)
-    untiled_min_bytes: int = 0      # smallest budget of any schedule without tiling (fixed RAM included)
-    tiled_min_bytes: int = 0        # the same for the returned graph
+    mode: str  # "auto", "off" or "N" (a forced count)
+    graph: Graph  # the graph to schedule: tiled, or the untiled one
+    counts: dict[str, int] = field(default_factory=dict)  # layer -> tiles (layers split in 2 or more)
+    untiled_min_bytes: int = 0  # smallest budget of any schedule without tiling (fixed RAM included)
+    tiled_min_bytes: int = 0  # the same for the returned graph
     nodes_before: int = 0
     nodes_after: int = 0
-    limit: str = ""                 # the node whose working set sets tiled_min_bytes
+    limit: str = ""  # the node whose working set sets tiled_min_bytes
 
     @property
     def tiled(self) -> bool:
@@ -68,9 +71,15 @@ class TilingPlan:
 
     def summary(self) -> dict:
         """JSON-ready facts for a schedule's solver record."""
-        return {"mode": self.mode, "counts": dict(self.counts), "untiled_min_ram_bytes": self.untiled_min_bytes,
-                "tiled_min_ram_bytes": self.tiled_min_bytes, "nodes_before": self.nodes_before,
-                "nodes_after": self.nodes_after, "limit": self.limit}
+        return {
+            "mode": self.mode,
+            "counts": dict(self.counts),
+            "untiled_min_ram_bytes": self.untiled_min_bytes,
+            "tiled_min_ram_bytes": self.tiled_min_bytes,
+            "nodes_before": self.nodes_before,
+            "nodes_after": self.nodes_after,
+            "limit": self.limit,
+        }
 
 
 def parse_tile_option(value) -> str:
@@ -83,8 +92,10 @@ def parse_tile_option(value) -> str:
     except ValueError:
         n = 0
     if n < 1 or str(n) != v:
-        raise GraphError(f"--tile {value!r}: give off (never tile), auto (tile only what the RAM budget needs; "
-                         f"the default) or a tile count such as 4")
+        raise GraphError(
+            f"--tile {value!r}: give off (never tile), auto (tile only what the RAM budget needs; "
+            f"the default) or a tile count such as 4"
+        )
     return str(n)
 
 
@@ -93,8 +104,9 @@ def _limit_text(g: Graph, ws: list[int], fixed: int) -> str:
     return f"{g.nodes[i].name} (output plus inputs {ws[i] + fixed} B with fixed RAM)"
 
 
-def plan_tiling(model: str, budget_bytes: int, *, batch_size: int = 1, fixed_ram_bytes: int = 0,
-                tile: str | int = TILE_AUTO) -> TilingPlan:
+def plan_tiling(
+    model: str, budget_bytes: int, *, batch_size: int = 1, fixed_ram_bytes: int = 0, tile: str | int = TILE_AUTO
+) -> TilingPlan:
     """The graph of zoo ``model`` to schedule within ``budget_bytes`` of RAM.
 
     ``tile="auto"``: untiled when it fits, else only the layers that must be
@@ -106,20 +118,38 @@ def plan_tiling(model: str, budget_bytes: int, *, batch_size: int = 1, fixed_ram
     g0 = build_model(model, batch_size)
     ws0 = working_sets(g0)
     untiled_min = fixed_ram_bytes + max(ws0)
-    base = {"model": model, "budget_bytes": int(budget_bytes), "fixed_ram_bytes": fixed_ram_bytes, "mode": mode,
-                "untiled_min_bytes": untiled_min, "nodes_before": len(g0)}
+    base = {
+        "model": model,
+        "budget_bytes": int(budget_bytes),
+        "fixed_ram_bytes": fixed_ram_bytes,
+        "mode": mode,
+        "untiled_min_bytes": untiled_min,
+        "nodes_before": len(g0),
+    }
 
     def done(g: Graph, counts: dict, ws: list[int]) -> TilingPlan:
-        return TilingPlan(graph=g, counts=counts, tiled_min_bytes=fixed_ram_bytes + max(ws), nodes_after=len(g),
-                          limit=_limit_text(g, ws, fixed_ram_bytes), **base)
+        return TilingPlan(
+            graph=g,
+            counts=counts,
+            tiled_min_bytes=fixed_ram_bytes + max(ws),
+            nodes_after=len(g),
+            limit=_limit_text(g, ws, fixed_ram_bytes),
+            **base,
+        )
 
     if mode == TILE_OFF or (mode == TILE_AUTO and untiled_min <= budget_bytes):
         return done(g0, {}, ws0)
     layers = ml.layers
     if mode == TILE_AUTO and budget_bytes <= fixed_ram_bytes:
         # nothing to tile for: the fixed RAM alone fills the budget
-        return TilingPlan(graph=g0, counts={}, tiled_min_bytes=untiled_min, nodes_after=len(g0),
-                          limit=f"fixed RAM {fixed_ram_bytes} B alone is not below the budget", **base)
+        return TilingPlan(
+            graph=g0,
+            counts={},
+            tiled_min_bytes=untiled_min,
+            nodes_after=len(g0),
+            limit=f"fixed RAM {fixed_ram_bytes} B alone is not below the budget",
+            **base,
+        )
     if mode != TILE_AUTO:
         n = int(mode)
         tb = build_tiled(ml, {lay.name: n for lay in layers if tileable(lay)}, batch_size)
@@ -146,9 +176,13 @@ def plan_tiling(model: str, budget_bytes: int, *, batch_size: int = 1, fixed_ram
         for v, w in enumerate(ws):
             if w <= cap:
                 continue
-            cands = [(size[u], tb.owner[u]) for u in (v, *g.preds[v]) if tb.owner[u] is not None
-                     and counts.get(layers[tb.owner[u]].name, 1) < rows_of(layers[tb.owner[u]].shape)
-                     and tileable(layers[tb.owner[u]])]
+            cands = [
+                (size[u], tb.owner[u])
+                for u in (v, *g.preds[v])
+                if tb.owner[u] is not None
+                and counts.get(layers[tb.owner[u]].name, 1) < rows_of(layers[tb.owner[u]].shape)
+                and tileable(layers[tb.owner[u]])
+            ]
             if cands:
                 grow.add(max(cands)[1])
         if not grow:
@@ -161,7 +195,12 @@ def plan_tiling(model: str, budget_bytes: int, *, batch_size: int = 1, fixed_ram
     _, tb, ws = best
     plan = done(tb.graph, tb.counts, ws)
     if capped and not plan.fits:
-        plan = TilingPlan(**{**plan.__dict__, "limit": f"the graph's size: auto tiling stops past {MAX_NODES:,} "
-                                                        f"nodes or {MAX_PLAN_SECONDS:.0f} s of planning (largest "
-                                                        f"working set so far: {plan.limit}; --tile N splits finer)"})
+        plan = TilingPlan(
+            **{
+                **plan.__dict__,
+                "limit": f"the graph's size: auto tiling stops past {MAX_NODES:,} "
+                f"nodes or {MAX_PLAN_SECONDS:.0f} s of planning (largest "
+                f"working set so far: {plan.limit}; --tile N splits finer)",
+            }
+        )
     return plan

@@ -7,6 +7,7 @@ the input; its halo is what that window reaches beyond its own rows
 the input rows ``[lo, hi)`` get gradient from every output row whose window
 touches them.
 """
+
 from __future__ import annotations
 
 from bisect import bisect_right
@@ -18,8 +19,8 @@ from .zoo import Layer
 # ops whose output can be split along rows (3-D C,H,W) or tokens (2-D S,D) with 1:1 or windowed row maps
 ROW_OPS = {"conv2d", "maxpool", "avgpool", "batchnorm", "relu", "add", "dropout", "gelu", "layernorm", "linear"}
 WINDOWED = {"conv2d", "maxpool", "avgpool"}
-WEIGHTED = {"conv2d", "linear"}     # grad-input and weight gradient split into separate tiles
-STATS_FLOPS_PER_ELEM = 2            # BatchNorm statistics pass (sum, sum of squares) per element
+WEIGHTED = {"conv2d", "linear"}  # grad-input and weight gradient split into separate tiles
+STATS_FLOPS_PER_ELEM = 2  # BatchNorm statistics pass (sum, sum of squares) per element
 
 
 def rows_of(shape: tuple[int, ...]) -> int:
@@ -42,13 +43,17 @@ def dense(lay: Layer) -> bool:
 
 def tileable(lay: Layer) -> bool:
     if lay.op == "matmul" and lay.heads and len(lay.shape) == 3:
-        return lay.shape[1] > 1         # attention scores: the count is query tiles per head
+        return lay.shape[1] > 1  # attention scores: the count is query tiles per head
     if lay.op == "softmax" and len(lay.shape) == 3:
-        return lay.shape[1] > 1         # attention probabilities: the count is key tiles per head
-    if len(lay.shape) == 1:             # flat vectors: linear, ReLU and dropout split by features
+        return lay.shape[1] > 1  # attention probabilities: the count is key tiles per head
+    if len(lay.shape) == 1:  # flat vectors: linear, ReLU and dropout split by features
         return lay.op in ("linear", "relu", "dropout") and lay.shape[0] > 1
-    return lay.op in ROW_OPS and len(lay.shape) in (2, 3) and rows_of(lay.shape) > 1 and not (
-        lay.op == "linear" and len(lay.shape) != 2)
+    return (
+        lay.op in ROW_OPS
+        and len(lay.shape) in (2, 3)
+        and rows_of(lay.shape) > 1
+        and not (lay.op == "linear" and len(lay.shape) != 2)
+    )
 
 
 def halo_of(lay: Layer) -> int:
@@ -82,7 +87,7 @@ def output_rows_touching(lay: Layer, lo: int, hi: int, out_rows: int) -> tuple[i
     if lay.op not in WINDOWED:
         return lo, hi
     k, s, p = lay.kernel, lay.stride, lay.pad
-    first = -((k - 1 - lo - p) // s)          # ceil((lo + p - k + 1) / s)
+    first = -((k - 1 - lo - p) // s)  # ceil((lo + p - k + 1) / s)
     last = (hi - 1 + p) // s
     return max(0, first), min(out_rows, last + 1)
 
@@ -102,7 +107,7 @@ class Builder:
     def __init__(self):
         self.nodes: list[Node] = []
         self.preds: list[list[int]] = []
-        self.owner: list[int | None] = []     # layer whose tile count sets the node's size
+        self.owner: list[int | None] = []  # layer whose tile count sets the node's size
 
     def add(self, node: Node, reads, owner: int | None) -> int:
         self.nodes.append(node)
@@ -122,7 +127,7 @@ def overlap(pieces: list[Piece], lo: int, hi: int, clo: int | None = None, chi: 
     if isinstance(pieces, Pieces):
         if pieces.his is None or len(pieces.his) != len(pieces):
             pieces.his = [p.hi for p in pieces]
-        k = bisect_right(pieces.his, lo)          # first piece ending after lo (his never decrease)
+        k = bisect_right(pieces.his, lo)  # first piece ending after lo (his never decrease)
     else:
         k = 0
     found = []
@@ -133,6 +138,3 @@ def overlap(pieces: list[Piece], lo: int, hi: int, clo: int | None = None, chi: 
         if p.lo < hi and p.hi > lo and (clo is None or p.clo is None or (p.clo < chi and p.chi > clo)):
             found.append(p.node)
     return found
-
-
-

@@ -29,12 +29,14 @@ groups units by module (``nn_module_stack``; backward ops via ``seq_nr``) into
 a layer-level graph; a group runs its units in order and keeps only the
 outputs needed outside it.
 """
+
 from __future__ import annotations
 
 import contextlib
 import operator
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from .core import BACKWARD, FORWARD, Graph, Node
 
@@ -108,15 +110,29 @@ def _op_name(target) -> str:
     if target is operator.getitem:
         return "getitem"
     if torch is not None and isinstance(target, torch._ops.OpOverload):
-        return str(target)                      # e.g. aten.convolution.default
+        return str(target)  # e.g. aten.convolution.default
     return str(getattr(target, "__name__", None) or target)
 
 
 # FLOP multipliers per output element for elementwise families (rest: 1 per element)
 _ELEMENTWISE_COST = {
-    "exp": 4, "log": 4, "tanh": 6, "sigmoid": 5, "gelu": 8, "gelu_backward": 10, "erf": 6, "pow": 4,
-    "rsqrt": 2, "sqrt": 2, "div": 1, "sigmoid_backward": 3, "tanh_backward": 3, "silu": 5,
-    "silu_backward": 8, "native_dropout": 2, "native_dropout_backward": 2,
+    "exp": 4,
+    "log": 4,
+    "tanh": 6,
+    "sigmoid": 5,
+    "gelu": 8,
+    "gelu_backward": 10,
+    "erf": 6,
+    "pow": 4,
+    "rsqrt": 2,
+    "sqrt": 2,
+    "div": 1,
+    "sigmoid_backward": 3,
+    "tanh_backward": 3,
+    "silu": 5,
+    "silu_backward": 8,
+    "native_dropout": 2,
+    "native_dropout_backward": 2,
 }
 
 
@@ -127,6 +143,7 @@ def op_flops(target, args, kwargs, out_val) -> float:
     packet = getattr(target, "overloadpacket", None)
     try:
         from torch.utils.flop_counter import flop_registry
+
         fn = flop_registry.get(packet) or flop_registry.get(target)
     except Exception:  # pragma: no cover
         fn = None
@@ -142,8 +159,22 @@ def op_flops(target, args, kwargs, out_val) -> float:
         return float((10 if "backward" in base else 6) * max(in_numel, out_numel))
     if "softmax" in base:
         return float((4 if "backward" in base else 5) * max(in_numel, out_numel))
-    if base in ("sum", "mean", "amax", "amin", "max", "min", "var", "std", "var_mean", "nll_loss_forward",
-                "nll_loss_backward", "norm", "linalg_vector_norm", "embedding_dense_backward"):
+    if base in (
+        "sum",
+        "mean",
+        "amax",
+        "amin",
+        "max",
+        "min",
+        "var",
+        "std",
+        "var_mean",
+        "nll_loss_forward",
+        "nll_loss_backward",
+        "norm",
+        "linalg_vector_norm",
+        "embedding_dense_backward",
+    ):
         return float(max(in_numel, out_numel))
     return float(_ELEMENTWISE_COST.get(base, 1) * max(out_numel, 1))
 
@@ -172,10 +203,10 @@ class Unit:
 class Binding:
     """A graph output the executor must collect: the loss, a gradient, a buffer update."""
 
-    role: str          # 'loss' | 'grad' | 'buffer'
-    name: str          # parameter / buffer name (model naming), '' for the loss
-    fx_node: Any       # the FX node holding the value
-    units: tuple[int, ...] = ()   # root units the value comes from (empty: a placeholder)
+    role: str  # 'loss' | 'grad' | 'buffer'
+    name: str  # parameter / buffer name (model naming), '' for the loss
+    fx_node: Any  # the FX node holding the value
+    units: tuple[int, ...] = ()  # root units the value comes from (empty: a placeholder)
 
 
 @dataclass
@@ -187,22 +218,24 @@ class TorchProgram:
     """
 
     name: str
-    gm: Any                                   # torch.fx.GraphModule (joint forward+backward)
+    gm: Any  # torch.fx.GraphModule (joint forward+backward)
     units: list[Unit]
     groups: list[tuple[int, ...]]
     graph: Graph
     placeholders: list[tuple[str, str, Any]]  # (role, name, fx node): param/buffer/input/tangent
     bindings: list[Binding]
     model: Any
-    params: dict[str, Any]                    # name -> nn.Parameter of the user's model
-    buffers: dict[str, Any]                   # name -> buffer tensor of the user's model
+    params: dict[str, Any]  # name -> nn.Parameter of the user's model
+    buffers: dict[str, Any]  # name -> buffer tensor of the user's model
     fixed_breakdown: dict[str, int]
     granularity: str = "aten"
-    unit_node: dict[int, Any] = field(default_factory=dict)   # unit id -> FX node
-    fx_info: dict[str, tuple] = field(default_factory=dict)   # fx name -> ('unit', u) | ('item', u, i) | ('alias', roots) | ('fixed', k)
+    unit_node: dict[int, Any] = field(default_factory=dict)  # unit id -> FX node
+    fx_info: dict[str, tuple] = field(
+        default_factory=dict
+    )  # fx name -> ('unit', u) | ('item', u, i) | ('alias', roots) | ('fixed', k)
     aten_units: int = 0
     example_batch: tuple = ()
-    eager_difference: float | None = None     # see _eager_difference
+    eager_difference: float | None = None  # see _eager_difference
 
     @property
     def fixed_ram_bytes(self) -> int:
@@ -212,10 +245,12 @@ class TorchProgram:
         """The costed graph on ``device`` (fixed RAM: params, grads, buffers, batch, optimizer state)."""
         from ..hardware.cost import linear_cost_model
         from ..hardware.device import load_device
+
         fixed = self.fixed_ram_bytes if fixed_ram_bytes is None else int(fixed_ram_bytes)
         dev = load_device(device)
-        if dev.families:      # a measured profile prices each aten op of a node by its family
+        if dev.families:  # a measured profile prices each aten op of a node by its family
             from ..hardware.profile_model import price_program
+
             return price_program(self, dev, fixed)
         return linear_cost_model(self.graph, dev, fixed)
 
@@ -223,26 +258,29 @@ class TorchProgram:
         """Units of node ``v`` whose values outlive the node's instruction."""
         return self._exports[v]
 
-    def coarsen(self, by: str = "module", depth: int | None = None,
-                max_nodes: int | None = None) -> "TorchProgram":
+    def coarsen(self, by: str = "module", depth: int | None = None, max_nodes: int | None = None) -> TorchProgram:
         """A layer-level program: units grouped by owning module (see :func:`coarsen`)."""
         return coarsen(self, by=by, depth=depth, max_nodes=max_nodes)
 
     def summary(self) -> str:
         g = self.graph
         nf, nb = len(g.forward_ids()), len(g.backward_ids())
-        lines = [f"{self.name}: {len(g)} poet nodes ({self.granularity}; {nf} forward, {nb} backward) "
-                 f"from {self.aten_units} aten ops, {len(g.edges)} edges",
-                 "fixed RAM " + ", ".join(f"{k} {v} B" for k, v in self.fixed_breakdown.items())]
+        lines = [
+            f"{self.name}: {len(g)} poet nodes ({self.granularity}; {nf} forward, {nb} backward) "
+            f"from {self.aten_units} aten ops, {len(g.edges)} edges",
+            "fixed RAM " + ", ".join(f"{k} {v} B" for k, v in self.fixed_breakdown.items()),
+        ]
         if self.eager_difference:
-            lines.append(f"note: the traced step's loss and gradients differ from eager loss.backward() by up to "
-                         f"{self.eager_difference:.2g} (torch.export traces some modules, e.g. nn.GRU, into ops "
-                         f"that round differently); plans reproduce the traced step exactly")
+            lines.append(
+                f"note: the traced step's loss and gradients differ from eager loss.backward() by up to "
+                f"{self.eager_difference:.2g} (torch.export traces some modules, e.g. nn.GRU, into ops "
+                f"that round differently); plans reproduce the traced step exactly"
+            )
         return "\n".join(lines)
 
     # ---- internals filled by _finish
     _exports: list[tuple[int, ...]] = field(default_factory=list, repr=False)
-    owner: list[int] = field(default_factory=list, repr=False)   # unit id -> poet node
+    owner: list[int] = field(default_factory=list, repr=False)  # unit id -> poet node
 
 
 class _WithLoss(torch.nn.Module if torch is not None else object):
@@ -253,11 +291,11 @@ class _WithLoss(torch.nn.Module if torch is not None else object):
         self.n_inputs = n_inputs
 
     def forward(self, *batch):
-        out = self.model(*batch[:self.n_inputs])
+        out = self.model(*batch[: self.n_inputs])
         if self.loss_fn is None:
             loss = out
         else:
-            loss = self.loss_fn(out, *batch[self.n_inputs:])
+            loss = self.loss_fn(out, *batch[self.n_inputs :])
         if hasattr(loss, "loss") and not isinstance(loss, torch.Tensor):
             loss = loss.loss
         return loss
@@ -282,9 +320,16 @@ def optimizer_state_bytes(optimizer, params: dict) -> int:
     return 0
 
 
-def export_training_graph(model, example_inputs: Sequence, loss_fn: Callable | None = None,
-                          targets: Sequence = (), *, name: str | None = None, optimizer=None,
-                          granularity: str = "aten") -> TorchProgram:
+def export_training_graph(
+    model,
+    example_inputs: Sequence,
+    loss_fn: Callable | None = None,
+    targets: Sequence = (),
+    *,
+    name: str | None = None,
+    optimizer=None,
+    granularity: str = "aten",
+) -> TorchProgram:
     """Trace ``loss_fn(model(*example_inputs), *targets)`` (or ``model(*inputs)`` if it is the loss).
 
     The model must be in the mode you train in (``model.train()``); its
@@ -314,13 +359,24 @@ def export_training_graph(model, example_inputs: Sequence, loss_fn: Callable | N
     # user-model names (strip the wrapper prefix)
     def uname(n: str) -> str:
         n = canonical.get(n, canonical.get("model." + n, n))
-        return n[len("model."):] if n.startswith("model.") else n
+        return n[len("model.") :] if n.startswith("model.") else n
 
     params = {uname(k): p for k, p in wrapper.named_parameters()}
     buffers = {uname(k): b for k, b in wrapper.named_buffers()}
     traced = _run_traced(gm, placeholders_desc, params, buffers, batch, uname)
-    prog = _build(gm, placeholders_desc, outputs_desc, name=name, model=model, params=params, buffers=buffers,
-                  batch=batch, uname=uname, optimizer=optimizer, measured=traced.sizes)
+    prog = _build(
+        gm,
+        placeholders_desc,
+        outputs_desc,
+        name=name,
+        model=model,
+        params=params,
+        buffers=buffers,
+        batch=batch,
+        uname=uname,
+        optimizer=optimizer,
+        measured=traced.sizes,
+    )
     prog.eager_difference = _eager_difference(wrapper, batch, outputs_desc, traced.outputs, uname)
     if granularity in ("layer", "module"):
         prog = prog.coarsen()
@@ -337,9 +393,10 @@ def _trace_joint(wrapper, batch):
         raise ExtractionError(f"torch.export could not trace the model with its loss: {e}") from e
     mod = exported.module()
     try:
-        from torch._functorch.aot_autograd import aot_export_joint_with_descriptors
         from torch._functorch._aot_autograd import descriptors as D
-        with contextlib.ExitStack() as stack:   # leaving the stack closes the fake mode
+        from torch._functorch.aot_autograd import aot_export_joint_with_descriptors
+
+        with contextlib.ExitStack() as stack:  # leaving the stack closes the fake mode
             joint = aot_export_joint_with_descriptors(stack, mod, batch, _record_nn_module_stack=True)
         gm = joint.graph_module
         ph, outs = [], []
@@ -382,6 +439,7 @@ def _trace_joint(wrapper, batch):
 
 def _trace_joint_fallback(mod, batch):
     from torch._functorch.aot_autograd import aot_export_module
+
     gm, sig = aot_export_module(mod, batch, trace_joint=True, output_loss_index=0)
     pnames = list(sig.parameters)
     bnames = list(sig.buffers)
@@ -397,8 +455,7 @@ def _trace_joint_fallback(mod, batch):
     return gm, ph, outs
 
 
-def _build(gm, ph_desc, out_desc, *, name, model, params, buffers, batch, uname, optimizer,
-           measured) -> TorchProgram:
+def _build(gm, ph_desc, out_desc, *, name, model, params, buffers, batch, uname, optimizer, measured) -> TorchProgram:
     fx_nodes = list(gm.graph.nodes)
     placeholders = []
     info: dict[str, tuple] = {}
@@ -411,7 +468,7 @@ def _build(gm, ph_desc, out_desc, *, name, model, params, buffers, batch, uname,
             k += 1
 
     # classify call_function nodes
-    cand: list = []            # FX nodes that are units (before dead-code removal)
+    cand: list = []  # FX nodes that are units (before dead-code removal)
     for n in fx_nodes:
         if n.op != "call_function":
             continue
@@ -489,26 +546,49 @@ def _build(gm, ph_desc, out_desc, *, name, model, params, buffers, batch, uname,
         val = n.meta.get("val")
         args_meta = torch.fx.node.map_arg(n.args, lambda a: a.meta.get("val"))
         kwargs_meta = torch.fx.node.map_arg(n.kwargs, lambda a: a.meta.get("val"))
-        units.append(Unit(
-            id=new, fx_name=n.name, op=_op_name(n.target), kind=kind,
-            bytes=measured[n.name], flops=op_flops(n.target, args_meta, kwargs_meta, val),
-            seeded=_is_seeded(n.target), preds=tuple(sorted(renum[p] for p in cand_preds[old])),
-            module=mod_path, seq_nr=seq))
+        units.append(
+            Unit(
+                id=new,
+                fx_name=n.name,
+                op=_op_name(n.target),
+                kind=kind,
+                bytes=measured[n.name],
+                flops=op_flops(n.target, args_meta, kwargs_meta, val),
+                seeded=_is_seeded(n.target),
+                preds=tuple(sorted(renum[p] for p in cand_preds[old])),
+                module=mod_path,
+                seq_nr=seq,
+            )
+        )
         unit_node[new] = n
     for b in bindings:
         b.units = tuple(_roots(info, b.fx_node))
 
     fixed = _fixed_breakdown(params, buffers, batch, bindings, optimizer)
-    prog = TorchProgram(name=name, gm=gm, units=units, groups=[(u.id,) for u in units], graph=None,
-                        placeholders=placeholders, bindings=bindings, model=model, params=params,
-                        buffers=buffers, fixed_breakdown=fixed, unit_node=unit_node, fx_info=info,
-                        aten_units=len(units), example_batch=tuple(batch))
+    prog = TorchProgram(
+        name=name,
+        gm=gm,
+        units=units,
+        groups=[(u.id,) for u in units],
+        graph=None,
+        placeholders=placeholders,
+        bindings=bindings,
+        model=model,
+        params=params,
+        buffers=buffers,
+        fixed_breakdown=fixed,
+        unit_node=unit_node,
+        fx_info=info,
+        aten_units=len(units),
+        example_batch=tuple(batch),
+    )
     _finish(prog, "aten")
     return prog
 
 
-def program_from_joint_graph(gm, program: TorchProgram, *, name: str | None = None,
-                             flops: dict[str, float] | None = None) -> TorchProgram:
+def program_from_joint_graph(
+    gm, program: TorchProgram, *, name: str | None = None, flops: dict[str, float] | None = None
+) -> TorchProgram:
     """A program from a rewritten joint graph ``gm`` of ``program`` (e.g. a tiled one).
 
     ``gm`` keeps ``program``'s placeholders (same names, same order) and outputs the
@@ -520,8 +600,19 @@ def program_from_joint_graph(gm, program: TorchProgram, *, name: str | None = No
     out_desc = [(b.role, b.name) for b in program.bindings]
     batch = program.example_batch
     traced = _run_traced(gm, ph_desc, program.params, program.buffers, batch, lambda n: n)
-    prog = _build(gm, ph_desc, out_desc, name=name or program.name, model=program.model, params=program.params,
-                  buffers=program.buffers, batch=batch, uname=lambda n: n, optimizer=None, measured=traced.sizes)
+    prog = _build(
+        gm,
+        ph_desc,
+        out_desc,
+        name=name or program.name,
+        model=program.model,
+        params=program.params,
+        buffers=program.buffers,
+        batch=batch,
+        uname=lambda n: n,
+        optimizer=None,
+        measured=traced.sizes,
+    )
     prog.fixed_breakdown = dict(program.fixed_breakdown)
     prog.eager_difference = program.eager_difference
     if flops:
@@ -552,8 +643,8 @@ def placeholder_values(placeholders, params, buffers, batch) -> list:
 
 @dataclass
 class _TracedRun:
-    sizes: dict[str, int]      # fx name -> bytes of the op's real outputs
-    outputs: tuple             # the joint graph's outputs (loss, grads, buffer updates)
+    sizes: dict[str, int]  # fx name -> bytes of the op's real outputs
+    outputs: tuple  # the joint graph's outputs (loss, grads, buffer updates)
 
 
 def _run_traced(gm, ph_desc, params, buffers, batch, uname) -> _TracedRun:
@@ -565,14 +656,18 @@ def _run_traced(gm, ph_desc, params, buffers, batch, uname) -> _TracedRun:
     training step the plan replaces; the generator's state is restored afterwards.
     """
     phs = [n for n in gm.graph.nodes if n.op == "placeholder"]
-    vals = placeholder_values([(role, uname(name) if role in ("param", "buffer") else name, n)
-                               for (role, name), n in zip(ph_desc, phs)], params, buffers, batch)
+    vals = placeholder_values(
+        [(role, uname(name) if role in ("param", "buffer") else name, n) for (role, name), n in zip(ph_desc, phs)],
+        params,
+        buffers,
+        batch,
+    )
     sizes: dict[str, int] = {}
     outs: list = []
 
     class Measure(torch.fx.Interpreter):
         def run_node(self, n):
-            if n.op == "output":     # the flat list the output descriptors name, before regrouping
+            if n.op == "output":  # the flat list the output descriptors name, before regrouping
                 outs.extend(self.map_nodes_to_values(n.args[0], n))
             out = super().run_node(n)
             if n.op == "call_function":
@@ -581,7 +676,7 @@ def _run_traced(gm, ph_desc, params, buffers, batch, uname) -> _TracedRun:
 
     rng = torch.get_rng_state()
     try:
-        with torch.enable_grad():    # as traced; see the executor
+        with torch.enable_grad():  # as traced; see the executor
             Measure(gm).run(*vals)
     except Exception as e:
         raise ExtractionError(f"the traced training step failed on the example batch: {type(e).__name__}: {e}") from e
@@ -640,8 +735,14 @@ def _fixed_breakdown(params, buffers, batch, bindings, optimizer) -> dict[str, i
     mutated = {b.name for b in bindings if b.role == "buffer"}
     sb = sum(buffers[n].numel() * buffers[n].element_size() for n in mutated if n in buffers)
     ib = sum(t.numel() * t.element_size() for t in batch if isinstance(t, torch.Tensor))
-    out = {"params": int(pb), "grads": int(gb), "buffers": int(bb), "buffer_updates": int(sb),
-           "batch": int(ib), "tangent": 4}
+    out = {
+        "params": int(pb),
+        "grads": int(gb),
+        "buffers": int(bb),
+        "buffer_updates": int(sb),
+        "batch": int(ib),
+        "tangent": 4,
+    }
     ob = optimizer_state_bytes(optimizer, params)
     if ob:
         out["optimizer_state"] = int(ob)
@@ -677,23 +778,35 @@ def _finish(prog: TorchProgram, granularity: str) -> None:
             labels = getattr(prog, "group_labels", None)
             label = (labels[v] if labels else us[0].module) or "<top>"
             nm = f"{label}:{'bwd' if kind == BACKWARD else 'fwd'}:{v}"
-            op = "group(" + ",".join(sorted({x.op.split('.')[-2] if x.op.count('.') >= 2 else x.op for x in us})) + ")"
-        nodes.append(Node(name=nm, kind=kind, output_bytes=int(sum(prog.units[u].bytes for u in ex)),
-                          flops=float(sum(x.flops for x in us)), op=op))
+            op = "group(" + ",".join(sorted({x.op.split(".")[-2] if x.op.count(".") >= 2 else x.op for x in us})) + ")"
+        nodes.append(
+            Node(
+                name=nm,
+                kind=kind,
+                output_bytes=int(sum(prog.units[u].bytes for u in ex)),
+                flops=float(sum(x.flops for x in us)),
+                op=op,
+            )
+        )
         for x in us:
             for p in x.preds:
                 if owner[p] != v:
                     edges.add((owner[p], v))
-    meta = {"source": "torch", "granularity": granularity, "aten_ops": prog.aten_units,
-            "fixed_ram": dict(prog.fixed_breakdown)}
+    meta = {
+        "source": "torch",
+        "granularity": granularity,
+        "aten_ops": prog.aten_units,
+        "fixed_ram": dict(prog.fixed_breakdown),
+    }
     prog.graph = Graph(name=prog.name, nodes=tuple(nodes), edges=tuple(sorted(edges)), meta=meta)
     prog.owner = owner
     prog._exports = exports
     prog.granularity = granularity
 
 
-def coarsen(prog: TorchProgram, by: str = "module", depth: int | None = None,
-            max_nodes: int | None = None) -> TorchProgram:
+def coarsen(
+    prog: TorchProgram, by: str = "module", depth: int | None = None, max_nodes: int | None = None
+) -> TorchProgram:
     """Group consecutive units of the same module (and direction) into one poet node.
 
     A unit's module is its ``nn_module_stack`` path (backward ops: the path of
@@ -720,7 +833,7 @@ def coarsen(prog: TorchProgram, by: str = "module", depth: int | None = None,
             if d is not None and m:
                 m = ".".join(m.split(".")[:d])
             if not m and groups and last is not None and last[1] == un.kind:
-                groups[-1].append(u)       # top-level functional op: part of the preceding layer
+                groups[-1].append(u)  # top-level functional op: part of the preceding layer
                 continue
             k = (m, un.kind)
             if groups and k == last:
@@ -741,16 +854,39 @@ def coarsen(prog: TorchProgram, by: str = "module", depth: int | None = None,
             groups = grouping(d)
             if len(groups) <= target:
                 break
-    new = TorchProgram(name=prog.name, gm=prog.gm, units=prog.units, groups=[tuple(g) for g in groups],
-                       graph=None, placeholders=prog.placeholders, bindings=prog.bindings, model=prog.model,
-                       params=prog.params, buffers=prog.buffers, fixed_breakdown=dict(prog.fixed_breakdown),
-                       unit_node=prog.unit_node, fx_info=prog.fx_info, aten_units=prog.aten_units,
-                       example_batch=prog.example_batch, eager_difference=prog.eager_difference)
+    new = TorchProgram(
+        name=prog.name,
+        gm=prog.gm,
+        units=prog.units,
+        groups=[tuple(g) for g in groups],
+        graph=None,
+        placeholders=prog.placeholders,
+        bindings=prog.bindings,
+        model=prog.model,
+        params=prog.params,
+        buffers=prog.buffers,
+        fixed_breakdown=dict(prog.fixed_breakdown),
+        unit_node=prog.unit_node,
+        fx_info=prog.fx_info,
+        aten_units=prog.aten_units,
+        example_batch=prog.example_batch,
+        eager_difference=prog.eager_difference,
+    )
     new.group_labels = list(labels)
     _finish(new, "layer")
     return new
 
 
-__all__ = ["Binding", "ExtractionError", "TorchProgram", "Unit", "coarsen", "export_training_graph",
-           "placeholder_values", "program_from_joint_graph",
-           "op_flops", "optimizer_state_bytes", "tensor_bytes"]
+__all__ = [
+    "Binding",
+    "ExtractionError",
+    "TorchProgram",
+    "Unit",
+    "coarsen",
+    "export_training_graph",
+    "placeholder_values",
+    "program_from_joint_graph",
+    "op_flops",
+    "optimizer_state_bytes",
+    "tensor_bytes",
+]

@@ -28,6 +28,7 @@ gradient) and a few per element for the rest.  Parameters (weights and biases)
 are attached to forward nodes.  Everything is deterministic: the same call
 gives an identical graph.
 """
+
 from __future__ import annotations
 
 import math
@@ -76,17 +77,17 @@ class Layer:
 
     name: str
     op: str
-    inputs: tuple[int, ...]      # layer ids read, DATA for the model input
-    shape: tuple[int, ...]       # per-sample output shape
-    flops: float                 # per-sample forward FLOPs
-    params: int                  # number of parameters (weights + biases)
-    bwd_flops: float             # per-sample backward FLOPs
-    grad_numel: int              # per-sample elements of the gradient w.r.t. node inputs
-    bwd_weight_flops: float = 0.0   # the part of bwd_flops that computes the weight gradient
-    kernel: int = 1              # conv / pooling window along rows (1 for everything else)
+    inputs: tuple[int, ...]  # layer ids read, DATA for the model input
+    shape: tuple[int, ...]  # per-sample output shape
+    flops: float  # per-sample forward FLOPs
+    params: int  # number of parameters (weights + biases)
+    bwd_flops: float  # per-sample backward FLOPs
+    grad_numel: int  # per-sample elements of the gradient w.r.t. node inputs
+    bwd_weight_flops: float = 0.0  # the part of bwd_flops that computes the weight gradient
+    kernel: int = 1  # conv / pooling window along rows (1 for everything else)
     stride: int = 1
     pad: int = 0
-    heads: int = 0               # attention matmuls: number of heads
+    heads: int = 0  # attention matmuls: number of heads
 
 
 def _numel(shape) -> int:
@@ -116,8 +117,20 @@ class _Net:
         bwd = bwd_weight + sum(bwd_input_per_input(x) for x in node_inputs)
         if any(l.name == name for l in self.layers):
             raise AssertionError(f"duplicate layer name {name}")
-        self.layers.append(Layer(name, op, inputs, tuple(shape), float(flops), int(params),
-                                 float(bwd), int(grad_numel), float(bwd_weight), **window))
+        self.layers.append(
+            Layer(
+                name,
+                op,
+                inputs,
+                tuple(shape),
+                float(flops),
+                int(params),
+                float(bwd),
+                int(grad_numel),
+                float(bwd_weight),
+                **window,
+            )
+        )
         return len(self.layers) - 1
 
     def _elementwise(self, name, op, x, shape=None):
@@ -133,9 +146,19 @@ class _Net:
         macs = k * k * cin * cout * ho * wo
         fwd = 2 * macs + (cout * ho * wo if bias else 0)
         params = k * k * cin * cout + (cout if bias else 0)
-        return self._add(name, "conv2d", [x], (cout, ho, wo), fwd, params,
-                         2 * macs + (cout * ho * wo if bias else 0), lambda _x: 2 * macs,
-                         kernel=k, stride=stride, pad=pad)
+        return self._add(
+            name,
+            "conv2d",
+            [x],
+            (cout, ho, wo),
+            fwd,
+            params,
+            2 * macs + (cout * ho * wo if bias else 0),
+            lambda _x: 2 * macs,
+            kernel=k,
+            stride=stride,
+            pad=pad,
+        )
 
     def linear(self, name, x, out, bias=True):
         *rows, fin = self.shape(x)
@@ -143,8 +166,9 @@ class _Net:
         macs = r * fin * out
         fwd = 2 * macs + (r * out if bias else 0)
         params = fin * out + (out if bias else 0)
-        return self._add(name, "linear", [x], (*rows, out), fwd, params,
-                         2 * macs + (r * out if bias else 0), lambda _x: 2 * macs)
+        return self._add(
+            name, "linear", [x], (*rows, out), fwd, params, 2 * macs + (r * out if bias else 0), lambda _x: 2 * macs
+        )
 
     def batchnorm(self, name, x):
         c = self.shape(x)[0]
@@ -177,8 +201,19 @@ class _Net:
         c, h, w = self.shape(x)
         ho, wo = (h + 2 * pad - k) // stride + 1, (w + 2 * pad - k) // stride + 1
         n_in = c * h * w
-        return self._add(name, "maxpool", [x], (c, ho, wo), k * k * c * ho * wo, 0, 0, lambda _x: n_in,
-                         kernel=k, stride=stride, pad=pad)
+        return self._add(
+            name,
+            "maxpool",
+            [x],
+            (c, ho, wo),
+            k * k * c * ho * wo,
+            0,
+            0,
+            lambda _x: n_in,
+            kernel=k,
+            stride=stride,
+            pad=pad,
+        )
 
     def avgpool(self, name, x, k):
         c, h, w = self.shape(x)
@@ -209,14 +244,23 @@ class _Net:
 
 def _replace_params(layer: Layer, params: int) -> Layer:
     # Affine normalization: the (gamma, beta) gradient costs ~2 FLOPs per element on top.
-    return Layer(layer.name, layer.op, layer.inputs, layer.shape, layer.flops, params,
-                 layer.bwd_flops + 2 * _numel(layer.shape), layer.grad_numel,
-                 layer.bwd_weight_flops + 2 * _numel(layer.shape))
+    return Layer(
+        layer.name,
+        layer.op,
+        layer.inputs,
+        layer.shape,
+        layer.flops,
+        params,
+        layer.bwd_flops + 2 * _numel(layer.shape),
+        layer.grad_numel,
+        layer.bwd_weight_flops + 2 * _numel(layer.shape),
+    )
 
 
 # --------------------------------------------------------------------------
 # architectures
 # --------------------------------------------------------------------------
+
 
 def _linear_net() -> _Net:
     net = _Net((784,))
@@ -386,8 +430,11 @@ def _to_graph(name: str, net: _Net, batch: int) -> Graph:
     nodes: list[Node] = []
     edges: list[tuple[int, int]] = []
     for i, lay in enumerate(layers):
-        nodes.append(Node(lay.name, FORWARD, DTYPE_BYTES * b * _numel(lay.shape), b * lay.flops,
-                          DTYPE_BYTES * lay.params, lay.op))
+        nodes.append(
+            Node(
+                lay.name, FORWARD, DTYPE_BYTES * b * _numel(lay.shape), b * lay.flops, DTYPE_BYTES * lay.params, lay.op
+            )
+        )
         edges.extend((x, i) for x in dict.fromkeys(lay.inputs) if x != DATA)
 
     logits = L - 1
@@ -395,16 +442,14 @@ def _to_graph(name: str, net: _Net, batch: int) -> Graph:
     # per-sample loss values (reduced to the mean inside the loss backward)
     nodes.append(Node("loss", FORWARD, DTYPE_BYTES * b, b * lf, 0, "cross_entropy"))
     edges.append((logits, loss_id))
-    nodes.append(Node("bwd.loss", BACKWARD, DTYPE_BYTES * b * _numel(layers[logits].shape), b * lb, 0,
-                      "cross_entropy"))
+    nodes.append(Node("bwd.loss", BACKWARD, DTYPE_BYTES * b * _numel(layers[logits].shape), b * lb, 0, "cross_entropy"))
     edges += [(loss_id, loss_bwd), (logits, loss_bwd)]
 
     for i in reversed(range(L)):
         lay = layers[i]
         me = bwd_id(i)
         assert me == len(nodes)
-        nodes.append(Node(f"bwd.{lay.name}", BACKWARD, DTYPE_BYTES * b * lay.grad_numel, b * lay.bwd_flops, 0,
-                          lay.op))
+        nodes.append(Node(f"bwd.{lay.name}", BACKWARD, DTYPE_BYTES * b * lay.grad_numel, b * lay.bwd_flops, 0, lay.op))
         grads = [loss_bwd] if i == logits else [bwd_id(c) for c in consumers[i]]
         edges += [(g, me) for g in grads]
         saves = SAVES[lay.op]
@@ -413,8 +458,13 @@ def _to_graph(name: str, net: _Net, batch: int) -> Graph:
         elif saves == "output":
             edges.append((i, me))
 
-    meta = {"model": name, "batch_size": b, "input_shape": [b, *net.input_shape],
-            "dtype_bytes": DTYPE_BYTES, "forward_layers": L}
+    meta = {
+        "model": name,
+        "batch_size": b,
+        "input_shape": [b, *net.input_shape],
+        "dtype_bytes": DTYPE_BYTES,
+        "forward_layers": L,
+    }
     return Graph(name=name, nodes=tuple(nodes), edges=tuple(edges), meta=meta)
 
 
@@ -423,7 +473,7 @@ class ModelLayers:
     """A zoo model as its layer list: what :func:`build_model` turns into nodes."""
 
     name: str
-    input_shape: tuple[int, ...]     # per sample
+    input_shape: tuple[int, ...]  # per sample
     layers: tuple[Layer, ...]
 
 
@@ -451,8 +501,10 @@ def build_model(name: str, batch_size: int = 1) -> Graph:
     """The training graph of zoo model ``name`` (see :data:`MODELS`) at ``batch_size``, or of a
     generated graph's spec (``layered:250:1``, see :mod:`poet.graph.generate`)."""
     from .generate import is_spec
+
     if is_spec(name):
         from .generate import generate
+
         return generate(name, batch_size if isinstance(batch_size, int) and batch_size >= 1 else 1)
     if not isinstance(name, str) or name not in _BUILDERS:
         raise GraphError(f"unknown model {name!r}; known models: {', '.join(list_models())}")

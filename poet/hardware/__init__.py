@@ -1,4 +1,5 @@
 """Device profiles and the cost model that prices a graph on a device."""
+
 from .cost import CostModel, linear_cost_model
 from .device import Device, DeviceError, OpFamily, list_devices, load_device
 

@@ -4,6 +4,7 @@ Kept apart from the device data so it can be replaced (e.g. by a calibrated
 model fitted to measurements) without touching solvers: anything that maps a
 :class:`Graph` and a :class:`Device` to a :class:`CostedGraph` will do.
 """
+
 from __future__ import annotations
 
 import math
@@ -24,32 +25,56 @@ def linear_cost_model(graph: Graph, device: Device | str, fixed_ram_bytes: int =
     page time = latency + bytes / throughput; page energy = page time x storage power.
     """
     dev = load_device(device)
-    if dev.families:          # a measured profile: per-family latency + FLOPs / rate (profile_model.py)
+    if dev.families:  # a measured profile: per-family latency + FLOPs / rate (profile_model.py)
         from .profile_model import costed_node, op_seconds
-        nodes = tuple(costed_node(dev, nd.name, nd.kind, int(nd.output_bytes),
-                                  op_seconds(dev, nd.op, nd.flops) + dev.free_overhead_s, tile=nd.tile)
-                      for nd in graph.nodes)
-        return CostedGraph(name=graph.name, nodes=nodes, edges=graph.edges, fixed_ram_bytes=fixed_ram_bytes,
-                           meta={"device": dev.name, "param_bytes": graph.param_bytes, **graph.meta})
+
+        nodes = tuple(
+            costed_node(
+                dev,
+                nd.name,
+                nd.kind,
+                int(nd.output_bytes),
+                op_seconds(dev, nd.op, nd.flops) + dev.free_overhead_s,
+                tile=nd.tile,
+            )
+            for nd in graph.nodes
+        )
+        return CostedGraph(
+            name=graph.name,
+            nodes=nodes,
+            edges=graph.edges,
+            fixed_ram_bytes=fixed_ram_bytes,
+            meta={"device": dev.name, "param_bytes": graph.param_bytes, **graph.meta},
+        )
     nodes = []
     for nd in graph.nodes:
         b = int(nd.output_bytes)
         t_in = dev.read_latency_s + b / dev.read_bytes_per_s
         t_out = dev.write_latency_s + b / dev.write_bytes_per_s
-        nodes.append(CostedNode(
-            name=nd.name, kind=nd.kind, ram_bytes=b,
-            compute_time_s=nd.flops / dev.flops_per_s,
-            compute_energy_j=nd.flops * dev.joules_per_flop,
-            pagein_time_s=t_in, pagein_energy_j=t_in * dev.storage_power_w,
-            pageout_time_s=t_out, pageout_energy_j=t_out * dev.storage_power_w, tile=nd.tile,
-        ))
+        nodes.append(
+            CostedNode(
+                name=nd.name,
+                kind=nd.kind,
+                ram_bytes=b,
+                compute_time_s=nd.flops / dev.flops_per_s,
+                compute_energy_j=nd.flops * dev.joules_per_flop,
+                pagein_time_s=t_in,
+                pagein_energy_j=t_in * dev.storage_power_w,
+                pageout_time_s=t_out,
+                pageout_energy_j=t_out * dev.storage_power_w,
+                tile=nd.tile,
+            )
+        )
     meta = {"device": dev.name, "param_bytes": graph.param_bytes, **graph.meta}
     try:
-        return CostedGraph(name=graph.name, nodes=tuple(nodes), edges=graph.edges,
-                           fixed_ram_bytes=fixed_ram_bytes, meta=meta)
+        return CostedGraph(
+            name=graph.name, nodes=tuple(nodes), edges=graph.edges, fixed_ram_bytes=fixed_ram_bytes, meta=meta
+        )
     except GraphError as e:
         if not all(math.isfinite(getattr(nd, f)) for nd in nodes for f in COST_FIELDS):
             # a rate so small (or power so large) that a cost overflows: the profile is at fault
-            raise DeviceError(f"device {dev.name} ({dev.path or 'given'}): its rates make a cost that is not "
-                              f"finite ({e}); check the profile's speeds and powers") from None
+            raise DeviceError(
+                f"device {dev.name} ({dev.path or 'given'}): its rates make a cost that is not "
+                f"finite ({e}); check the profile's speeds and powers"
+            ) from None
         raise

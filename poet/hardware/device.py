@@ -1,4 +1,5 @@
 """Device profiles: data files (TOML), one per device, loaded by name or path."""
+
 from __future__ import annotations
 
 import math
@@ -32,8 +33,8 @@ class Device:
     name: str
     part: str
     ram_bytes: int
-    flops_per_s: float            # compute speed used for time
-    energy_flops_per_s: float     # compute speed at which `compute_power_w` is drawn
+    flops_per_s: float  # compute speed used for time
+    energy_flops_per_s: float  # compute speed at which `compute_power_w` is drawn
     compute_power_w: float
     read_latency_s: float
     read_bytes_per_s: float
@@ -42,11 +43,11 @@ class Device:
     storage_power_w: float
     path: str = ""
     # Filled only by a measured profile (`poet profile`, docs/devices.md "Profiling this machine"):
-    families: tuple[OpFamily, ...] = ()   # per-operator-family time model; empty: FLOPs / flops_per_s
-    free_overhead_s: float = 0.0          # executor cost of one `free`, folded into compute and page-in
-    threads: int = 0                      # torch threads the profile was measured with (0: not measured)
-    paging_sync: bool = False             # pages fsync'd and dropped from the page cache, as measured
-    page_overhead_s: float = 0.0          # executing one page-in/out beyond the storage fit (cold caches after I/O)
+    families: tuple[OpFamily, ...] = ()  # per-operator-family time model; empty: FLOPs / flops_per_s
+    free_overhead_s: float = 0.0  # executor cost of one `free`, folded into compute and page-in
+    threads: int = 0  # torch threads the profile was measured with (0: not measured)
+    paging_sync: bool = False  # pages fsync'd and dropped from the page cache, as measured
+    page_overhead_s: float = 0.0  # executing one page-in/out beyond the storage fit (cold caches after I/O)
 
     @property
     def joules_per_flop(self) -> float:
@@ -74,20 +75,28 @@ def _parse(d: dict, path: Path) -> Device:
             if k not in sec:
                 raise DeviceError(f"{path}: [{section}] lacks {k} (a number; see docs/devices.md)")
             # speeds divide: they must be above 0; latencies and powers may be 0
-            vals[section][k] = finite_number(sec[k], f"{path}: [{section}] {k}", error=DeviceError,
-                                             positive=k.endswith("per_s"))
+            vals[section][k] = finite_number(
+                sec[k], f"{path}: [{section}] {k}", error=DeviceError, positive=k.endswith("per_s")
+            )
     for key in ("name", "part"):
         if key in d and not isinstance(d[key], str):
             raise DeviceError(f"{path}: {key} must be a string, got {d[key]!r}"[:300])
     ram = byte_count(d.get("ram_bytes", 0), f"{path}: ram_bytes", error=DeviceError)
     c, s = vals["compute"], vals["storage"]
     return Device(
-        name=str(d.get("name", path.stem)), part=str(d.get("part", "")), ram_bytes=ram,
-        flops_per_s=c["flops_per_s"], energy_flops_per_s=c["energy_flops_per_s"],
+        name=str(d.get("name", path.stem)),
+        part=str(d.get("part", "")),
+        ram_bytes=ram,
+        flops_per_s=c["flops_per_s"],
+        energy_flops_per_s=c["energy_flops_per_s"],
         compute_power_w=c["power_w"],
-        read_latency_s=s["read_latency_s"], read_bytes_per_s=s["read_bytes_per_s"],
-        write_latency_s=s["write_latency_s"], write_bytes_per_s=s["write_bytes_per_s"],
-        storage_power_w=s["power_w"], path=str(path), **_measured(d, path),
+        read_latency_s=s["read_latency_s"],
+        read_bytes_per_s=s["read_bytes_per_s"],
+        write_latency_s=s["write_latency_s"],
+        write_bytes_per_s=s["write_bytes_per_s"],
+        storage_power_w=s["power_w"],
+        path=str(path),
+        **_measured(d, path),
     )
 
 
@@ -103,10 +112,17 @@ def _measured(d: dict, path: Path) -> dict:
             raise DeviceError(f"{path}: [compute.families.{name}] must be a table with latency_s and flops_per_s")
         for k in ("latency_s", "flops_per_s"):
             v = f.get(k)
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0 \
-                    or (k == "flops_per_s" and v <= 0):
-                raise DeviceError(f"{path}: [compute.families.{name}] {k} must be a finite "
-                                  f"{'positive' if k == 'flops_per_s' else 'non-negative'} number, got {v!r}")
+            if (
+                isinstance(v, bool)
+                or not isinstance(v, (int, float))
+                or not math.isfinite(v)
+                or v < 0
+                or (k == "flops_per_s" and v <= 0)
+            ):
+                raise DeviceError(
+                    f"{path}: [compute.families.{name}] {k} must be a finite "
+                    f"{'positive' if k == 'flops_per_s' else 'non-negative'} number, got {v!r}"
+                )
         families.append(OpFamily(str(name), float(f["latency_s"]), float(f["flops_per_s"])))
     prof = d.get("profile")
     if prof is None:
@@ -117,8 +133,10 @@ def _measured(d: dict, path: Path) -> dict:
     missing += ["[storage] sync"] if "sync" not in s else []
     missing += ["[compute.families] (at least one family)"] if not families else []
     if missing:
-        raise DeviceError(f"{path}: a measured profile ([profile] table) lacks {', '.join(missing)}; "
-                          f"it is partial or damaged: measure again with `poet profile --out {path.name}`")
+        raise DeviceError(
+            f"{path}: a measured profile ([profile] table) lacks {', '.join(missing)}; "
+            f"it is partial or damaged: measure again with `poet profile --out {path.name}`"
+        )
     free = c["free_overhead_s"]
     if isinstance(free, bool) or not isinstance(free, (int, float)) or not math.isfinite(free) or free < 0:
         raise DeviceError(f"{path}: [compute] free_overhead_s must be a finite non-negative number, got {free!r}")
@@ -130,8 +148,13 @@ def _measured(d: dict, path: Path) -> dict:
     over = s.get("page_overhead_s", 0.0)
     if isinstance(over, bool) or not isinstance(over, (int, float)) or not math.isfinite(over) or over < 0:
         raise DeviceError(f"{path}: [storage] page_overhead_s must be a finite non-negative number, got {over!r}")
-    return {"families": tuple(families), "free_overhead_s": float(free), "threads": threads,
-            "paging_sync": s["sync"], "page_overhead_s": float(over)}
+    return {
+        "families": tuple(families),
+        "free_overhead_s": float(free),
+        "threads": threads,
+        "paging_sync": s["sync"],
+        "page_overhead_s": float(over),
+    }
 
 
 def load_device(name_or_path: str | Path | Device) -> Device:
@@ -145,7 +168,8 @@ def load_device(name_or_path: str | Path | Device) -> Device:
         if not path.exists():
             raise DeviceError(
                 f"unknown device {text!r}; built-in devices: {', '.join(list_devices())} "
-                f"(or give the path of a .toml profile, see docs/devices.md)")
+                f"(or give the path of a .toml profile, see docs/devices.md)"
+            )
     try:
         d = tomllib.loads(read_text(path, "device profile", DeviceError))
     except tomllib.TOMLDecodeError as e:

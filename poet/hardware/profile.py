@@ -5,6 +5,7 @@ the profile every command accepts with ``--device host.toml``: it fits each oper
 ``latency + FLOPs / rate`` to per-op times, reads RAPL energy counters, and writes the file.
 No torch here.
 """
+
 from __future__ import annotations
 
 import glob
@@ -37,11 +38,11 @@ class OpSample:
 class FamilyFit:
     name: str
     fit: LinearFit
-    ops: int                  # samples the fit used
-    spread: float             # median (p75 - p25) / median over its samples
+    ops: int  # samples the fit used
+    spread: float  # median (p75 - p25) / median over its samples
 
 
-NO_RATE = 1e15      # FLOP/s of a latency-only fit: FLOPs did not explain the times
+NO_RATE = 1e15  # FLOP/s of a latency-only fit: FLOPs did not explain the times
 
 
 def fit_sum_preserving(flops, seconds) -> LinearFit:
@@ -52,6 +53,7 @@ def fit_sum_preserving(flops, seconds) -> LinearFit:
     (latency only: the mean; rate only: total FLOPs / total seconds) keeps that property.
     """
     import numpy as np
+
     f = np.asarray(flops, dtype=float)
     t = np.asarray(seconds, dtype=float)
     if f.size == 0:
@@ -106,7 +108,7 @@ def rapl_energy_j() -> float | None:
     """Sum of the package energy counters (joules) under /sys/class/powercap, or None if unreadable."""
     total, found = 0.0, False
     for path in glob.glob("/sys/class/powercap/intel-rapl:*/energy_uj"):
-        if path.count(":") != 1:          # packages only, not their sub-zones
+        if path.count(":") != 1:  # packages only, not their sub-zones
             continue
         try:
             total += int(Path(path).read_text().strip()) / 1e6
@@ -120,7 +122,7 @@ def rapl_energy_j() -> float | None:
 class PowerReading:
     compute_w: float
     storage_w: float
-    source: str          # "rapl", "user" or "none"
+    source: str  # "rapl", "user" or "none"
     note: str
 
 
@@ -133,8 +135,14 @@ def choose_power(rapl_w: float | None, user_w: float | None, user_storage_w: flo
     elif rapl_w is not None:
         src, w, note = "rapl", rapl_w, "Linux powercap/RAPL package energy over the compute measurement"
     else:
-        src, w, note = "none", 1.0, ("no RAPL counters readable and no --power-w: 1 W placeholder, so energies "
-                                     "are seconds x 1 W; pass --power-w for real joules")
+        src, w, note = (
+            "none",
+            1.0,
+            (
+                "no RAPL counters readable and no --power-w: 1 W placeholder, so energies "
+                "are seconds x 1 W; pass --power-w for real joules"
+            ),
+        )
     sw = user_storage_w if user_storage_w is not None else w
     return PowerReading(w, sw, src, note)
 
@@ -152,24 +160,35 @@ class HostProfile:
     models: list[str] = field(default_factory=list)
     command: str = ""
     created: str = field(default_factory=lambda: time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
-    load_average: tuple[float, ...] = field(default_factory=lambda: tuple(os.getloadavg())
-                                            if hasattr(os, "getloadavg") else ())
+    load_average: tuple[float, ...] = field(
+        default_factory=lambda: tuple(os.getloadavg()) if hasattr(os, "getloadavg") else ()
+    )
     seconds: float = 0.0
-    page_overhead_s: float = 0.0     # per page-in/out beyond the storage fit (poet.execute.measure)
+    page_overhead_s: float = 0.0  # per page-in/out beyond the storage fit (poet.execute.measure)
     page_overhead_note: str = ""
 
 
 def profile_device(p: HostProfile) -> Device:
     """The :class:`Device` the profile's file describes, without writing it (benchmarks, tests)."""
     st = p.storage
-    return Device(name=p.name, part=f"{cpu_name()}, {p.threads} torch thread(s)", ram_bytes=ram_bytes(),
-                  flops_per_s=p.flops_per_s, energy_flops_per_s=p.flops_per_s, compute_power_w=p.power.compute_w,
-                  read_latency_s=st.read.latency_s, read_bytes_per_s=st.read.bytes_per_s,
-                  write_latency_s=st.write.latency_s, write_bytes_per_s=st.write.bytes_per_s,
-                  storage_power_w=p.power.storage_w,
-                  families=tuple(OpFamily(f.name, f.fit.latency_s, f.fit.bytes_per_s) for f in p.families),
-                  free_overhead_s=p.free_overhead_s, threads=p.threads, paging_sync=True,
-                  page_overhead_s=p.page_overhead_s)
+    return Device(
+        name=p.name,
+        part=f"{cpu_name()}, {p.threads} torch thread(s)",
+        ram_bytes=ram_bytes(),
+        flops_per_s=p.flops_per_s,
+        energy_flops_per_s=p.flops_per_s,
+        compute_power_w=p.power.compute_w,
+        read_latency_s=st.read.latency_s,
+        read_bytes_per_s=st.read.bytes_per_s,
+        write_latency_s=st.write.latency_s,
+        write_bytes_per_s=st.write.bytes_per_s,
+        storage_power_w=p.power.storage_w,
+        families=tuple(OpFamily(f.name, f.fit.latency_s, f.fit.bytes_per_s) for f in p.families),
+        free_overhead_s=p.free_overhead_s,
+        threads=p.threads,
+        paging_sync=True,
+        page_overhead_s=p.page_overhead_s,
+    )
 
 
 def cpu_name() -> str:
@@ -212,37 +231,73 @@ def toml_table(name: str, items: dict) -> list[str]:
 def profile_toml(p: HostProfile) -> str:
     """The profile as device TOML (docs/devices.md): every command reads it with ``--device``."""
     st = p.storage
-    lines = [f"# Measured by `poet profile` on {p.created}; load average {', '.join(f'{x:.2f}' for x in p.load_average)}",
-             f"name = {toml_value(p.name)}",
-             f"part = {toml_value(f'{cpu_name()}, {p.threads} torch thread(s)')}",
-             f"ram_bytes = {ram_bytes()}"]
-    lines += toml_table("profile", {"format": PROFILE_FORMAT, "created": p.created, "command": p.command,
-                                "models": p.models, "load_average": list(p.load_average),
-                                "seconds": round(p.seconds, 1),
-                                "timing": "busy seconds (wall minus run-queue waits) of each op run by the executor, mean over runs"})
-    lines += toml_table("compute", {
-        "flops_per_s": p.flops_per_s, "energy_flops_per_s": p.flops_per_s, "power_w": p.power.compute_w,
-        "power_source": p.power.source, "free_overhead_s": p.free_overhead_s, "threads": p.threads,
-        "source": f"poet profile: {len(p.families)} operator families fitted to ops of {', '.join(p.models)}; "
-                  f"power: {p.power.note}"})
+    lines = [
+        f"# Measured by `poet profile` on {p.created}; load average {', '.join(f'{x:.2f}' for x in p.load_average)}",
+        f"name = {toml_value(p.name)}",
+        f"part = {toml_value(f'{cpu_name()}, {p.threads} torch thread(s)')}",
+        f"ram_bytes = {ram_bytes()}",
+    ]
+    lines += toml_table(
+        "profile",
+        {
+            "format": PROFILE_FORMAT,
+            "created": p.created,
+            "command": p.command,
+            "models": p.models,
+            "load_average": list(p.load_average),
+            "seconds": round(p.seconds, 1),
+            "timing": "busy seconds (wall minus run-queue waits) of each op run by the executor, mean over runs",
+        },
+    )
+    lines += toml_table(
+        "compute",
+        {
+            "flops_per_s": p.flops_per_s,
+            "energy_flops_per_s": p.flops_per_s,
+            "power_w": p.power.compute_w,
+            "power_source": p.power.source,
+            "free_overhead_s": p.free_overhead_s,
+            "threads": p.threads,
+            "source": f"poet profile: {len(p.families)} operator families fitted to ops of {', '.join(p.models)}; "
+            f"power: {p.power.note}",
+        },
+    )
     for f in p.families:
-        lines += toml_table(f"compute.families.{f.name}", {
-            "latency_s": f.fit.latency_s, "flops_per_s": f.fit.bytes_per_s, "ops": f.ops,
-            "fit_median_rel_error": round(f.fit.median_rel_error, 4), "fit_max_rel_error": round(f.fit.max_rel_error, 4),
-            "spread": round(f.spread, 4)})
-    lines += toml_table("storage", {
-        "read_latency_s": st.read.latency_s, "read_bytes_per_s": st.read.bytes_per_s,
-        "write_latency_s": st.write.latency_s, "write_bytes_per_s": st.write.bytes_per_s,
-        "power_w": p.power.storage_w, "power_source": p.power.source, "sync": True,
-        "page_overhead_s": p.page_overhead_s, "page_overhead_source": p.page_overhead_note,
-        "medium": f"files in {st.directory}: fsync'd writes, reads "
-                  + ("after posix_fadvise(DONTNEED)" if st.cache_dropped else "(page cache not dropped)"),
-        "read_fit_median_rel_error": round(st.read.median_rel_error, 4),
-        "read_fit_max_rel_error": round(st.read.max_rel_error, 4),
-        "write_fit_median_rel_error": round(st.write.median_rel_error, 4),
-        "write_fit_max_rel_error": round(st.write.max_rel_error, 4),
-        "source": "poet profile: latency + bytes / bandwidth fitted to the size sweep below"})
-    lines += toml_table("storage.sweep", {"bytes": list(st.sizes), "write_s": list(st.write_s), "read_s": list(st.read_s)})
+        lines += toml_table(
+            f"compute.families.{f.name}",
+            {
+                "latency_s": f.fit.latency_s,
+                "flops_per_s": f.fit.bytes_per_s,
+                "ops": f.ops,
+                "fit_median_rel_error": round(f.fit.median_rel_error, 4),
+                "fit_max_rel_error": round(f.fit.max_rel_error, 4),
+                "spread": round(f.spread, 4),
+            },
+        )
+    lines += toml_table(
+        "storage",
+        {
+            "read_latency_s": st.read.latency_s,
+            "read_bytes_per_s": st.read.bytes_per_s,
+            "write_latency_s": st.write.latency_s,
+            "write_bytes_per_s": st.write.bytes_per_s,
+            "power_w": p.power.storage_w,
+            "power_source": p.power.source,
+            "sync": True,
+            "page_overhead_s": p.page_overhead_s,
+            "page_overhead_source": p.page_overhead_note,
+            "medium": f"files in {st.directory}: fsync'd writes, reads "
+            + ("after posix_fadvise(DONTNEED)" if st.cache_dropped else "(page cache not dropped)"),
+            "read_fit_median_rel_error": round(st.read.median_rel_error, 4),
+            "read_fit_max_rel_error": round(st.read.max_rel_error, 4),
+            "write_fit_median_rel_error": round(st.write.median_rel_error, 4),
+            "write_fit_max_rel_error": round(st.write.max_rel_error, 4),
+            "source": "poet profile: latency + bytes / bandwidth fitted to the size sweep below",
+        },
+    )
+    lines += toml_table(
+        "storage.sweep", {"bytes": list(st.sizes), "write_s": list(st.write_s), "read_s": list(st.read_s)}
+    )
     return "\n".join(lines) + "\n"
 
 

@@ -6,6 +6,7 @@ this machine.  Linux reports each thread's run-queue wait in ``/proc/thread-self
 field, nanoseconds); elsewhere the wait reads as 0, so busy time equals wall time.  Profiles
 (``poet profile``) and the executor both measure busy time, so their figures compare.
 """
+
 from __future__ import annotations
 
 import os

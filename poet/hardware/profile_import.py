@@ -13,6 +13,7 @@ One CSV, one row per measurement (docs/devices.md, "Bring your own measurements"
 Required columns: name, kind, bytes, time_s; op, flops, energy_j and inputs may be left out or
 empty.  Numbers must be finite and not negative; every error names the row (file line) and column.
 """
+
 from __future__ import annotations
 
 import csv
@@ -83,11 +84,13 @@ def read_measurements(path: str | Path) -> Measurements:
     header = [h.strip() for h in (reader.fieldnames or [])]
     missing = [c for c in REQUIRED if c not in header]
     if missing:
-        raise MeasurementError(f"{path}: missing column(s) {', '.join(missing)}; the header needs "
-                               f"{', '.join(REQUIRED)} (optional: {', '.join(OPTIONAL)}); see docs/devices.md")
+        raise MeasurementError(
+            f"{path}: missing column(s) {', '.join(missing)}; the header needs "
+            f"{', '.join(REQUIRED)} (optional: {', '.join(OPTIONAL)}); see docs/devices.md"
+        )
     ops, storage, names = [], [], set()
     for i, raw in enumerate(reader):
-        line = i + 2                              # the header is line 1
+        line = i + 2  # the header is line 1
         row = {(k or "").strip(): (v or "").strip() for k, v in raw.items() if k is not None}
         if None in raw:
             raise MeasurementError(f"{path}: row {line} has more fields than the header")
@@ -96,8 +99,10 @@ def read_measurements(path: str | Path) -> Measurements:
                 raise MeasurementError(f"{path}: row {line}, column {c!r} is empty")
         kind = row["kind"].lower()
         if kind not in OP_KINDS + STORAGE_KINDS:
-            raise MeasurementError(f"{path}: row {line}, column 'kind': {row['kind']!r}; expected one of "
-                                   f"{', '.join(OP_KINDS + STORAGE_KINDS)}")
+            raise MeasurementError(
+                f"{path}: row {line}, column 'kind': {row['kind']!r}; expected one of "
+                f"{', '.join(OP_KINDS + STORAGE_KINDS)}"
+            )
         nbytes = int(_number(path, line, "bytes", row["bytes"], integer=True))
         t = _number(path, line, "time_s", row["time_s"], positive=kind in STORAGE_KINDS)
         flops = _number(path, line, "flops", row["flops"]) if row.get("flops") else 0.0
@@ -109,8 +114,10 @@ def read_measurements(path: str | Path) -> Measurements:
                 raise MeasurementError(f"{path}: row {line}, column 'name': {r.name!r} is used by an earlier row")
             for x in inputs:
                 if x not in names:
-                    raise MeasurementError(f"{path}: row {line}, column 'inputs': {x!r} is not the name of an "
-                                           f"earlier forward/backward row (rows are in execution order)")
+                    raise MeasurementError(
+                        f"{path}: row {line}, column 'inputs': {x!r} is not the name of an "
+                        f"earlier forward/backward row (rows are in execution order)"
+                    )
             names.add(r.name)
             ops.append(r)
         else:
@@ -128,8 +135,10 @@ def storage_fits(m: Measurements) -> tuple[LinearFit, LinearFit] | None:
     for kind in STORAGE_KINDS:
         rows = [r for r in m.storage if r.kind == kind]
         if len({r.bytes for r in rows}) < 2:
-            raise MeasurementError(f"{m.source}: the storage fit needs {kind} rows of at least two different sizes "
-                                   f"(found {len(rows)} {kind} row(s)); measure e.g. 1 KiB, 64 KiB and 1 MiB")
+            raise MeasurementError(
+                f"{m.source}: the storage fit needs {kind} rows of at least two different sizes "
+                f"(found {len(rows)} {kind} row(s)); measure e.g. 1 KiB, 64 KiB and 1 MiB"
+            )
         fits.append(fit_latency_bandwidth([r.bytes for r in rows], [r.time_s for r in rows]))
     return fits[0], fits[1]
 
@@ -141,8 +150,9 @@ def _power(rows, user_w: float | None) -> tuple[float | None, str]:
     return user_w, "user" if user_w is not None else "none"
 
 
-def imported_profile_toml(m: Measurements, *, name: str = "board", power_w: float | None = None,
-                          storage_power_w: float | None = None) -> str:
+def imported_profile_toml(
+    m: Measurements, *, name: str = "board", power_w: float | None = None, storage_power_w: float | None = None
+) -> str:
     """A device profile (TOML) from the op rows (operator families) and storage rows (the storage fit)."""
     if not m.ops:
         raise MeasurementError(f"{m.source}: a profile needs forward/backward op rows (with op and flops)")
@@ -154,31 +164,65 @@ def imported_profile_toml(m: Measurements, *, name: str = "board", power_w: floa
     sw, ssrc = _power(m.storage, storage_power_w)
     power = choose_power(None, cw, sw)
     read, write = fits
-    lines = [f"# Imported by `poet profile --import {m.source}`", f"name = {toml_value(name)}",
-             f"part = {toml_value(f'measurements from {m.source}')}", "ram_bytes = 0"]
-    lines += toml_table("profile", {"format": PROFILE_FORMAT, "imported_from": m.source,
-                                    "timing": "as measured on the board (CSV rows)"})
-    lines += toml_table("compute", {
-        "flops_per_s": rate, "energy_flops_per_s": rate, "power_w": power.compute_w,
-        "power_source": csrc if cw is not None else power.source, "free_overhead_s": 0.0, "threads": 1,
-        "source": f"{len(m.ops)} op rows of {m.source}"})
+    lines = [
+        f"# Imported by `poet profile --import {m.source}`",
+        f"name = {toml_value(name)}",
+        f"part = {toml_value(f'measurements from {m.source}')}",
+        "ram_bytes = 0",
+    ]
+    lines += toml_table(
+        "profile",
+        {"format": PROFILE_FORMAT, "imported_from": m.source, "timing": "as measured on the board (CSV rows)"},
+    )
+    lines += toml_table(
+        "compute",
+        {
+            "flops_per_s": rate,
+            "energy_flops_per_s": rate,
+            "power_w": power.compute_w,
+            "power_source": csrc if cw is not None else power.source,
+            "free_overhead_s": 0.0,
+            "threads": 1,
+            "source": f"{len(m.ops)} op rows of {m.source}",
+        },
+    )
     for f in fams:
-        lines += toml_table(f"compute.families.{f.name}", {
-            "latency_s": f.fit.latency_s, "flops_per_s": f.fit.bytes_per_s, "ops": f.ops,
-            "fit_median_rel_error": round(f.fit.median_rel_error, 4),
-            "fit_max_rel_error": round(f.fit.max_rel_error, 4)})
-    lines += toml_table("storage", {
-        "read_latency_s": read.latency_s, "read_bytes_per_s": read.bytes_per_s,
-        "write_latency_s": write.latency_s, "write_bytes_per_s": write.bytes_per_s,
-        "power_w": power.storage_w, "power_source": ssrc if sw is not None else power.source, "sync": True,
-        "read_fit_median_rel_error": round(read.median_rel_error, 4),
-        "write_fit_median_rel_error": round(write.median_rel_error, 4),
-        "source": f"{len(m.storage)} storage rows of {m.source}"})
+        lines += toml_table(
+            f"compute.families.{f.name}",
+            {
+                "latency_s": f.fit.latency_s,
+                "flops_per_s": f.fit.bytes_per_s,
+                "ops": f.ops,
+                "fit_median_rel_error": round(f.fit.median_rel_error, 4),
+                "fit_max_rel_error": round(f.fit.max_rel_error, 4),
+            },
+        )
+    lines += toml_table(
+        "storage",
+        {
+            "read_latency_s": read.latency_s,
+            "read_bytes_per_s": read.bytes_per_s,
+            "write_latency_s": write.latency_s,
+            "write_bytes_per_s": write.bytes_per_s,
+            "power_w": power.storage_w,
+            "power_source": ssrc if sw is not None else power.source,
+            "sync": True,
+            "read_fit_median_rel_error": round(read.median_rel_error, 4),
+            "write_fit_median_rel_error": round(write.median_rel_error, 4),
+            "source": f"{len(m.storage)} storage rows of {m.source}",
+        },
+    )
     return "\n".join(lines) + "\n"
 
 
-def imported_graph(m: Measurements, *, device=None, power_w: float | None = None,
-                   storage_power_w: float | None = None, name: str | None = None) -> CostedGraph:
+def imported_graph(
+    m: Measurements,
+    *,
+    device=None,
+    power_w: float | None = None,
+    storage_power_w: float | None = None,
+    name: str | None = None,
+) -> CostedGraph:
     """The costed graph of the op rows: compute as measured, paging from the storage rows' fit
     (or ``device``'s storage), energy as measured or time x power."""
     if not m.ops:
@@ -199,30 +243,52 @@ def imported_graph(m: Measurements, *, device=None, power_w: float | None = None
     if sw is None:
         sw = dev.storage_power_w if dev is not None else cw
     if cw is None and any(r.energy_j is None for r in m.ops):
-        raise MeasurementError(f"{m.source}: op rows without energy_j need a power: pass --power-w (watts) "
-                               f"or --device")
+        raise MeasurementError(f"{m.source}: op rows without energy_j need a power: pass --power-w (watts) or --device")
     if fits is not None:
         read, write = fits
         t_read = read.predict
         t_write = write.predict
     else:
+
         def t_read(b):
             return dev.read_latency_s + b / dev.read_bytes_per_s
 
         def t_write(b):
             return dev.write_latency_s + b / dev.write_bytes_per_s
+
     index = {r.name: i for i, r in enumerate(m.ops)}
     nodes, edges = [], []
     for i, r in enumerate(m.ops):
         t_in, t_out = t_read(r.bytes), t_write(r.bytes)
         energy = r.energy_j if r.energy_j is not None else r.time_s * cw
-        nodes.append(CostedNode(name=r.name, kind=r.kind, ram_bytes=r.bytes, compute_time_s=r.time_s,
-                                compute_energy_j=energy, pagein_time_s=t_in, pagein_energy_j=t_in * (sw or 0.0),
-                                pageout_time_s=t_out, pageout_energy_j=t_out * (sw or 0.0)))
+        nodes.append(
+            CostedNode(
+                name=r.name,
+                kind=r.kind,
+                ram_bytes=r.bytes,
+                compute_time_s=r.time_s,
+                compute_energy_j=energy,
+                pagein_time_s=t_in,
+                pagein_energy_j=t_in * (sw or 0.0),
+                pageout_time_s=t_out,
+                pageout_energy_j=t_out * (sw or 0.0),
+            )
+        )
         edges.extend((index[x], i) for x in r.inputs)
-    return CostedGraph(name=name or Path(m.source).stem, nodes=tuple(nodes), edges=tuple(edges),
-                       meta={"source": f"measurements {m.source}", "costs": "imported"})
+    return CostedGraph(
+        name=name or Path(m.source).stem,
+        nodes=tuple(nodes),
+        edges=tuple(edges),
+        meta={"source": f"measurements {m.source}", "costs": "imported"},
+    )
 
 
-__all__ = ["MeasurementError", "Measurements", "Row", "imported_graph", "imported_profile_toml",
-           "read_measurements", "storage_fits"]
+__all__ = [
+    "MeasurementError",
+    "Measurements",
+    "Row",
+    "imported_graph",
+    "imported_profile_toml",
+    "read_measurements",
+    "storage_fits",
+]

@@ -10,28 +10,66 @@ family, then to plain ``FLOPs / flops_per_s``.
 No torch import here: a traced program is priced from the op names and FLOPs
 recorded at extraction.
 """
+
 from __future__ import annotations
 
 from ..graph.core import CostedGraph, CostedNode
 from .device import Device
 
-FAMILIES = ("conv", "conv_backward", "matmul", "norm", "softmax", "reduction", "embedding", "random",
-            "elementwise", "other")
+FAMILIES = (
+    "conv",
+    "conv_backward",
+    "matmul",
+    "norm",
+    "softmax",
+    "reduction",
+    "embedding",
+    "random",
+    "elementwise",
+    "other",
+)
 
 _BY_NAME = {
-    "convolution": "conv", "_convolution": "conv", "conv2d": "conv", "conv1d": "conv",
+    "convolution": "conv",
+    "_convolution": "conv",
+    "conv2d": "conv",
+    "conv1d": "conv",
     "convolution_backward": "conv_backward",
-    "mm": "matmul", "addmm": "matmul", "bmm": "matmul", "baddbmm": "matmul", "matmul": "matmul",
-    "linear": "matmul", "_scaled_dot_product_flash_attention_for_cpu": "matmul",
-    "_softmax": "softmax", "softmax": "softmax", "_log_softmax": "softmax", "log_softmax": "softmax",
-    "_softmax_backward_data": "softmax", "_log_softmax_backward_data": "softmax",
-    "sum": "reduction", "mean": "reduction", "amax": "reduction", "amin": "reduction", "max": "reduction",
-    "min": "reduction", "var": "reduction", "var_mean": "reduction", "std": "reduction", "norm": "reduction",
-    "linalg_vector_norm": "reduction", "nll_loss_forward": "reduction", "nll_loss_backward": "reduction",
+    "mm": "matmul",
+    "addmm": "matmul",
+    "bmm": "matmul",
+    "baddbmm": "matmul",
+    "matmul": "matmul",
+    "linear": "matmul",
+    "_scaled_dot_product_flash_attention_for_cpu": "matmul",
+    "_softmax": "softmax",
+    "softmax": "softmax",
+    "_log_softmax": "softmax",
+    "log_softmax": "softmax",
+    "_softmax_backward_data": "softmax",
+    "_log_softmax_backward_data": "softmax",
+    "sum": "reduction",
+    "mean": "reduction",
+    "amax": "reduction",
+    "amin": "reduction",
+    "max": "reduction",
+    "min": "reduction",
+    "var": "reduction",
+    "var_mean": "reduction",
+    "std": "reduction",
+    "norm": "reduction",
+    "linalg_vector_norm": "reduction",
+    "nll_loss_forward": "reduction",
+    "nll_loss_backward": "reduction",
     "argmax": "reduction",
-    "embedding": "embedding", "embedding_dense_backward": "embedding",
-    "native_dropout": "random", "native_dropout_backward": "random", "bernoulli": "random",
-    "rand": "random", "randn": "random", "rand_like": "random",
+    "embedding": "embedding",
+    "embedding_dense_backward": "embedding",
+    "native_dropout": "random",
+    "native_dropout_backward": "random",
+    "bernoulli": "random",
+    "rand": "random",
+    "randn": "random",
+    "rand_like": "random",
 }
 
 
@@ -68,14 +106,23 @@ def paging_seconds(dev: Device, nbytes: int, free_s: float | None = None) -> tup
     return t_in, t_out
 
 
-def costed_node(dev: Device, name: str, kind: str, nbytes: int, compute_s: float,
-                free_s: float | None = None, tile=None) -> CostedNode:
+def costed_node(
+    dev: Device, name: str, kind: str, nbytes: int, compute_s: float, free_s: float | None = None, tile=None
+) -> CostedNode:
     """A node priced on ``dev`` from its compute seconds (energy: seconds x power) and its bytes."""
     t_in, t_out = paging_seconds(dev, nbytes, free_s)
-    return CostedNode(name=name, kind=kind, ram_bytes=int(nbytes),
-                      compute_time_s=compute_s, compute_energy_j=compute_s * dev.compute_power_w,
-                      pagein_time_s=t_in, pagein_energy_j=t_in * dev.storage_power_w,
-                      pageout_time_s=t_out, pageout_energy_j=t_out * dev.storage_power_w, tile=tile)
+    return CostedNode(
+        name=name,
+        kind=kind,
+        ram_bytes=int(nbytes),
+        compute_time_s=compute_s,
+        compute_energy_j=compute_s * dev.compute_power_w,
+        pagein_time_s=t_in,
+        pagein_energy_j=t_in * dev.storage_power_w,
+        pageout_time_s=t_out,
+        pageout_energy_j=t_out * dev.storage_power_w,
+        tile=tile,
+    )
 
 
 def price_program(program, dev: Device, fixed_ram_bytes: int, costs: str = "profile") -> CostedGraph:
@@ -98,11 +145,12 @@ def price_measured(graph, dev: Device, node_seconds, free_s: float, fixed_ram_by
     whose paging comes from ``dev``'s storage fit; energy = time x ``dev``'s powers."""
     if len(node_seconds) != len(graph.nodes):
         raise ValueError(f"{len(node_seconds)} measured times for {len(graph.nodes)} nodes")
-    nodes = tuple(costed_node(dev, nd.name, nd.kind, nd.output_bytes, float(t) + free_s, free_s, tile=nd.tile)
-                  for nd, t in zip(graph.nodes, node_seconds))
+    nodes = tuple(
+        costed_node(dev, nd.name, nd.kind, nd.output_bytes, float(t) + free_s, free_s, tile=nd.tile)
+        for nd, t in zip(graph.nodes, node_seconds)
+    )
     meta = {"device": dev.name, "costs": "measured", "param_bytes": graph.param_bytes, **graph.meta}
     return CostedGraph(name=graph.name, nodes=nodes, edges=graph.edges, fixed_ram_bytes=fixed_ram_bytes, meta=meta)
 
 
-__all__ = ["FAMILIES", "costed_node", "op_family", "op_seconds", "paging_seconds", "price_measured",
-           "price_program"]
+__all__ = ["FAMILIES", "costed_node", "op_family", "op_seconds", "paging_seconds", "price_measured", "price_program"]

@@ -13,6 +13,7 @@ waiting for a CPU after the storage answered, as the executor measures its page-
 The fit minimises the *relative* error over a size sweep (1 KiB .. 64 MiB by default), so that small
 pages, whose time is mostly latency, weigh as much as large ones.
 """
+
 from __future__ import annotations
 
 import glob
@@ -26,8 +27,8 @@ import numpy as np
 from .profile_clock import BusyTimer, RunQueueClock
 
 KiB = 1024
-FULL_SIZES = tuple(KiB * 4 ** i for i in range(9))        # 1 KiB .. 64 MiB
-QUICK_SIZES = tuple(KiB * 4 ** i for i in range(4))       # 1 KiB .. 64 KiB
+FULL_SIZES = tuple(KiB * 4**i for i in range(9))  # 1 KiB .. 64 MiB
+QUICK_SIZES = tuple(KiB * 4**i for i in range(4))  # 1 KiB .. 64 KiB
 
 
 @dataclass(frozen=True)
@@ -52,12 +53,12 @@ def fit_latency_bandwidth(sizes, seconds) -> LinearFit:
     if not (np.all(np.isfinite(t)) and np.all(t > 0) and np.all(b >= 0)):
         raise ValueError("storage samples need positive finite times and non-negative sizes")
     w = 1.0 / t
-    a = np.stack([w, b * w], axis=1)          # rows: (1/t, b/t) . (L, 1/B) ~ 1
+    a = np.stack([w, b * w], axis=1)  # rows: (1/t, b/t) . (L, 1/B) ~ 1
     (lat, inv_bw), *_ = np.linalg.lstsq(a, np.ones_like(t), rcond=None)
-    if lat < 0:                               # no latency: fit the slope alone
+    if lat < 0:  # no latency: fit the slope alone
         lat = 0.0
         inv_bw = float(np.dot(b * w, np.ones_like(t)) / max(np.dot(b * w, b * w), 1e-300))
-    if inv_bw <= 0:                           # no bandwidth term: fit the latency alone
+    if inv_bw <= 0:  # no bandwidth term: fit the latency alone
         inv_bw = 1e-15
         lat = float(np.dot(w, np.ones_like(t)) / np.dot(w, w))
     pred = lat + b * inv_bw
@@ -69,11 +70,11 @@ def fit_latency_bandwidth(sizes, seconds) -> LinearFit:
 class StorageProfile:
     directory: str
     sizes: tuple[int, ...]
-    write_s: tuple[float, ...]            # median per size
+    write_s: tuple[float, ...]  # median per size
     read_s: tuple[float, ...]
     write: LinearFit
     read: LinearFit
-    cache_dropped: bool                   # posix_fadvise(DONTNEED) was available and used
+    cache_dropped: bool  # posix_fadvise(DONTNEED) was available and used
 
 
 def _write(path: str, data: bytes, drop: bool, clock: RunQueueClock | None = None) -> float:
@@ -141,15 +142,23 @@ def profile_storage(directory: str, sizes=FULL_SIZES, repeats: int = 3, progress
             w_med.append(statistics.median(ws))
             r_med.append(statistics.median(rs))
             if progress:
-                progress(f"storage {i + 1}/{len(sizes)}: {size} B write {w_med[-1] * 1e3:.3f} ms, "
-                         f"read {r_med[-1] * 1e3:.3f} ms")
+                progress(
+                    f"storage {i + 1}/{len(sizes)}: {size} B write {w_med[-1] * 1e3:.3f} ms, "
+                    f"read {r_med[-1] * 1e3:.3f} ms"
+                )
     finally:
         clock.close()
         for p in glob.glob(glob.escape(path) + ".*"):
             os.remove(p)
-    return StorageProfile(directory=os.path.abspath(directory), sizes=tuple(sizes), write_s=tuple(w_med),
-                          read_s=tuple(r_med), write=fit_latency_bandwidth(sizes, w_med),
-                          read=fit_latency_bandwidth(sizes, r_med), cache_dropped=drop)
+    return StorageProfile(
+        directory=os.path.abspath(directory),
+        sizes=tuple(sizes),
+        write_s=tuple(w_med),
+        read_s=tuple(r_med),
+        write=fit_latency_bandwidth(sizes, w_med),
+        read=fit_latency_bandwidth(sizes, r_med),
+        cache_dropped=drop,
+    )
 
 
 __all__ = ["FULL_SIZES", "QUICK_SIZES", "LinearFit", "StorageProfile", "fit_latency_bandwidth", "profile_storage"]

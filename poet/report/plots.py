@@ -1,4 +1,5 @@
 """Figures (PNG + SVG) of sweeps and schedules, drawn with matplotlib's non-interactive backend."""
+
 from __future__ import annotations
 
 import math
@@ -27,6 +28,7 @@ ORDER = ("poet", "remat", "paging", "capuchin", "chen", "keep-all")
 
 def _save(fig, out: Path, stem: str) -> list[Path]:
     from ..fileio import atomic_write
+
     out.mkdir(parents=True, exist_ok=True)
     paths = [out / f"{stem}.png", out / f"{stem}.svg"]
     try:
@@ -88,8 +90,15 @@ class _Overhead:
         ax.set_yscale("log")
         ax.set_ylim(self.floor / 1.8, self.top)
         ax.axhline(self.floor, color="k", lw=0.8, ls=":", zorder=0)
-        ax.text(0.01, self.floor * 1.12, "0 % (exactly one plain pass)", transform=ax.get_yaxis_transform(),
-                fontsize=7.5, color="0.3", va="bottom")
+        ax.text(
+            0.01,
+            self.floor * 1.12,
+            "0 % (exactly one plain pass)",
+            transform=ax.get_yaxis_transform(),
+            fontsize=7.5,
+            color="0.3",
+            va="bottom",
+        )
 
 
 YLABEL = "energy above one plain pass (% , log)"
@@ -107,8 +116,10 @@ def energy_vs_ram(doc: dict, out: Path, stem: str = "energy_vs_ram") -> list[Pat
     c = doc["context"]
     ident = doc["identity"]
     plain = c["plain_energy_j"]
-    runtimes = sorted({r["runtime"] for r in rows},
-                      key=lambda rt: next((_f(r["runtime_budget_s"]) or math.inf) for r in rows if r["runtime"] == rt))
+    runtimes = sorted(
+        {r["runtime"] for r in rows},
+        key=lambda rt: next((_f(r["runtime_budget_s"]) or math.inf) for r in rows if r["runtime"] == rt),
+    )
     n = len(runtimes)
     fig, axes = plt.subplots(1, n, figsize=(4.6 * n + 0.6, 4.2), sharey=True, squeeze=False)
     ov = _Overhead(rows, plain)
@@ -117,21 +128,33 @@ def energy_vs_ram(doc: dict, out: Path, stem: str = "energy_vs_ram") -> list[Pat
         sub = [r for r in rows if r["runtime"] == rt]
         for j, s in enumerate(_strategies(sub)):
             col, mk, lab = _style(s)
-            pts = sorted((int(r["ram_budget_bytes"]), _f(r.get("energy_j")), r["status"]) for r in sub
-                         if r["strategy"] == s)
+            pts = sorted(
+                (int(r["ram_budget_bytes"]), _f(r.get("energy_j")), r["status"]) for r in sub if r["strategy"] == s
+            )
             xs = [p[0] / sc for p in pts if p[1] is not None]
             ys = [ov(p[1]) for p in pts if p[1] is not None]
             # a small horizontal offset per strategy keeps coinciding markers visible
-            ax.plot(xs, ys, color=col, marker=mk, ms=6 - 0.5 * j, lw=1.4, alpha=0.9, label=lab,
-                    mfc=col if s != "keep-all" else "none")
+            ax.plot(
+                xs,
+                ys,
+                color=col,
+                marker=mk,
+                ms=6 - 0.5 * j,
+                lw=1.4,
+                alpha=0.9,
+                label=lab,
+                mfc=col if s != "keep-all" else "none",
+            )
             unproven = [(p[0] / sc, ov(p[1])) for p in pts if p[1] is not None and p[2] == "feasible"]
             if unproven:
                 ax.scatter(*zip(*unproven), s=90, facecolors="none", edgecolors=col, lw=1.2, zorder=5)
         ov.style(ax)
         ax.axvline(c["min_ram_bytes"] / sc, color="0.5", lw=0.8, ls="--")
         ax.axvline(c["keep_all_peak_bytes"] / sc, color="0.5", lw=0.8, ls="-.")
-        ax.set_title(_rt_label(sub[0]) + (f" ({_f(sub[0]['runtime_budget_s']):.4g} s)"
-                                          if sub[0].get("runtime_budget_s") not in (None, "") else ""))
+        ax.set_title(
+            _rt_label(sub[0])
+            + (f" ({_f(sub[0]['runtime_budget_s']):.4g} s)" if sub[0].get("runtime_budget_s") not in (None, "") else "")
+        )
         ax.set_xlabel(f"RAM budget ({un})")
         ax.grid(True, which="both", alpha=0.25)
     axes[0][0].set_ylabel(YLABEL)
@@ -140,14 +163,26 @@ def energy_vs_ram(doc: dict, out: Path, stem: str = "energy_vs_ram") -> list[Pat
     for ax in axes[0][1:]:
         for h, l in zip(*ax.get_legend_handles_labels()):
             seen.setdefault(l, h)
-    extra = [Line2D([], [], color="0.5", ls="--", lw=0.8, label="smallest possible RAM"),
-             Line2D([], [], color="0.5", ls="-.", lw=0.8, label="keep-all peak"),
-             Line2D([], [], color="0.3", marker="o", mfc="none", ls="", ms=9, label="not proven optimal")]
-    fig.legend(list(seen.values()) + extra, list(seen) + [e.get_label() for e in extra],
-               loc="upper center", ncol=4, bbox_to_anchor=(0.5, 1.13), fontsize=8.5, frameon=False)
-    fig.suptitle(f"{ident['model']} on {ident['device']}: energy vs RAM budget (one plain pass = {plain:.4g} J; "
-                 f"paging time {ident['paging_time']}; missing point = infeasible or no schedule found)",
-                 y=1.17, fontsize=11)
+    extra = [
+        Line2D([], [], color="0.5", ls="--", lw=0.8, label="smallest possible RAM"),
+        Line2D([], [], color="0.5", ls="-.", lw=0.8, label="keep-all peak"),
+        Line2D([], [], color="0.3", marker="o", mfc="none", ls="", ms=9, label="not proven optimal"),
+    ]
+    fig.legend(
+        list(seen.values()) + extra,
+        list(seen) + [e.get_label() for e in extra],
+        loc="upper center",
+        ncol=4,
+        bbox_to_anchor=(0.5, 1.13),
+        fontsize=8.5,
+        frameon=False,
+    )
+    fig.suptitle(
+        f"{ident['model']} on {ident['device']}: energy vs RAM budget (one plain pass = {plain:.4g} J; "
+        f"paging time {ident['paging_time']}; missing point = infeasible or no schedule found)",
+        y=1.17,
+        fontsize=11,
+    )
     fig.tight_layout()
     return _save(fig, out, stem)
 
@@ -160,8 +195,13 @@ def energy_vs_runtime(doc: dict, out: Path, stem: str = "energy_vs_runtime") -> 
     ident = doc["identity"]
     plain = c["plain_energy_j"]
     mems = sorted({(int(r["ram_budget_bytes"]), r["memory"]) for r in rows})
-    useful = [m for m in mems if any(r["memory"] == m[1] and r.get("energy_j") not in (None, "")
-                                     and r["strategy"] != "keep-all" for r in rows)]
+    useful = [
+        m
+        for m in mems
+        if any(
+            r["memory"] == m[1] and r.get("energy_j") not in (None, "") and r["strategy"] != "keep-all" for r in rows
+        )
+    ]
     useful = [m for m in useful if m[0] < c["keep_all_peak_bytes"]] or useful
     if len(useful) > 4:
         idx = sorted({round(k * (len(useful) - 1) / 3) for k in range(4)})
@@ -178,8 +218,16 @@ def energy_vs_runtime(doc: dict, out: Path, stem: str = "energy_vs_runtime") -> 
             pts = sorted((_f(r["runtime_budget_x"]), _f(r.get("energy_j"))) for r in sub if r["strategy"] == s)
             pts = [p for p in pts if p[1] is not None]
             if pts:
-                ax.plot([p[0] for p in pts], [ov(p[1]) for p in pts], color=col, marker=mk, ms=6 - 0.5 * j, lw=1.4, label=lab,
-                        mfc=col if s != "keep-all" else "none")
+                ax.plot(
+                    [p[0] for p in pts],
+                    [ov(p[1]) for p in pts],
+                    color=col,
+                    marker=mk,
+                    ms=6 - 0.5 * j,
+                    lw=1.4,
+                    label=lab,
+                    mfc=col if s != "keep-all" else "none",
+                )
         ov.style(ax)
         ax.set_title(f"RAM budget {mem} ({fmt_bytes(ram)})")
         ax.set_xlabel("runtime budget (x one plain pass)")
@@ -189,10 +237,20 @@ def energy_vs_runtime(doc: dict, out: Path, stem: str = "energy_vs_runtime") -> 
     for ax in axes[0]:
         for h, l in zip(*ax.get_legend_handles_labels()):
             seen.setdefault(l, h)
-    fig.legend(list(seen.values()), list(seen), loc="upper center", ncol=3, bbox_to_anchor=(0.5, 1.1),
-               fontsize=8.5, frameon=False)
-    fig.suptitle(f"{ident['model']} on {ident['device']}: energy vs deadline "
-                 f"(one plain pass = {plain:.4g} J)", y=1.14, fontsize=11)
+    fig.legend(
+        list(seen.values()),
+        list(seen),
+        loc="upper center",
+        ncol=3,
+        bbox_to_anchor=(0.5, 1.1),
+        fontsize=8.5,
+        frameon=False,
+    )
+    fig.suptitle(
+        f"{ident['model']} on {ident['device']}: energy vs deadline (one plain pass = {plain:.4g} J)",
+        y=1.14,
+        fontsize=11,
+    )
     fig.tight_layout()
     return _save(fig, out, stem)
 
@@ -208,6 +266,7 @@ COLOURS = ["#ffffff", "#c6dbef", "#fdd0a2", "#2171b5", "#d62728", "#8c510a", "#3
 def schedule_matrix(s):
     """stages x nodes category codes (indexes into :data:`CATEGORIES`) and the stage labels."""
     import numpy as np
+
     g = s.graph
     n = len(g.nodes)
     stages = []
@@ -274,25 +333,28 @@ def schedule_picture(s, out: Path, stem: str, title: str = "") -> list[Path]:
     T, n = M.shape
     size = min(11.0, max(5.0, 0.045 * max(T, n) + 3))
     fig, ax = plt.subplots(figsize=(size + 1.8, size))
-    ax.imshow(M, cmap=ListedColormap(COLOURS), vmin=0, vmax=len(COLOURS) - 1, interpolation="nearest",
-              aspect="auto")
+    ax.imshow(M, cmap=ListedColormap(COLOURS), vmin=0, vmax=len(COLOURS) - 1, interpolation="nearest", aspect="auto")
     bwd = [i for i, nd in enumerate(g.nodes) if nd.kind == "backward"]
     if bwd:
         ax.axvline(min(bwd) - 0.5, color="k", lw=0.6, ls="--")
-        ax.text(min(bwd) - 0.5, T - 1, " backward nodes \u2192", fontsize=8, va="bottom", ha="left",
-                color="0.3")
+        ax.text(min(bwd) - 0.5, T - 1, " backward nodes \u2192", fontsize=8, va="bottom", ha="left", color="0.3")
     ax.set_xlabel("node id (forward nodes, then backward nodes)")
     ax.set_ylabel("stage (solver stage; time runs downwards)")
     t = s.totals
     sub = ""
     if t is not None:
-        sub = (f"\nenergy {t.energy_j:.4g} J ({t.energy_j / g.plain_energy_j:.3f}x plain), "
-               f"{t.recomputes} recomputes, {t.page_outs} page-outs, {t.page_ins} page-ins, "
-               f"peak {fmt_bytes(t.peak_ram_bytes)} of {fmt_bytes(s.budget.ram_bytes)}")
+        sub = (
+            f"\nenergy {t.energy_j:.4g} J ({t.energy_j / g.plain_energy_j:.3f}x plain), "
+            f"{t.recomputes} recomputes, {t.page_outs} page-outs, {t.page_ins} page-ins, "
+            f"peak {fmt_bytes(t.peak_ram_bytes)} of {fmt_bytes(s.budget.ram_bytes)}"
+        )
     ax.set_title(f"{g.name}: schedule {title}{sub}", fontsize=10)
     counts = [(M == k).sum() for k in range(len(CATEGORIES))]
-    handles = [Patch(facecolor=COLOURS[k], edgecolor="0.6", label=CATEGORIES[k])
-               for k in range(1, len(CATEGORIES)) if counts[k] or k in (3, 1)]
+    handles = [
+        Patch(facecolor=COLOURS[k], edgecolor="0.6", label=CATEGORIES[k])
+        for k in range(1, len(CATEGORIES))
+        if counts[k] or k in (3, 1)
+    ]
     ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=9, frameon=False)
     return _save(fig, out, stem)
 
@@ -300,6 +362,7 @@ def schedule_picture(s, out: Path, stem: str, title: str = "") -> list[Path]:
 def ram_plot(s, out: Path, stem: str, title: str = "") -> list[Path]:
     from ..schedule.validate import simulate
     from ..solve.baselines import keep_all_peak
+
     trace = simulate(s.graph, s.steps, s.budget).ram_after_step
     g = s.graph
     fig, ax = plt.subplots(figsize=(9, 3.6))
@@ -307,8 +370,9 @@ def ram_plot(s, out: Path, stem: str, title: str = "") -> list[Path]:
     kp = keep_all_peak(g)
     sc, un = _unit(max(max(trace), s.budget.ram_bytes, kp))
     ax.step(xs, [b / sc for b in trace], where="post", color="#2171b5", lw=1.2, label="RAM in use")
-    ax.axhline(s.budget.ram_bytes / sc, color="#d62728", ls="--", lw=1.2,
-               label=f"budget {fmt_bytes(s.budget.ram_bytes)}")
+    ax.axhline(
+        s.budget.ram_bytes / sc, color="#d62728", ls="--", lw=1.2, label=f"budget {fmt_bytes(s.budget.ram_bytes)}"
+    )
     ax.axhline(kp / sc, color="0.4", ls=":", lw=1.0, label=f"keep-all peak {fmt_bytes(kp)}")
     ins = [k + 1 for k, st in enumerate(s.steps) if st.op == "page_in"]
     outs = [k + 1 for k, st in enumerate(s.steps) if st.op == "page_out"]
@@ -326,8 +390,9 @@ def ram_plot(s, out: Path, stem: str, title: str = "") -> list[Path]:
         ax.plot(outs, [y0] * len(outs), "|", color="#8c510a", ms=14, label=f"page-out ({len(outs)})")
     if ins:
         ax.plot(ins, [y0] * len(ins), "|", color="#31a354", ms=14, label=f"page-in ({len(ins)})")
-    first_bwd = next((k + 1 for k, st in enumerate(s.steps)
-                      if st.op == "compute" and g.nodes[st.node].kind == "backward"), None)
+    first_bwd = next(
+        (k + 1 for k, st in enumerate(s.steps) if st.op == "compute" and g.nodes[st.node].kind == "backward"), None
+    )
     if first_bwd:
         ax.axvline(first_bwd, color="0.6", lw=0.8)
         ax.text(first_bwd, ax.get_ylim()[1] * 0.98, " backward pass", fontsize=8, va="top", color="0.4")

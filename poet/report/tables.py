@@ -1,4 +1,5 @@
 """Markdown and CSV tables of schedules and sweeps."""
+
 from __future__ import annotations
 
 import csv
@@ -37,13 +38,18 @@ def sweep_markdown(doc: dict) -> str:
     c = doc["context"]
     ident = doc["identity"]
     plain = c["plain_energy_j"]
-    lines = [f"# Sweep: {ident['model']} on {ident['device']} (paging time: {ident['paging_time']})", "",
-             f"Plain forward+backward: {fmt_energy(plain)}, {fmt_seconds(c['plain_runtime_s'])}; "
-             f"keep-all peak {fmt_bytes(c['keep_all_peak_bytes'])}; no schedule fits below "
-             f"{fmt_bytes(c['min_ram_bytes'])}.", "",
-             "Cells: energy above one plain pass, in percent of it (0 = nothing recomputed or paged); "
-             "`*` feasible but not proven optimal, `infeas.` no schedule of that strategy fits, "
-             "`timeout` the solver found none within the time limit.", ""]
+    lines = [
+        f"# Sweep: {ident['model']} on {ident['device']} (paging time: {ident['paging_time']})",
+        "",
+        f"Plain forward+backward: {fmt_energy(plain)}, {fmt_seconds(c['plain_runtime_s'])}; "
+        f"keep-all peak {fmt_bytes(c['keep_all_peak_bytes'])}; no schedule fits below "
+        f"{fmt_bytes(c['min_ram_bytes'])}.",
+        "",
+        "Cells: energy above one plain pass, in percent of it (0 = nothing recomputed or paged); "
+        "`*` feasible but not proven optimal, `infeas.` no schedule of that strategy fits, "
+        "`timeout` the solver found none within the time limit.",
+        "",
+    ]
     strategies = _strategies(rows)
     runtimes = list(dict.fromkeys(r["runtime"] for r in rows))
     by = {(r["strategy"], r["memory"], r["runtime"]): r for r in rows}
@@ -76,38 +82,55 @@ def saving(by: dict, mem: str, rt: str) -> str:
 
 def schedule_markdown(s, source: str = "") -> str:
     from .text import status_line
+
     g = s.graph
     b = s.budget
-    lines = [f"# Schedule report{': ' + source if source else ''}", "",
-             f"* graph: {g.name} ({len(g.nodes)} nodes){', device ' + str(g.meta.get('device')) if g.meta.get('device') else ''}",
-             f"* strategy: {s.strategy}; status: {status_line(s)}",
-             f"* budget: RAM {fmt_bytes(b.ram_bytes)} ({b.ram_bytes} B), deadline "
-             f"{fmt_seconds(b.runtime_s) if b.runtime_s else 'none'}, paging time {b.paging_time}", ""]
+    lines = [
+        f"# Schedule report{': ' + source if source else ''}",
+        "",
+        f"* graph: {g.name} ({len(g.nodes)} nodes)" + (f", device {g.meta['device']}" if g.meta.get("device") else ""),
+        f"* strategy: {s.strategy}; status: {status_line(s)}",
+        f"* budget: RAM {fmt_bytes(b.ram_bytes)} ({b.ram_bytes} B), deadline "
+        f"{fmt_seconds(b.runtime_s) if b.runtime_s else 'none'}, paging time {b.paging_time}",
+        "",
+    ]
     if not s.steps or s.totals is None:
         lines.append(f"No schedule: {s.report.message}")
         return "\n".join(lines) + "\n"
     t = s.totals
     plain_e, plain_t = g.plain_energy_j, g.plain_runtime_s
-    lines += ["| quantity | value | vs plain pass |", "|---|---|---|",
-              f"| energy | {fmt_energy(t.energy_j)} | {t.energy_j / plain_e:.4f}x |" if plain_e else
-              f"| energy | {fmt_energy(t.energy_j)} | |",
-              f"| compute energy | {fmt_energy(t.compute_energy_j)} | |",
-              f"| paging energy | {fmt_energy(t.paging_energy_j)} | |",
-              f"| runtime | {fmt_seconds(t.runtime_s)} | {t.runtime_s / plain_t:.4f}x |" if plain_t else
-              f"| runtime | {fmt_seconds(t.runtime_s)} | |",
-              f"| peak RAM | {fmt_bytes(t.peak_ram_bytes)} ({t.peak_ram_bytes} B) | "
-              f"{t.peak_ram_bytes / b.ram_bytes:.1%} of budget |",
-              f"| computes (recomputes) | {t.computes} ({t.recomputes}) | |",
-              f"| page-outs / page-ins | {t.page_outs} / {t.page_ins} | "
-              f"{fmt_bytes(t.bytes_paged_out)} out, {fmt_bytes(t.bytes_paged_in)} in |",
-              f"| steps | {len(s.steps)} | |", ""]
+    lines += [
+        "| quantity | value | vs plain pass |",
+        "|---|---|---|",
+        f"| energy | {fmt_energy(t.energy_j)} | {t.energy_j / plain_e:.4f}x |"
+        if plain_e
+        else f"| energy | {fmt_energy(t.energy_j)} | |",
+        f"| compute energy | {fmt_energy(t.compute_energy_j)} | |",
+        f"| paging energy | {fmt_energy(t.paging_energy_j)} | |",
+        f"| runtime | {fmt_seconds(t.runtime_s)} | {t.runtime_s / plain_t:.4f}x |"
+        if plain_t
+        else f"| runtime | {fmt_seconds(t.runtime_s)} | |",
+        f"| peak RAM | {fmt_bytes(t.peak_ram_bytes)} ({t.peak_ram_bytes} B) | "
+        f"{t.peak_ram_bytes / b.ram_bytes:.1%} of budget |",
+        f"| computes (recomputes) | {t.computes} ({t.recomputes}) | |",
+        f"| page-outs / page-ins | {t.page_outs} / {t.page_ins} | "
+        f"{fmt_bytes(t.bytes_paged_out)} out, {fmt_bytes(t.bytes_paged_in)} in |",
+        f"| steps | {len(s.steps)} | |",
+        "",
+    ]
     busy = [r for r in node_rows(s) if r["recomputes"] or r["page_outs"] or r["page_ins"]]
     if busy:
-        lines += ["## Nodes recomputed or paged", "", "| id | name | kind | bytes | recomputes | page-outs | page-ins |",
-                  "|---|---|---|---|---|---|---|"]
+        lines += [
+            "## Nodes recomputed or paged",
+            "",
+            "| id | name | kind | bytes | recomputes | page-outs | page-ins |",
+            "|---|---|---|---|---|---|---|",
+        ]
         for r in busy:
-            lines.append(f"| {r['id']} | {r['name']} | {r['kind']} | {fmt_bytes(r['ram_bytes'])} | "
-                         f"{r['recomputes']} | {r['page_outs']} | {r['page_ins']} |")
+            lines.append(
+                f"| {r['id']} | {r['name']} | {r['kind']} | {fmt_bytes(r['ram_bytes'])} | "
+                f"{r['recomputes']} | {r['page_outs']} | {r['page_ins']} |"
+            )
         lines.append("")
     return "\n".join(lines)
 
@@ -123,11 +146,21 @@ def node_rows(s) -> list[dict]:
             pin[st.node] += 1
         elif st.op == "page_out":
             pout[st.node] += 1
-    return [{"id": i, "name": nd.name, "kind": nd.kind, "ram_bytes": nd.ram_bytes, "computes": comp[i],
-             "recomputes": max(0, comp[i] - 1), "page_outs": pout[i], "page_ins": pin[i],
-             "compute_energy_j": nd.compute_energy_j * comp[i],
-             "paging_energy_j": nd.pagein_energy_j * pin[i] + nd.pageout_energy_j * pout[i]}
-            for i, nd in enumerate(g.nodes)]
+    return [
+        {
+            "id": i,
+            "name": nd.name,
+            "kind": nd.kind,
+            "ram_bytes": nd.ram_bytes,
+            "computes": comp[i],
+            "recomputes": max(0, comp[i] - 1),
+            "page_outs": pout[i],
+            "page_ins": pin[i],
+            "compute_energy_j": nd.compute_energy_j * comp[i],
+            "paging_energy_j": nd.pagein_energy_j * pin[i] + nd.pageout_energy_j * pout[i],
+        }
+        for i, nd in enumerate(g.nodes)
+    ]
 
 
 def nodes_csv(s) -> str:

@@ -1,4 +1,5 @@
 """Plain-text report of one schedule: what it costs, against plain backprop, and how sure we are."""
+
 from __future__ import annotations
 
 from ..schedule.core import FEASIBLE, HEURISTIC, INFEASIBLE, NO_SOLUTION, OPTIMAL, Schedule
@@ -12,9 +13,12 @@ def cache_note(report: SolveReport) -> str:
     if cached is None:
         return ""
     took = cached.solve_seconds
-    return ("from the cache (solved" + (f" in {took:.1f} s" if took is not None else "")
-            + (f" on {cached.solved_at[:40]}" if cached.solved_at else "")
-            + "; --no-cache, or cache=False from Python, solves again)")
+    return (
+        "from the cache (solved"
+        + (f" in {took:.1f} s" if took is not None else "")
+        + (f" on {cached.solved_at[:40]}" if cached.solved_at else "")
+        + "; --no-cache, or cache=False from Python, solves again)"
+    )
 
 
 def _bound_note(r: SolveReport) -> str:
@@ -73,24 +77,31 @@ def infeasibility_text(s: Schedule) -> str:
     lines = [f"No {s.strategy} schedule fits: {r.message or 'budgets cannot be met'}."]
     if mb.ram_bytes is not None:
         note = mb.ram_note or ""
-        lines.append(f"  Smallest feasible RAM budget{' at this deadline' if s.budget.runtime_s else ''}: "
-                     f"{fmt_bytes(mb.ram_bytes)} ({mb.ram_bytes} B){f' - {note}' if note else ''}")
+        lines.append(
+            f"  Smallest feasible RAM budget{' at this deadline' if s.budget.runtime_s else ''}: "
+            f"{fmt_bytes(mb.ram_bytes)} ({mb.ram_bytes} B){f' - {note}' if note else ''}"
+        )
     elif mb.ram_bytes_lower_bound is not None:
-        lines.append(f"  Any schedule needs at least {fmt_bytes(mb.ram_bytes_lower_bound)} "
-                     f"({mb.ram_bytes_lower_bound} B); try --memory {mb.ram_bytes_lower_bound} or more.")
+        lines.append(
+            f"  Any schedule needs at least {fmt_bytes(mb.ram_bytes_lower_bound)} "
+            f"({mb.ram_bytes_lower_bound} B); try --memory {mb.ram_bytes_lower_bound} or more."
+        )
     elif mb.ram_note:
         lines.append(f"  {mb.ram_note}")
     if mb.runtime_s is not None:
         plain = s.graph.plain_runtime_s
         x = f" ({mb.runtime_s / plain:.3g}x plain)" if plain else ""
-        lines.append(f"  Shortest feasible deadline at this RAM budget: {fmt_seconds(mb.runtime_s)}{x}"
-                     f" - {mb.runtime_note or ''}")
+        lines.append(
+            f"  Shortest feasible deadline at this RAM budget: {fmt_seconds(mb.runtime_s)}{x} - {mb.runtime_note or ''}"
+        )
     elif mb.runtime_s_lower_bound is not None:
         t = mb.runtime_s_lower_bound
         plain = s.graph.plain_runtime_s
         x = f" ({t / plain:.4g}x plain)" if plain else ""
-        lines.append(f"  Any schedule within this RAM budget needs at least {fmt_seconds(t)}{x} (a proven bound, "
-                     f"not necessarily reachable); try a longer --runtime or more --memory.")
+        lines.append(
+            f"  Any schedule within this RAM budget needs at least {fmt_seconds(t)}{x} (a proven bound, "
+            f"not necessarily reachable); try a longer --runtime or more --memory."
+        )
     elif mb.runtime_note:
         lines.append(f"  {mb.runtime_note}")
     return "\n".join(lines)
@@ -99,11 +110,15 @@ def infeasibility_text(s: Schedule) -> str:
 def summary_text(s: Schedule) -> str:
     g, b = s.graph, s.budget
     plain_rt = g.plain_runtime_s
-    rt = "none" if b.runtime_s is None else (
-        f"{fmt_seconds(b.runtime_s)}" + (f" ({b.runtime_s / plain_rt:.3g}x plain)" if plain_rt else ""))
+    rt = (
+        "none"
+        if b.runtime_s is None
+        else (f"{fmt_seconds(b.runtime_s)}" + (f" ({b.runtime_s / plain_rt:.3g}x plain)" if plain_rt else ""))
+    )
     head = [
         f"POET {s.strategy} schedule for {g.name}"
-        + (f" on {g.meta['device']}" if g.meta.get("device") else "") + f" ({len(g)} nodes)",
+        + (f" on {g.meta['device']}" if g.meta.get("device") else "")
+        + f" ({len(g)} nodes)",
         f"Budgets: RAM {fmt_bytes(b.ram_bytes)} ({b.ram_bytes} B, fixed {fmt_bytes(g.fixed_ram_bytes)}), "
         f"runtime {rt}, paging time {b.paging_time}",
         f"Status:  {status_line(s)}",
@@ -112,14 +127,18 @@ def summary_text(s: Schedule) -> str:
         return "\n".join(head + [infeasibility_text(s)])
     t = s.totals
     from ..solve.baselines import keep_all_peak
+
     rows = [
         ("energy", fmt_energy(t.energy_j), fmt_energy(g.plain_energy_j)),
         ("  compute", fmt_energy(t.compute_energy_j), fmt_energy(g.plain_energy_j)),
         ("  paging", fmt_energy(t.paging_energy_j), fmt_energy(0.0)),
         ("runtime", fmt_seconds(t.runtime_s), fmt_seconds(plain_rt)),
         ("  compute time", fmt_seconds(t.compute_time_s), fmt_seconds(plain_rt)),
-        ("  paging time", fmt_seconds(t.paging_time_s) + ("" if b.paging_time == "serial" else f" ({b.paging_time})"),
-         fmt_seconds(0.0)),
+        (
+            "  paging time",
+            fmt_seconds(t.paging_time_s) + ("" if b.paging_time == "serial" else f" ({b.paging_time})"),
+            fmt_seconds(0.0),
+        ),
         ("peak RAM", fmt_bytes(t.peak_ram_bytes), fmt_bytes(keep_all_peak(g))),
         ("recomputes", f"{t.recomputes}", "0"),
         ("page-ins / page-outs", f"{t.page_ins} / {t.page_outs}", "0 / 0"),
@@ -130,6 +149,8 @@ def summary_text(s: Schedule) -> str:
     table = [f"  {'':<{w0}}  {'schedule':>{w1}}  {'plain backprop':>14}"]
     table += [f"  {a:<{w0}}  {b_:>{w1}}  {c:>14}" for a, b_, c in rows]
     over = (t.energy_j / g.plain_energy_j - 1) if g.plain_energy_j else 0.0
-    foot = [f"Energy overhead over plain backprop: {over:+.2%}. "
-            f"Validated: an independent replay of all {len(s.steps)} steps stays within both budgets."]
+    foot = [
+        f"Energy overhead over plain backprop: {over:+.2%}. "
+        f"Validated: an independent replay of all {len(s.steps)} steps stays within both budgets."
+    ]
     return "\n".join(head + table + foot)

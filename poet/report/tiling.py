@@ -1,4 +1,5 @@
 """Plain-text lines on tiling: what was split, the minimum RAM with and without, what it cost, what counts."""
+
 from __future__ import annotations
 
 from ..schedule.core import Schedule
@@ -21,29 +22,39 @@ def tiling_text(p: TiledProblem, s: Schedule, costs: TilingCosts | None) -> str:
             items = sorted(plan.counts.items(), key=lambda kv: -kv[1])
             shown = ", ".join(f"{k} x{v}" for k, v in items[:SHOW_LAYERS])
             more = f" and {len(items) - SHOW_LAYERS} more" if len(items) > SHOW_LAYERS else ""
-            lines.append(f"Tiling (--tile {plan.mode}): {len(items)} layers split to fit "
-                         f"{fmt_bytes(plan.budget_bytes)}: {shown}{more}")
-            lines.append(f"  minimum RAM of any schedule: untiled {fmt_bytes(plan.untiled_min_bytes)} "
-                         f"({plan.untiled_min_bytes} B), tiled {fmt_bytes(plan.tiled_min_bytes)} "
-                         f"({plan.tiled_min_bytes} B); nodes {plan.nodes_before} -> {plan.nodes_after}")
+            lines.append(
+                f"Tiling (--tile {plan.mode}): {len(items)} layers split to fit "
+                f"{fmt_bytes(plan.budget_bytes)}: {shown}{more}"
+            )
+            lines.append(
+                f"  minimum RAM of any schedule: untiled {fmt_bytes(plan.untiled_min_bytes)} "
+                f"({plan.untiled_min_bytes} B), tiled {fmt_bytes(plan.tiled_min_bytes)} "
+                f"({plan.tiled_min_bytes} B); nodes {plan.nodes_before} -> {plan.nodes_after}"
+            )
             if not plan.fits:
-                lines.append(f"  the budget is below the tiled minimum, set by {plan.limit}; give --memory "
-                             f"{plan.tiled_min_bytes} or more")
+                lines.append(
+                    f"  the budget is below the tiled minimum, set by {plan.limit}; give --memory "
+                    f"{plan.tiled_min_bytes} or more"
+                )
         elif plan.mode == "off" and plan.budget_bytes < plan.untiled_min_bytes:
-            lines.append(f"Tiling is off (--tile off): the untiled minimum is {fmt_bytes(plan.untiled_min_bytes)} "
-                         f"({plan.untiled_min_bytes} B); --tile auto splits layers to go below it")
+            lines.append(
+                f"Tiling is off (--tile off): the untiled minimum is {fmt_bytes(plan.untiled_min_bytes)} "
+                f"({plan.untiled_min_bytes} B); --tile auto splits layers to go below it"
+            )
         elif plan.budget_bytes < plan.untiled_min_bytes:
             lines.append(f"Tiling cannot help: {plan.limit}")
     elif p.graph.min_ram_bytes() > s.budget.ram_bytes:
         lines.append("Tiling needs a built-in model (--model): a graph file has no layer shapes to split")
     if costs is not None and plan is not None and plan.tiled:
         c = costs
-        lines.append(f"  cost against plain untiled backprop ({fmt_energy(c.plain_energy_j)}, "
-                     f"{fmt_seconds(c.plain_runtime_s)}): compute {fmt_energy(c.extra_compute_energy_j)} "
-                     f"({_pct(c.extra_compute_energy_j, c.plain_energy_j)}: statistics passes and partial sums "
-                     f"{c.graph_extra_flops:.4g} FLOP, plus recomputes), paging {fmt_energy(c.paging_energy_j)} "
-                     f"and {fmt_seconds(c.paging_time_s)} over {c.page_ops} page operations, of which "
-                     f"per-operation latency {fmt_energy(c.latency_energy_j)} and {fmt_seconds(c.latency_time_s)}")
+        lines.append(
+            f"  cost against plain untiled backprop ({fmt_energy(c.plain_energy_j)}, "
+            f"{fmt_seconds(c.plain_runtime_s)}): compute {fmt_energy(c.extra_compute_energy_j)} "
+            f"({_pct(c.extra_compute_energy_j, c.plain_energy_j)}: statistics passes and partial sums "
+            f"{c.graph_extra_flops:.4g} FLOP, plus recomputes), paging {fmt_energy(c.paging_energy_j)} "
+            f"and {fmt_seconds(c.paging_time_s)} over {c.page_ops} page operations, of which "
+            f"per-operation latency {fmt_energy(c.latency_energy_j)} and {fmt_seconds(c.latency_time_s)}"
+        )
     lines += accounting_lines(p, s)
     return "\n".join(lines)
 
@@ -56,13 +67,17 @@ def accounting_lines(p: TiledProblem, s: Schedule) -> list[str]:
     if not params:
         return []
     if fixed == 0:
-        line = (f"RAM counts activations only (the paper's setting): the {fmt_bytes(params)} of parameters stay "
-                f"in flash, uncounted; --fixed-ram params|sgd|adam counts them")
+        line = (
+            f"RAM counts activations only (the paper's setting): the {fmt_bytes(params)} of parameters stay "
+            f"in flash, uncounted; --fixed-ram params|sgd|adam counts them"
+        )
         if params > budget:
             line += f" (the parameters alone are {params / budget:.0f}x this budget)"
         return [line]
     line = f"RAM counts {fmt_bytes(fixed)} held all iteration (parameters and optimizer state) plus activations"
     if fixed >= budget:
-        line += (f"; that alone exceeds the {fmt_bytes(budget)} budget: the weights do not fit this device "
-                 f"unless they are streamed from flash too, which these schedules do not model")
+        line += (
+            f"; that alone exceeds the {fmt_bytes(budget)} budget: the weights do not fit this device "
+            f"unless they are streamed from flash too, which these schedules do not model"
+        )
     return [line]

@@ -11,6 +11,7 @@ Instructions (``op``):
 Steps may carry the solver ``stage`` they belong to; the ``overlap`` paging
 model (paging of a stage runs concurrently with its compute) needs it.
 """
+
 from __future__ import annotations
 
 from collections.abc import Mapping
@@ -24,17 +25,17 @@ from .report import SolveReport
 OPS = ("compute", "page_out", "page_in", "free")
 
 # How paging time counts against the runtime budget.
-PAGING_SERIAL = "serial"      # paging stalls compute: times add (default; honest without DMA)
-PAGING_OVERLAP = "overlap"    # each stage takes max(compute, paging) time (DMA within a stage)
-PAGING_HIDDEN = "hidden"      # paging is free in time (the original POET assumption)
+PAGING_SERIAL = "serial"  # paging stalls compute: times add (default; honest without DMA)
+PAGING_OVERLAP = "overlap"  # each stage takes max(compute, paging) time (DMA within a stage)
+PAGING_HIDDEN = "hidden"  # paging is free in time (the original POET assumption)
 PAGING_MODES = (PAGING_SERIAL, PAGING_OVERLAP, PAGING_HIDDEN)
 
 # Solver status vocabulary, shared by every strategy.
-OPTIMAL = "optimal"           # proven within the requested relative gap
-FEASIBLE = "feasible"         # a valid schedule; optimality not proven (gap reported)
-INFEASIBLE = "infeasible"     # proven: no schedule meets the budgets
-NO_SOLUTION = "no_solution"   # stopped (time limit) before any schedule was found
-HEURISTIC = "heuristic"       # a fixed-rule baseline: valid, no optimality claim
+OPTIMAL = "optimal"  # proven within the requested relative gap
+FEASIBLE = "feasible"  # a valid schedule; optimality not proven (gap reported)
+INFEASIBLE = "infeasible"  # proven: no schedule meets the budgets
+NO_SOLUTION = "no_solution"  # stopped (time limit) before any schedule was found
+HEURISTIC = "heuristic"  # a fixed-rule baseline: valid, no optimality claim
 STATUSES = (OPTIMAL, FEASIBLE, INFEASIBLE, NO_SOLUTION, HEURISTIC)
 
 
@@ -48,7 +49,7 @@ class Step:
 @dataclass(frozen=True)
 class Budget:
     ram_bytes: int
-    runtime_s: float | None = None   # None: no deadline
+    runtime_s: float | None = None  # None: no deadline
     paging_time: str = PAGING_SERIAL
 
 

@@ -1,4 +1,5 @@
 """The ``poet-schedule/1`` file (documented in docs/formats.md)."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -29,8 +30,7 @@ SCHEDULE_FORMAT = "poet-schedule/1"
 
 def steps_to_dicts(steps) -> list[dict]:
     """Steps in their JSON form: ``{"op", "node"}``, and ``"stage"`` where known."""
-    return [{"op": st.op, "node": st.node, **({"stage": st.stage} if st.stage is not None else {})}
-            for st in steps]
+    return [{"op": st.op, "node": st.node, **({"stage": st.stage} if st.stage is not None else {})} for st in steps]
 
 
 def schedule_to_dict(s: Schedule) -> dict:
@@ -40,8 +40,11 @@ def schedule_to_dict(s: Schedule) -> dict:
         "strategy": s.strategy,
         "status": s.status,
         "graph": graph_to_dict(s.graph),
-        "budget": {"ram_bytes": s.budget.ram_bytes, "runtime_s": s.budget.runtime_s,
-                   "paging_time": s.budget.paging_time},
+        "budget": {
+            "ram_bytes": s.budget.ram_bytes,
+            "runtime_s": s.budget.runtime_s,
+            "paging_time": s.budget.paging_time,
+        },
         "steps": steps,
         "totals": dataclasses.asdict(s.totals) if s.totals else None,
         "solver": s.report.to_dict(),
@@ -56,18 +59,24 @@ def schedule_from_dict(d: dict, source: str = "schedule") -> Schedule:
     not give, are corrected (see :func:`checked_claims`).
     """
     if not isinstance(d, dict) or d.get("format") != SCHEDULE_FORMAT:
-        raise ScheduleError(f"{source}: not a {SCHEDULE_FORMAT} file (\"format\" is "
-                            f"{str(d.get('format'))[:40] if isinstance(d, dict) else None!r})")
+        raise ScheduleError(
+            f'{source}: not a {SCHEDULE_FORMAT} file ("format" is '
+            f"{str(d.get('format'))[:40] if isinstance(d, dict) else None!r})"
+        )
     g = graph_from_dict(d.get("graph"), source=f"{source} graph")
     b = d.get("budget")
     if not isinstance(b, dict):
-        raise ScheduleError(f"{source}: \"budget\" must be an object like {{\"ram_bytes\": 3000000, "
-                            f"\"runtime_s\": 2.5, \"paging_time\": \"serial\"}}, got {str(b)[:40]}")
+        raise ScheduleError(
+            f'{source}: "budget" must be an object like {{"ram_bytes": 3000000, '
+            f'"runtime_s": 2.5, "paging_time": "serial"}}, got {str(b)[:40]}'
+        )
     if isinstance(b.get("ram_bytes"), bool) or not isinstance(b.get("ram_bytes"), int):
-        raise ScheduleError(f"{source}: budget.ram_bytes must be an integer number of bytes, got "
-                            f"{str(b.get('ram_bytes'))[:40]}")
-    budget = Budget(ram_bytes=b["ram_bytes"], runtime_s=b.get("runtime_s"),
-                    paging_time=b.get("paging_time", PAGING_SERIAL))
+        raise ScheduleError(
+            f"{source}: budget.ram_bytes must be an integer number of bytes, got {str(b.get('ram_bytes'))[:40]}"
+        )
+    budget = Budget(
+        ram_bytes=b["ram_bytes"], runtime_s=b.get("runtime_s"), paging_time=b.get("paging_time", PAGING_SERIAL)
+    )
     try:
         check_budget(budget)
     except ScheduleError as e:
@@ -75,11 +84,11 @@ def schedule_from_dict(d: dict, source: str = "schedule") -> Schedule:
     raw_steps = d.get("steps")
     raw_steps = [] if raw_steps is None else raw_steps
     if not isinstance(raw_steps, list):
-        raise ScheduleError(f"{source}: \"steps\" must be a list of {{\"op\", \"node\"}} objects")
+        raise ScheduleError(f'{source}: "steps" must be a list of {{"op", "node"}} objects')
     steps = []
     for i, raw in enumerate(raw_steps):
         if not isinstance(raw, dict) or raw.get("op") not in OPS or not isinstance(raw.get("node"), int):
-            raise ScheduleError(f"{source}: steps[{i}] must be {{\"op\": one of {list(OPS)}, \"node\": int}}", i)
+            raise ScheduleError(f'{source}: steps[{i}] must be {{"op": one of {list(OPS)}, "node": int}}', i)
         steps.append(Step(raw["op"], raw["node"], raw.get("stage")))
     status = d.get("status", "feasible")
     if not isinstance(status, str) or status not in STATUSES:
@@ -89,9 +98,15 @@ def schedule_from_dict(d: dict, source: str = "schedule") -> Schedule:
     except ScheduleError as e:
         raise ScheduleError(f"{source}: {e}", e.step_index) from None
     solver = d.get("solver")
-    s = Schedule(graph=g, budget=budget, steps=tuple(steps), status=status,
-                 strategy=str(d.get("strategy", "unknown"))[:100], totals=totals,
-                 report=SolveReport.from_dict(_plain_facts(solver)))
+    s = Schedule(
+        graph=g,
+        budget=budget,
+        steps=tuple(steps),
+        status=status,
+        strategy=str(d.get("strategy", "unknown"))[:100],
+        totals=totals,
+        report=SolveReport.from_dict(_plain_facts(solver)),
+    )
     return checked_claims(s)
 
 
@@ -152,7 +167,7 @@ def checked_claims(s: Schedule) -> Schedule:
         if bound <= energy * (1 + 1e-9):
             changes.update(bound_energy_j=bound, bound_checked=False)
         elif r.claimed_bound_energy_j is None:
-            changes["claimed_bound_energy_j"] = bound     # above the replayed energy: false
+            changes["claimed_bound_energy_j"] = bound  # above the replayed energy: false
     changes["gap"] = max(0.0, (energy - changes["bound_energy_j"]) / max(energy, 1e-300))
     if s.status in (INFEASIBLE, NO_SOLUTION):
         changes["claimed_status"] = r.claimed_status or s.status
@@ -175,5 +190,13 @@ def load_schedule(path: str | Path) -> Schedule:
     return schedule_from_dict(read_json(path, "schedule file", ScheduleError), source=str(path))
 
 
-__all__ = ["SCHEDULE_FORMAT", "Totals", "checked_claims", "load_schedule", "save_schedule", "schedule_from_dict",
-           "schedule_to_dict", "steps_to_dicts"]
+__all__ = [
+    "SCHEDULE_FORMAT",
+    "Totals",
+    "checked_claims",
+    "load_schedule",
+    "save_schedule",
+    "schedule_from_dict",
+    "schedule_to_dict",
+    "steps_to_dicts",
+]

@@ -4,6 +4,7 @@ It shares nothing with the solvers but the costed graph, so a solver bug shows
 up here as a refused schedule instead of a wrong report.  Bytes are integers and
 compared exactly; times and energies are summed with ``math.fsum``.
 """
+
 from __future__ import annotations
 
 import math
@@ -69,22 +70,27 @@ def simulate(g: CostedGraph, steps, budget: Budget | None = None) -> Replay:
             raise ScheduleError(f"step {idx}: unknown op {op!r}; expected one of {', '.join(OPS)}", idx)
         if not isinstance(v, int) or isinstance(v, bool) or not 0 <= v < n:
             raise ScheduleError(f"step {idx}: node {v!r} is not a node id 0..{n - 1}", idx)
-        if s.stage is not None and (not isinstance(s.stage, int) or isinstance(s.stage, bool)
-                                    or not 0 <= s.stage < n):
+        if s.stage is not None and (not isinstance(s.stage, int) or isinstance(s.stage, bool) or not 0 <= s.stage < n):
             raise ScheduleError(f"step {idx}: stage {str(s.stage)[:40]} is not a stage 0..{n - 1} (an integer)", idx)
         if overlap:
             # Paging overlaps the compute of its own stage only, so the runtime claimed depends on each
             # step's stage: they must be the stages the steps run in, in order, each stage t starting
             # node t's first computation (as every POET strategy emits them).
             if s.stage is None:
-                fail("the overlap paging model needs every step to carry its \"stage\" "
-                     "(the stage it runs in); re-solve with --paging-time overlap")
+                fail(
+                    'the overlap paging model needs every step to carry its "stage" '
+                    "(the stage it runs in); re-solve with --paging-time overlap"
+                )
             if s.stage < last_stage:
-                fail(f"stage {s.stage} comes after a step of stage {last_stage}: stages must not decrease "
-                     f"along the steps, because paging overlaps only the compute of the stage it runs in")
+                fail(
+                    f"stage {s.stage} comes after a step of stage {last_stage}: stages must not decrease "
+                    f"along the steps, because paging overlaps only the compute of the stage it runs in"
+                )
             if op == "compute" and computed[v] == 0 and s.stage != v:
-                fail(f"first computation of node {v} is in stage {s.stage}; stage t is where node t is first "
-                     f"computed, so it must be in stage {v}")
+                fail(
+                    f"first computation of node {v} is in stage {s.stage}; stage t is where node t is first "
+                    f"computed, so it must be in stage {v}"
+                )
             last_stage = s.stage
         nd = g.nodes[v]
         if op == "compute":
@@ -132,8 +138,7 @@ def simulate(g: CostedGraph, steps, budget: Budget | None = None) -> Replay:
 
     never = [v for v in range(n) if computed[v] == 0]
     if never:
-        raise ScheduleError(
-            f"{len(never)} node(s) never computed, first {_node_label(g, never[0])}", len(steps))
+        raise ScheduleError(f"{len(never)} node(s) never computed, first {_node_label(g, never[0])}", len(steps))
 
     tc, tp = math.fsum(t_compute), math.fsum(t_page)
     mode = budget.paging_time if budget is not None else "serial"
@@ -141,22 +146,32 @@ def simulate(g: CostedGraph, steps, budget: Budget | None = None) -> Replay:
         runtime = tc
     elif mode == PAGING_OVERLAP:
         stages = set(stage_compute) | set(stage_page)
-        runtime = math.fsum(max(math.fsum(stage_compute.get(k, [])), math.fsum(stage_page.get(k, [])))
-                            for k in stages)
+        runtime = math.fsum(max(math.fsum(stage_compute.get(k, [])), math.fsum(stage_page.get(k, []))) for k in stages)
     else:
         runtime = tc + tp
     if budget is not None and budget.runtime_s is not None:
         if runtime > budget.runtime_s * (1 + RUNTIME_RTOL):
             raise ScheduleError(
                 f"runtime {runtime:.6g} s exceeds the budget {budget.runtime_s:.6g} s "
-                f"(paging time counted as {mode!r})", len(steps))
+                f"(paging time counted as {mode!r})",
+                len(steps),
+            )
 
     ec, ep = math.fsum(e_compute), math.fsum(e_page)
     totals = Totals(
-        energy_j=ec + ep, compute_energy_j=ec, paging_energy_j=ep, runtime_s=runtime,
-        compute_time_s=tc, paging_time_s=tp, peak_ram_bytes=peak,
-        computes=sum(computed), recomputes=sum(computed) - n,
-        page_ins=page_ins, page_outs=page_outs, bytes_paged_in=b_in, bytes_paged_out=b_out,
+        energy_j=ec + ep,
+        compute_energy_j=ec,
+        paging_energy_j=ep,
+        runtime_s=runtime,
+        compute_time_s=tc,
+        paging_time_s=tp,
+        peak_ram_bytes=peak,
+        computes=sum(computed),
+        recomputes=sum(computed) - n,
+        page_ins=page_ins,
+        page_outs=page_outs,
+        bytes_paged_in=b_in,
+        bytes_paged_out=b_out,
     )
     return Replay(totals=totals, ram_after_step=trace)
 
@@ -167,13 +182,14 @@ def check_budget(budget: Budget) -> None:
     ram, rt = budget.ram_bytes, budget.runtime_s
     if isinstance(ram, bool) or not isinstance(ram, int) or ram < 0:
         raise ScheduleError(f"budget ram_bytes must be a whole number of bytes >= 0, got {str(ram)[:40]}")
-    if rt is not None and (isinstance(rt, bool) or not isinstance(rt, (int, float))
-                           or not (math.isfinite(rt) and rt > 0)):
-        raise ScheduleError(f"budget runtime_s must be a finite number of seconds above 0, or null for no "
-                            f"deadline; got {str(rt)[:40]}")
+    if rt is not None and (
+        isinstance(rt, bool) or not isinstance(rt, (int, float)) or not (math.isfinite(rt) and rt > 0)
+    ):
+        raise ScheduleError(
+            f"budget runtime_s must be a finite number of seconds above 0, or null for no deadline; got {str(rt)[:40]}"
+        )
     if budget.paging_time not in PAGING_MODES:
-        raise ScheduleError(f"unknown paging_time {str(budget.paging_time)[:40]}; use one of "
-                            f"{', '.join(PAGING_MODES)}")
+        raise ScheduleError(f"unknown paging_time {str(budget.paging_time)[:40]}; use one of {', '.join(PAGING_MODES)}")
 
 
 def validate(g: CostedGraph, steps, budget: Budget) -> Totals:

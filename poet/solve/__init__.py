@@ -14,6 +14,7 @@ Layers, lowest first (each imports only from the ones before it; tests/test_arch
 The strategy table (and with it numpy and HiGHS) is imported when first used, so that commands
 that never solve start fast.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -23,8 +24,19 @@ from .errors import SolveError
 from .options import METHODS, SolveOptions
 from .policy import SolvePolicy
 
-__all__ = ["DESCRIPTIONS", "METHODS", "STRATEGIES", "SolveError", "SolveOptions", "SolvePolicy", "costed_graph",
-           "make_budget", "register", "solve", "solve_costed"]
+__all__ = [
+    "DESCRIPTIONS",
+    "METHODS",
+    "STRATEGIES",
+    "SolveError",
+    "SolveOptions",
+    "SolvePolicy",
+    "costed_graph",
+    "make_budget",
+    "register",
+    "solve",
+    "solve_costed",
+]
 
 
 def __getattr__(name):

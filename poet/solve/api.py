@@ -4,6 +4,7 @@ Every strategy returns the same :class:`~poet.schedule.Schedule`, and every
 schedule with steps has been replayed by the independent validator before it
 is returned; a strategy whose schedule does not validate is a bug and raises.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -26,6 +27,7 @@ def strategy_table() -> dict:
     """The strategy table (:data:`poet.solve.strategies.STRATEGIES`), imported on first use: it loads
     numpy and HiGHS, which ``poet --help``, ``poet devices`` and ``poet validate`` never need."""
     from .strategies import STRATEGIES
+
     return STRATEGIES
 
 
@@ -63,11 +65,28 @@ def make_budget(g: CostedGraph, memory, runtime=None, paging_time: str = PAGING_
     return Budget(ram_bytes=ram, runtime_s=parse_runtime(runtime, g.plain_runtime_s), paging_time=paging_time)
 
 
-def solve(graph, device=None, *, memory, runtime=None, strategy: str = "poet",
-          paging_time: str = PAGING_SERIAL, time_limit: float | None = None, threads: int | None = None,
-          gap: float = 1e-3, method: str = "auto", backend: str = "highs", batch_size: int = 1,
-          fixed_ram=None, progress=None, verbose: bool = False, find_min_budgets: bool = True,
-          cache: bool = False, stop=None, policy: SolvePolicy | None = None) -> Schedule:
+def solve(
+    graph,
+    device=None,
+    *,
+    memory,
+    runtime=None,
+    strategy: str = "poet",
+    paging_time: str = PAGING_SERIAL,
+    time_limit: float | None = None,
+    threads: int | None = None,
+    gap: float = 1e-3,
+    method: str = "auto",
+    backend: str = "highs",
+    batch_size: int = 1,
+    fixed_ram=None,
+    progress=None,
+    verbose: bool = False,
+    find_min_budgets: bool = True,
+    cache: bool = False,
+    stop=None,
+    policy: SolvePolicy | None = None,
+) -> Schedule:
     """Find the minimum-energy schedule of ``graph`` within the budgets.
 
     graph:   a :class:`CostedGraph`, a structural :class:`Graph`, a zoo model name
@@ -102,9 +121,19 @@ def solve(graph, device=None, *, memory, runtime=None, strategy: str = "poet",
     budget = make_budget(g, memory, runtime, paging_time)
     if strategy not in strategy_table():
         raise BudgetError(f"unknown strategy {strategy!r}; choose one of {', '.join(strategy_table())}")
-    opts = SolveOptions(time_limit_s=time_limit, threads=threads, gap=gap, backend=backend, method=method,
-                        progress=progress, verbose=verbose, find_min_budgets=find_min_budgets, cache=cache,
-                        stop=stop, policy=policy if policy is not None else DEFAULT_POLICY)
+    opts = SolveOptions(
+        time_limit_s=time_limit,
+        threads=threads,
+        gap=gap,
+        backend=backend,
+        method=method,
+        progress=progress,
+        verbose=verbose,
+        find_min_budgets=find_min_budgets,
+        cache=cache,
+        stop=stop,
+        policy=policy if policy is not None else DEFAULT_POLICY,
+    )
     return solve_costed(g, budget, strategy, opts)
 
 
@@ -113,14 +142,26 @@ def solve_costed(g: CostedGraph, budget: Budget, strategy: str, opts: SolveOptio
     lower = g.min_ram_bytes()
     if budget.ram_bytes < lower:
         # Hopeless before any MILP: some node cannot hold its inputs and output.
-        return Schedule(graph=g, budget=budget, steps=(), status=INFEASIBLE, strategy=strategy, report=SolveReport(
-            method="bound", solve_seconds=opts.clock() - t0, min_budgets=MinBudgets(ram_bytes_lower_bound=lower),
-            message=(f"RAM budget {fmt_bytes(budget.ram_bytes)} is below {fmt_bytes(lower)} "
-                     f"({lower} B), the largest node output plus all its inputs plus fixed RAM; "
-                     f"no schedule of any strategy can fit")))
+        return Schedule(
+            graph=g,
+            budget=budget,
+            steps=(),
+            status=INFEASIBLE,
+            strategy=strategy,
+            report=SolveReport(
+                method="bound",
+                solve_seconds=opts.clock() - t0,
+                min_budgets=MinBudgets(ram_bytes_lower_bound=lower),
+                message=(
+                    f"RAM budget {fmt_bytes(budget.ram_bytes)} is below {fmt_bytes(lower)} "
+                    f"({lower} B), the largest node output plus all its inputs plus fixed RAM; "
+                    f"no schedule of any strategy can fit"
+                ),
+            ),
+        )
     entry = disk.entry_path(g, budget, strategy, opts) if opts.cache else None
     notes: list[str] = []
-    if entry is not None and not opts.verbose:     # a verbose solve is asked for its log: it runs
+    if entry is not None and not opts.verbose:  # a verbose solve is asked for its log: it runs
         hit = disk.lookup(entry, g, budget, strategy, opts, notes)
         if hit is not None:
             hit.report = hit.report.with_(solve_seconds=opts.clock() - t0)
@@ -128,14 +169,23 @@ def solve_costed(g: CostedGraph, budget: Budget, strategy: str, opts: SolveOptio
     sched = strategy_table()[strategy](g, budget, opts)
     if notes:
         sched.report = sched.report.with_(cache_note=notes[0])
-    if not sched.report.solve_seconds:      # the pipeline times itself; the baselines are timed here
+    if not sched.report.solve_seconds:  # the pipeline times itself; the baselines are timed here
         sched.report = sched.report.with_(solve_seconds=opts.clock() - t0)
     if opts.stop is not None and opts.stop():
-        sched.report = sched.report.with_(stopped_early=True, message=(
-            sched.report.message + "; stopped early on request" + (
-                ": the best schedule found by then" if sched.steps else
-                ", before the smallest feasible budgets were all found" if sched.status == INFEASIBLE else
-                ", before a schedule was found")))
+        sched.report = sched.report.with_(
+            stopped_early=True,
+            message=(
+                sched.report.message
+                + "; stopped early on request"
+                + (
+                    ": the best schedule found by then"
+                    if sched.steps
+                    else ", before the smallest feasible budgets were all found"
+                    if sched.status == INFEASIBLE
+                    else ", before a schedule was found"
+                )
+            ),
+        )
     sched = checked(sched)
     if entry is not None and (sched.status in disk.PROVEN or not sched.report.stopped_early):
         # an answer cut short is only as good as the time it had, which no time limit records

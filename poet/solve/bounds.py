@@ -6,6 +6,7 @@ optimum).  The evictions that attain it are the guide that the greedy rules foll
 pipeline (:mod:`poet.solve.pipeline`) runs it before anything else: a schedule within the gap of
 this bound is returned as proven without the MILP.
 """
+
 from __future__ import annotations
 
 import math
@@ -20,8 +21,9 @@ from .lp.problem import MilpProblem
 from .stage.plan import ram_cap
 
 
-def lower_bound_energy(g: CostedGraph, budget: Budget | None = None, *, remat: bool = True,
-                       paging: bool = True, time_limit: float = 10.0) -> float:
+def lower_bound_energy(
+    g: CostedGraph, budget: Budget | None = None, *, remat: bool = True, paging: bool = True, time_limit: float = 10.0
+) -> float:
     """A valid lower bound on the energy of any schedule in the MILP's stage form (see `eviction_cover`)."""
     return eviction_cover(g, budget, remat=remat, paging=paging, time_limit=time_limit)[0]
 
@@ -47,10 +49,20 @@ COVER_ABS_GAP = 1e-5
 COVER_SETUP_S_PER_NONZERO = 2.5e-5
 
 
-def eviction_cover(g: CostedGraph, budget: Budget | None = None, *, remat: bool = True,
-                   paging: bool = True, time_limit: float = 10.0, objective: str = "energy",
-                   abs_gap: float = COVER_ABS_GAP, info: dict | None = None, chain_depth: int = COVER_CHAIN_DEPTH,
-                   max_links: int = COVER_MAX_LINKS, stop=None) -> tuple[float, dict[int, str]]:
+def eviction_cover(
+    g: CostedGraph,
+    budget: Budget | None = None,
+    *,
+    remat: bool = True,
+    paging: bool = True,
+    time_limit: float = 10.0,
+    objective: str = "energy",
+    abs_gap: float = COVER_ABS_GAP,
+    info: dict | None = None,
+    chain_depth: int = COVER_CHAIN_DEPTH,
+    max_links: int = COVER_MAX_LINKS,
+    stop=None,
+) -> tuple[float, dict[int, str]]:
     """A valid lower bound on the energy of any schedule in the MILP's stage form, and the
     evictions that attain it (tensor -> ``"page"`` or ``"remat"``), a guide for the greedy.
 
@@ -98,13 +110,17 @@ def eviction_cover(g: CostedGraph, budget: Budget | None = None, *, remat: bool 
 
     # per tensor: x absent at some moment, a paged back in, r recomputed back, o paged out
     X, A, R, O = 0, n, 2 * n, 3 * n
-    cost = [0.0] * n + [nd[i].pagein_energy_j for i in range(n)] + \
-        [nd[i].compute_energy_j for i in range(n)] + [nd[i].pageout_energy_j for i in range(n)]
+    cost = (
+        [0.0] * n
+        + [nd[i].pagein_energy_j for i in range(n)]
+        + [nd[i].compute_energy_j for i in range(n)]
+        + [nd[i].pageout_energy_j for i in range(n)]
+    )
     time_of = {A + i: nd[i].pagein_time_s for i in range(n)}
     time_of.update({R + i: nd[i].compute_time_s for i in range(n)})
     time_of.update({O + i: nd[i].pageout_time_s for i in range(n)})
     kind = ["x"] * n + ["page"] * n + ["remat"] * n + ["page"] * n
-    rows: list[tuple[dict[int, float], float, float]] = []   # (coefficients, lo, hi)
+    rows: list[tuple[dict[int, float], float, float]] = []  # (coefficients, lo, hi)
 
     def column(c: float, k: str, tm: float) -> int:
         cost.append(c)
@@ -112,7 +128,7 @@ def eviction_cover(g: CostedGraph, budget: Budget | None = None, *, remat: bool 
         time_of[len(cost) - 1] = tm
         return len(cost) - 1
 
-    chain: dict[int, list[tuple[int, float]]] = {}     # root i -> [(kept column, RAM it cancels)]
+    chain: dict[int, list[tuple[int, float]]] = {}  # root i -> [(kept column, RAM it cancels)]
 
     def link(root: int, consumer_rc: int, v: int, budget_bytes: float, depth: int = 1):
         # v must be in RAM when its last reader is recomputed: paged in, recomputed, or kept
@@ -162,13 +178,13 @@ def eviction_cover(g: CostedGraph, budget: Budget | None = None, *, remat: bool 
         if b - a > read_inside:
             span[i] = (a, b)
     credited = set(span)
-    below = [0] * n     # links a chain from v has below v (each tensor has one last reader: a forest)
+    below = [0] * n  # links a chain from v has below v (each tensor has one last reader: a forest)
     for v in range(n):
         below[v] = sum(1 + below[q] for q in dead_inputs[v])
     max_depth = chain_depth if sum(below[i] for i in credited) > max_links else math.inf
     for i in sorted(credited):
-        rows.append(({X + i: 1.0, A + i: -1.0, R + i: -1.0}, -math.inf, 0.0))   # x_i <= a_i + r_i
-        rows.append(({A + i: 1.0, O + i: -1.0}, -math.inf, 0.0))                # a page-in needs a page-out
+        rows.append(({X + i: 1.0, A + i: -1.0, R + i: -1.0}, -math.inf, 0.0))  # x_i <= a_i + r_i
+        rows.append(({A + i: 1.0, O + i: -1.0}, -math.inf, 0.0))  # a page-in needs a page-out
         chain[i] = []
         kids = dead_inputs[i]
         for p in kids:
@@ -219,9 +235,17 @@ def eviction_cover(g: CostedGraph, budget: Budget | None = None, *, remat: bool 
         value += list(coef.values())
         starts.append(len(index))
     unit = plain_obj or 1.0
-    p = MilpProblem(c=np.array(cost) / unit, col_lo=np.zeros(ncol), col_hi=hi, integer=np.ones(ncol, bool),
-                    starts=np.array(starts), index=np.array(index, dtype=np.int64), value=np.array(value),
-                    row_lo=np.array([r[1] for r in rows]), row_hi=np.array([r[2] for r in rows]))
+    p = MilpProblem(
+        c=np.array(cost) / unit,
+        col_lo=np.zeros(ncol),
+        col_hi=hi,
+        integer=np.ones(ncol, bool),
+        starts=np.array(starts),
+        index=np.array(index, dtype=np.int64),
+        value=np.array(value),
+        row_lo=np.array([r[1] for r in rows]),
+        row_hi=np.array([r[2] for r in rows]),
+    )
     setup = COVER_SETUP_S_PER_NONZERO * p.num_nonzeros
     # asked to stop: a small cover still runs (it may prove the budgets infeasible at once), a large one not
     if (time_limit is not None and setup > 0.5 * time_limit) or (setup > 1.0 and stop is not None and stop()):
@@ -230,9 +254,9 @@ def eviction_cover(g: CostedGraph, budget: Budget | None = None, *, remat: bool 
         return plain_obj, {}
     r = solve_highs(p, time_limit=time_limit, gap=1e-6, options={"mip_abs_gap": abs_gap}, stop=stop)
     if r.status == "infeasible":
-        return math.inf, {}      # no eviction set fits every moment (within the runtime budget)
+        return math.inf, {}  # no eviction set fits every moment (within the runtime budget)
     extra = r.bound if r.bound is not None and math.isfinite(r.bound) else 0.0
-    extra -= 1e-6 * (1.0 + abs(extra))   # the solver's dual bound is exact only to its tolerances
+    extra -= 1e-6 * (1.0 + abs(extra))  # the solver's dual bound is exact only to its tolerances
     guide: dict[int, str] = {}
     if r.x is not None:
         if info is not None and slack_row is not None:
@@ -241,4 +265,3 @@ def eviction_cover(g: CostedGraph, budget: Budget | None = None, *, remat: bool 
             if r.x[X + i] > 0.5:
                 guide[i] = "page" if r.x[A + i] > 0.5 else "remat"
     return plain_obj + max(0.0, extra) * unit, guide
-

@@ -26,6 +26,7 @@ its answer replaces the entry.  The cache lives in ``$POET_CACHE_DIR``, else
 Its entries take at most ``$POET_CACHE_MAX_MB`` megabytes (256 by default): past that, the least
 recently used go first.  Only files named like an entry are ever removed.
 """
+
 from __future__ import annotations
 
 import functools
@@ -82,9 +83,14 @@ def code_fingerprint() -> str:
 
 def problem_key(g, budget: Budget, strategy: str, opts) -> str:
     spec = {
-        "format": CACHE_FORMAT, "code": code_fingerprint(), "graph": graph_to_dict(g),
+        "format": CACHE_FORMAT,
+        "code": code_fingerprint(),
+        "graph": graph_to_dict(g),
         "budget": [budget.ram_bytes, budget.runtime_s, budget.paging_time],
-        "strategy": strategy, "method": opts.method, "backend": opts.backend, "gap": opts.gap,
+        "strategy": strategy,
+        "method": opts.method,
+        "backend": opts.backend,
+        "gap": opts.gap,
         "find_min_budgets": opts.find_min_budgets,
     }
     return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()
@@ -122,9 +128,13 @@ def _steps(raw) -> tuple[Step, ...]:
         raise _Unusable("its steps are not a list")
     steps = []
     for st in raw:
-        if not (isinstance(st, dict) and isinstance(st.get("op"), str) and isinstance(st.get("node"), int)
-                and not isinstance(st.get("node"), bool)):
-            raise _Unusable("a step is not {\"op\", \"node\"}")
+        if not (
+            isinstance(st, dict)
+            and isinstance(st.get("op"), str)
+            and isinstance(st.get("node"), int)
+            and not isinstance(st.get("node"), bool)
+        ):
+            raise _Unusable('a step is not {"op", "node"}')
         steps.append(Step(st["op"], st["node"], st.get("stage")))
     return tuple(steps)
 
@@ -136,14 +146,17 @@ def _recheck(g, budget: Budget, strategy: str, opts, claimed: str, steps, totals
     cover = None
     if strategy in _COVERED and claimed in (OPTIMAL, FEASIBLE, INFEASIBLE):
         from .bounds import lower_bound_energy
+
         remat, paging = _COVERED[strategy]
         # at least a second: a cover cut off before its root LP bounds nothing
         limit = RECHECK_SECONDS if opts.time_limit_s is None else min(RECHECK_SECONDS, max(1.0, opts.time_limit_s))
         cover = lower_bound_energy(g, budget, remat=remat, paging=paging, time_limit=limit)
     if not steps:
         if claimed == INFEASIBLE and cover is not None and cover == math.inf:
-            return INFEASIBLE, {"recheck": "infeasible: re-proven on reuse (no eviction set meets the budgets); "
-                                           "any smallest feasible budgets are the earlier solve's"}
+            return INFEASIBLE, {
+                "recheck": "infeasible: re-proven on reuse (no eviction set meets the budgets); "
+                "any smallest feasible budgets are the earlier solve's"
+            }
         raise _Unverifiable(f"its answer ({claimed}, no schedule) cannot be re-checked without solving")
     if claimed in (INFEASIBLE, NO_SOLUTION):
         raise _Unusable(f"it says {claimed} next to a schedule that replays")
@@ -158,13 +171,18 @@ def _recheck(g, budget: Budget, strategy: str, opts, claimed: str, steps, totals
     gap = max(0.0, (energy - bound) / max(energy, 1e-300))
     facts = {"gap": gap, "bound_energy_j": bound, "objective_energy_j": energy}
     if gap <= opts.gap * (1 + 1e-9) + 1e-12:
-        return OPTIMAL, {**facts, "recheck": "optimal: re-proven on reuse against the plain energy and the "
-                                             "eviction cover's bound"}
+        return OPTIMAL, {
+            **facts,
+            "recheck": "optimal: re-proven on reuse against the plain energy and the eviction cover's bound",
+        }
     if claimed == OPTIMAL:
-        raise _Unverifiable(f"its claim of optimality could not be re-checked (the bound re-checked now leaves a "
-                        f"gap of {gap:.2%})")
-    return FEASIBLE, {**facts, "recheck": "feasible: gap re-derived on reuse from the plain energy and the "
-                                          "eviction cover's bound"}
+        raise _Unverifiable(
+            f"its claim of optimality could not be re-checked (the bound re-checked now leaves a gap of {gap:.2%})"
+        )
+    return FEASIBLE, {
+        **facts,
+        "recheck": "feasible: gap re-derived on reuse from the plain energy and the eviction cover's bound",
+    }
 
 
 def lookup(path: Path, g, budget: Budget, strategy: str, opts, notes: list | None = None) -> Schedule | None:
@@ -178,7 +196,7 @@ def lookup(path: Path, g, budget: Budget, strategy: str, opts, notes: list | Non
         return None
     try:
         d = parse_json(read_text(path, "cache entry", _Unusable), str(path), _Unusable)
-    except _Unusable as e:       # the message names the file
+    except _Unusable as e:  # the message names the file
         if notes is not None:
             notes.append(f"ignored the unreadable cache entry: {e}; solved again")
         return None
@@ -189,15 +207,15 @@ def lookup(path: Path, g, budget: Budget, strategy: str, opts, notes: list | Non
         if not isinstance(claimed, str) or claimed not in STATUSES:
             raise _Unusable("its status is not one POET writes")
         if claimed not in PROVEN and _limit(opts.time_limit_s) > _limit(_seconds(d.get("time_limit_s"))):
-            return None     # the caller allows a longer search than the one cached
+            return None  # the caller allows a longer search than the one cached
         steps = _steps(d.get("steps"))
         try:
-            totals = validate(g, steps, budget) if steps else None     # checks ops and node ids too
+            totals = validate(g, steps, budget) if steps else None  # checks ops and node ids too
         except ScheduleError as e:
             raise _Unusable(f"its schedule does not replay ({e})") from None
         status, facts = _recheck(g, budget, strategy, opts, claimed, steps, totals)
         solver = d.get("solver") if isinstance(d.get("solver"), dict) else {}
-        json_text(solver, "the cached solver facts", indent=None)       # finite numbers only
+        json_text(solver, "the cached solver facts", indent=None)  # finite numbers only
     except _Unverifiable:
         return None
     except _Unusable as e:
@@ -210,31 +228,42 @@ def lookup(path: Path, g, budget: Budget, strategy: str, opts, notes: list | Non
         return None
     report = SolveReport.from_dict(solver)
     try:
-        os.utime(path)   # recently used: pruned last
+        os.utime(path)  # recently used: pruned last
     except OSError:
         pass
     # the re-derived facts replace the entry's (the cover's bound is not carried over: it was its word)
-    report = report.with_(gap=facts.get("gap"), bound_energy_j=facts.get("bound_energy_j"),
-                          energy_j=facts.get("objective_energy_j"), structural_bound_energy_j=None,
-                          cache=CacheHit(str(path), str(d.get("solved_at"))[:40], _seconds(report.solve_seconds),
-                                         _seconds(d.get("time_limit_s")), facts["recheck"]))
-    return Schedule(graph=g, budget=budget, steps=steps, status=status, strategy=strategy, totals=totals,
-                    report=report)
+    report = report.with_(
+        gap=facts.get("gap"),
+        bound_energy_j=facts.get("bound_energy_j"),
+        energy_j=facts.get("objective_energy_j"),
+        structural_bound_energy_j=None,
+        cache=CacheHit(
+            str(path),
+            str(d.get("solved_at"))[:40],
+            _seconds(report.solve_seconds),
+            _seconds(d.get("time_limit_s")),
+            facts["recheck"],
+        ),
+    )
+    return Schedule(graph=g, budget=budget, steps=steps, status=status, strategy=strategy, totals=totals, report=report)
 
 
 def _seconds(x) -> float | None:
-    return float(x) if isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and x >= 0 \
-        else None
+    return float(x) if isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and x >= 0 else None
 
 
 def store(path: Path, s: Schedule, opts) -> str | None:
     """Write ``s`` at ``path`` (see `entry_path`); returns why it could not be written, or None."""
     directory = path.parent
     if not s.steps and not (s.status == INFEASIBLE and s.strategy in _COVERED):
-        return None      # no schedule and nothing a later lookup could re-check: kept nowhere
+        return None  # no schedule and nothing a later lookup could re-check: kept nowhere
     entry = {
-        "format": CACHE_FORMAT, "status": s.status, "strategy": s.strategy, "time_limit_s": opts.time_limit_s,
-        "solved_at": time.strftime("%Y-%m-%d %H:%M:%S"), "steps": steps_to_dicts(s.steps),
+        "format": CACHE_FORMAT,
+        "status": s.status,
+        "strategy": s.strategy,
+        "time_limit_s": opts.time_limit_s,
+        "solved_at": time.strftime("%Y-%m-%d %H:%M:%S"),
+        "steps": steps_to_dicts(s.steps),
         "solver": s.report.to_dict(),
     }
     try:
@@ -262,8 +291,10 @@ def max_bytes() -> float:
     except ValueError:
         mb = math.nan
     if not (math.isfinite(mb) and mb >= 0):
-        raise BudgetError(f"{MAX_MB_ENV}={text[:40]!r} is not a size in megabytes; set it to a number >= 0 "
-                          f"like {MAX_MB_DEFAULT:g}, or unset it for the default ({MAX_MB_DEFAULT:g} MB)")
+        raise BudgetError(
+            f"{MAX_MB_ENV}={text[:40]!r} is not a size in megabytes; set it to a number >= 0 "
+            f"like {MAX_MB_DEFAULT:g}, or unset it for the default ({MAX_MB_DEFAULT:g} MB)"
+        )
     return mb * 1e6
 
 

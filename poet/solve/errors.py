@@ -3,6 +3,7 @@
 It sits at the bottom of ``poet.solve`` so that every layer (the HiGHS backend, the stage
 emitter, the strategies) can raise it without importing anything above it.
 """
+
 from __future__ import annotations
 
 

@@ -3,6 +3,7 @@
 One minimises peak RAM at the deadline, the other the runtime at the RAM budget; each gets
 ``policy.min_budget_seconds`` without a time limit, or what is left of it.
 """
+
 from __future__ import annotations
 
 import math
@@ -17,8 +18,9 @@ from .milp.formulation import Formulation, build
 from .policy import TimeBudget
 
 
-def min_budgets(g: CostedGraph, budget: Budget, opts, *, remat: bool, paging: bool,
-                time_budget: TimeBudget | None = None) -> MinBudgets:
+def min_budgets(
+    g: CostedGraph, budget: Budget, opts, *, remat: bool, paging: bool, time_budget: TimeBudget | None = None
+) -> MinBudgets:
     """Smallest feasible RAM (at the deadline) and runtime (at the RAM budget), computed by MILP:
     each gets ``policy.min_budget_seconds``, or, with a time limit, what is left of
     ``time_budget`` (by default, one that starts now)."""
@@ -36,10 +38,13 @@ def min_budgets(g: CostedGraph, budget: Budget, opts, *, remat: bool, paging: bo
         rest = opts.time_limit_s - clock.elapsed()
         need = policy.milp_setup_seconds(f.problem.num_nonzeros)
         if rest < need:
-            return 0.0, (f"the smallest feasible {what} was not computed: {max(rest, 0.0):.1f} s of the time "
-                         f"limit were left, and HiGHS needs about {need:.0f} s to set up its MILP (a longer "
-                         f"--time-limit computes it)")
+            return 0.0, (
+                f"the smallest feasible {what} was not computed: {max(rest, 0.0):.1f} s of the time "
+                f"limit were left, and HiGHS needs about {need:.0f} s to set up its MILP (a longer "
+                f"--time-limit computes it)"
+            )
         return (share * rest if share * rest >= need else rest), None
+
     kw = {"stop": opts.stop} if opts.stop is not None else {}
     stopped = opts.stop or (lambda: False)
 
@@ -52,11 +57,14 @@ def min_budgets(g: CostedGraph, budget: Budget, opts, *, remat: bool, paging: bo
         need = policy.milp_setup_seconds(policy.estimated_milp_nonzeros(len(g.nodes)))
         if rest >= 0.5 * need:
             return None
-        return (f"the smallest feasible {what} was not computed: {max(rest, 0.0):.1f} s of the time limit were "
-                f"left, and HiGHS needs about {need:.0f} s to set up its MILP (a longer --time-limit computes it)")
+        return (
+            f"the smallest feasible {what} was not computed: {max(rest, 0.0):.1f} s of the time limit were "
+            f"left, and HiGHS needs about {need:.0f} s to set up its MILP (a longer --time-limit computes it)"
+        )
 
     def searched(limit: float) -> str:
         return "before the stop" if stopped() else f"in {limit:.0f} s"
+
     lower = g.min_ram_bytes()
     if paging and (budget.runtime_s is None or budget.paging_time == PAGING_HIDDEN):
         out["min_ram_bytes"] = lower
@@ -71,15 +79,20 @@ def min_budgets(g: CostedGraph, budget: Budget, opts, *, remat: bool, paging: bo
         if why:
             out["min_ram_note"] = why
         elif res.status == INFEASIBLE:
-            out["min_ram_note"] = (f"no RAM budget makes the deadline {fmt_seconds(budget.runtime_s)} reachable; "
-                                   f"the deadline itself is too short")
+            out["min_ram_note"] = (
+                f"no RAM budget makes the deadline {fmt_seconds(budget.runtime_s)} reachable; "
+                f"the deadline itself is too short"
+            )
         elif res.x is not None:
             best = int(math.ceil(res.objective * scale - 1e-6))
             lb = int(math.ceil(res.bound * scale - 1e-6)) if res.bound is not None else lower
             out["min_ram_bytes"] = best
             out["min_ram_bytes_lower_bound"] = max(lb, lower)
-            out["min_ram_note"] = ("proven" if res.status == OPTIMAL else
-                                   f"best found {searched(limit)}; proven lower bound {fmt_bytes(max(lb, lower))}")
+            out["min_ram_note"] = (
+                "proven"
+                if res.status == OPTIMAL
+                else f"best found {searched(limit)}; proven lower bound {fmt_bytes(max(lb, lower))}"
+            )
     if budget.runtime_s is not None and not stopped():
         nob = Budget(budget.ram_bytes, None, budget.paging_time)
         why = unbuilt("deadline")
@@ -93,7 +106,10 @@ def min_budgets(g: CostedGraph, budget: Budget, opts, *, remat: bool, paging: bo
         elif res.x is not None:
             out["min_runtime_s"] = res.objective * (g.plain_runtime_s or 1.0)
             out["min_runtime_note"] = "proven" if res.status == OPTIMAL else f"best found {searched(limit)}"
-    return MinBudgets(ram_bytes=out.get("min_ram_bytes"), ram_bytes_lower_bound=out.get("min_ram_bytes_lower_bound"),
-                      ram_note=out.get("min_ram_note"), runtime_s=out.get("min_runtime_s"),
-                      runtime_note=out.get("min_runtime_note"))
-
+    return MinBudgets(
+        ram_bytes=out.get("min_ram_bytes"),
+        ram_bytes_lower_bound=out.get("min_ram_bytes_lower_bound"),
+        ram_note=out.get("min_ram_note"),
+        runtime_s=out.get("min_runtime_s"),
+        runtime_note=out.get("min_runtime_note"),
+    )

@@ -22,6 +22,7 @@ and the MILP's.  What each phase did is recorded in the schedule's report (a
 strategy also runs the Capuchin-style heuristic first and keeps the cheaper answer
 (:mod:`poet.solve.strategies.poet`).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -66,8 +67,17 @@ class Pipeline:
     """One solve of the stage form: the phases of the module docstring, in order, each a method that
     updates the best plan held (``plan``, ``plan_e``) and records what it did in ``report``."""
 
-    def __init__(self, g: CostedGraph, budget: Budget, opts, *, remat: bool, paging: bool, strategy: str,
-                 incumbent_energy: float | None = None):
+    def __init__(
+        self,
+        g: CostedGraph,
+        budget: Budget,
+        opts,
+        *,
+        remat: bool,
+        paging: bool,
+        strategy: str,
+        incumbent_energy: float | None = None,
+    ):
         method = getattr(opts, "method", "auto") or "auto"
         if method not in METHODS:
             raise SolveError(f"unknown method {method!r}; choose one of {', '.join(METHODS)}")
@@ -78,21 +88,22 @@ class Pipeline:
         self.remat, self.paging, self.strategy, self.method = remat, paging, strategy, method
         self.incumbent_energy = incumbent_energy
         self.time = TimeBudget(opts.time_limit_s, opts.clock)
-        self.plan: Plan | None = None          # the best plan held
-        self.plan_e: float | None = None       # its energy
-        self.origin = "greedy"     # what found the plan held: the greedy (and its guide search), "gap-drops"
+        self.plan: Plan | None = None  # the best plan held
+        self.plan_e: float | None = None  # its energy
+        self.origin = "greedy"  # what found the plan held: the greedy (and its guide search), "gap-drops"
         #                            or "intervals"
-        self.gap_plan: Plan | None = None      # the idle-gap recomputation plan, held from the start
-        self.f: Formulation | None = None      # the MILP, once built
-        self.lb = 0.0                          # the eviction cover's bound
-        self.guide: dict[int, str] = {}        # and its evictions
+        self.gap_plan: Plan | None = None  # the idle-gap recomputation plan, held from the start
+        self.f: Formulation | None = None  # the MILP, once built
+        self.lb = 0.0  # the eviction cover's bound
+        self.guide: dict[int, str] = {}  # and its evictions
         self.cover_info: dict = {}
-        self.rule_plans: list = []             # each rule's cheapest plan
-        self.closest: list = []                # the plan that overruns the deadline least, when none meets it
-        self.report = SolveReport(requested_method=opts.method, requested_gap=opts.gap,
-                                  time_limit_s=opts.time_limit_s, threads=opts.threads)
+        self.rule_plans: list = []  # each rule's cheapest plan
+        self.closest: list = []  # the plan that overruns the deadline least, when none meets it
+        self.report = SolveReport(
+            requested_method=opts.method, requested_gap=opts.gap, time_limit_s=opts.time_limit_s, threads=opts.threads
+        )
         self.phases: list[PhaseRecord] = []
-        self.t_min: float | None = None        # the runtime cover's bound, once computed
+        self.t_min: float | None = None  # the runtime cover's bound, once computed
 
     # -- the record --------------------------------------------------------------------------------
     def note(self, **changes) -> None:
@@ -136,8 +147,15 @@ class Pipeline:
     def runtime_cover(self) -> tuple[float, dict[int, str]]:
         """A proven lower bound on the runtime of any schedule within the RAM budget, and the
         eviction set that attains it (eviction cover)."""
-        return eviction_cover(self.g, self.budget, remat=self.remat, paging=self.paging, objective="time",
-                              time_limit=self.cover_seconds(), stop=self.opts.stop)
+        return eviction_cover(
+            self.g,
+            self.budget,
+            remat=self.remat,
+            paging=self.paging,
+            objective="time",
+            time_limit=self.cover_seconds(),
+            stop=self.opts.stop,
+        )
 
     def tightened_guides(self, t_min: float, time_left: float | None) -> list[dict[int, str]]:
         """The energy cover's guide for a deadline stricter than the real one, as it is and checkpointed:
@@ -149,8 +167,11 @@ class Pipeline:
         seconds = self.cover_seconds() if time_left is None else min(self.cover_seconds(), 0.5 * time_left)
         if seconds < 1.0:
             return []
-        strict = Budget(budget.ram_bytes, t_min + self.policy.tightened_deadline_share * (budget.runtime_s - t_min),
-                        budget.paging_time)
+        strict = Budget(
+            budget.ram_bytes,
+            t_min + self.policy.tightened_deadline_share * (budget.runtime_s - t_min),
+            budget.paging_time,
+        )
         lb, guide = eviction_cover(self.g, strict, remat=self.remat, paging=self.paging, time_limit=seconds)
         if not math.isfinite(lb) or not guide:
             return []
@@ -168,8 +189,15 @@ class Pipeline:
 
     def rules(self, **kw) -> Plan | None:
         """The cheapest plan of a run of the greedy rules (:func:`best_greedy`), in the time left."""
-        return best_greedy(self.g, self.budget, remat=self.remat, paging=self.paging, stop=self.opts.stop,
-                           time_limit=self.rules_seconds(), **kw)
+        return best_greedy(
+            self.g,
+            self.budget,
+            remat=self.remat,
+            paging=self.paging,
+            stop=self.opts.stop,
+            time_limit=self.rules_seconds(),
+            **kw,
+        )
 
     # -- the phases --------------------------------------------------------------------------------
     def run(self) -> Schedule:
@@ -177,8 +205,10 @@ class Pipeline:
         self.gap_drops()
         if not self.lower_bound():
             return self.bound_result()
-        outside_proven = (self.incumbent_energy is not None
-                          and self.incumbent_energy - self.lb <= self.opts.gap * self.incumbent_energy)
+        outside_proven = (
+            self.incumbent_energy is not None
+            and self.incumbent_energy - self.lb <= self.opts.gap * self.incumbent_energy
+        )
         if self.method != "faithful":
             self.greedy_rules()
             gap_lb = self.gap()
@@ -190,8 +220,9 @@ class Pipeline:
                     self.interval_search()
                 self.note(heuristic_energy_j=self.plan_e)
                 gap_lb = self.gap()
-            if self.method == "heuristic" or (self.method == "fast" and (outside_proven or (
-                    gap_lb is not None and gap_lb <= self.opts.gap))):
+            if self.method == "heuristic" or (
+                self.method == "fast" and (outside_proven or (gap_lb is not None and gap_lb <= self.opts.gap))
+            ):
                 return self.plan_result()
         if self.stopped():
             return self.plan_result()
@@ -205,18 +236,32 @@ class Pipeline:
             return
         self.progress("recomputation across idle gaps")
         since, limit = self.time.elapsed(), self.opts.time_limit_s
-        self.gap_plan = gap_drop_plan(self.g, self.budget, stop=self.opts.stop,
-                                      time_limit=None if limit is None else self.policy.gap_drops_share * limit)
-        self.record("gap drops", since, found=self.gap_plan is not None,
-                    energy_j=None if self.gap_plan is None else self.energy(self.gap_plan))
+        self.gap_plan = gap_drop_plan(
+            self.g,
+            self.budget,
+            stop=self.opts.stop,
+            time_limit=None if limit is None else self.policy.gap_drops_share * limit,
+        )
+        self.record(
+            "gap drops",
+            since,
+            found=self.gap_plan is not None,
+            energy_j=None if self.gap_plan is None else self.energy(self.gap_plan),
+        )
 
     def lower_bound(self) -> bool:
         """Phase 1: the eviction cover's bound and guide; False when no eviction set meets the deadline."""
         self.progress("lower bound")
         since = self.time.elapsed()
-        self.lb, self.guide = eviction_cover(self.g, self.budget, remat=self.remat, paging=self.paging,
-                                             time_limit=self.cover_seconds(0.5), info=self.cover_info,
-                                             stop=self.opts.stop)
+        self.lb, self.guide = eviction_cover(
+            self.g,
+            self.budget,
+            remat=self.remat,
+            paging=self.paging,
+            time_limit=self.cover_seconds(0.5),
+            info=self.cover_info,
+            stop=self.opts.stop,
+        )
         self.record("lower bound", since, bound_energy_j=self.lb, evictions=len(self.guide), **self.cover_info)
         if not math.isfinite(self.lb):
             return False
@@ -227,10 +272,15 @@ class Pipeline:
         """No set of evictions that makes RAM fit leaves enough time: the deadline is out of reach."""
         g, budget = self.g, self.budget
         t_min = self.runtime_cover()[0]
-        self.note(method="bound", solve_seconds=self.time.elapsed(),
-                  min_budgets=MinBudgets(runtime_s_lower_bound=t_min),
-                  message=(f"the deadline {fmt_seconds(budget.runtime_s)} is too short for "
-                           f"{fmt_bytes(budget.ram_bytes)} of RAM (proven by the eviction cover)"))
+        self.note(
+            method="bound",
+            solve_seconds=self.time.elapsed(),
+            min_budgets=MinBudgets(runtime_s_lower_bound=t_min),
+            message=(
+                f"the deadline {fmt_seconds(budget.runtime_s)} is too short for "
+                f"{fmt_bytes(budget.ram_bytes)} of RAM (proven by the eviction cover)"
+            ),
+        )
         if self.opts.find_min_budgets and len(g.nodes) <= self.policy.auto_max_nodes:
             self.smallest_budgets()
         return self.schedule((), INFEASIBLE)
@@ -247,14 +297,15 @@ class Pipeline:
             guided, nearer = [], []
             plan = self.deadline_guided(guided)
             self.progress("greedy rules", bound=lb, objective=None if plan is None else self.energy(plan))
-            plan = self.cheaper(plan, self.rules(guide=self.guide, per_rule=self.rule_plans,
-                                                 closest=nearer if plan is None else None))
+            plan = self.cheaper(
+                plan, self.rules(guide=self.guide, per_rule=self.rule_plans, closest=nearer if plan is None else None)
+            )
             self.nearest(nearer)
             self.rule_plans += guided
         else:
             self.progress("greedy rules", bound=lb)
             plan = self.rules(guide=self.guide, per_rule=self.rule_plans, closest=self.closest)
-            if plan is None and self.closest:     # every rule overran the deadline
+            if plan is None and self.closest:  # every rule overran the deadline
                 plan = self.deadline_guided(self.rule_plans)
         self.plan = plan
         if plan is not None:
@@ -277,8 +328,10 @@ class Pipeline:
         self.t_min = t_min
         strict = self.tightened_guides(t_min, self.time.left())
         plan = None
-        for rules in ([(r, gd, False) for gd in strict for r in ("energy", "remat")],
-                      [(r, fast_guide, True) for r in rule_names(self.remat, self.paging)]):
+        for rules in (
+            [(r, gd, False) for gd in strict for r in ("energy", "remat")],
+            [(r, fast_guide, True) for r in rule_names(self.remat, self.paging)],
+        ):
             nearer: list = []
             plan = self.cheaper(plan, self.rules(per_rule=per_rule, closest=nearer, rules=rules))
             self.nearest(nearer)
@@ -288,9 +341,16 @@ class Pipeline:
         """Every rule overran the deadline: search the guide of the nearest miss until one meets it."""
         self.progress("searching for a schedule within the deadline", bound=self.lb)
         ts = self.time.elapsed()
-        cand = search_guides(self.g, self.budget, self.closest[0], remat=self.remat, paging=self.paging,
-                             target_energy=math.inf, stop=self.opts.stop,
-                             time_limit=self.search_seconds(self.method != "heuristic"))
+        cand = search_guides(
+            self.g,
+            self.budget,
+            self.closest[0],
+            remat=self.remat,
+            paging=self.paging,
+            target_energy=math.inf,
+            stop=self.opts.stop,
+            time_limit=self.search_seconds(self.method != "heuristic"),
+        )
         miss = plan_costs(self.g, cand, self.budget.paging_time)[1]
         if miss <= self.budget.runtime_s * (1 + 1e-9):
             self.plan = cand
@@ -304,10 +364,16 @@ class Pipeline:
         MILP may not fit the time left by the estimate, it is built now to know its size."""
         g, policy, rest = self.g, self.policy, self.time.left()
         milp_follows = self.method != "heuristic"
-        cp_follows = (policy.interval_min_nodes <= len(g.nodes) <= policy.interval_max_nodes
-                      and intervals.available() and (rest is None or rest >= policy.interval_min_rest_s))
-        if milp_follows and rest is not None and \
-                0.5 * rest < policy.milp_setup_seconds(policy.estimated_milp_nonzeros(len(g.nodes))):
+        cp_follows = (
+            policy.interval_min_nodes <= len(g.nodes) <= policy.interval_max_nodes
+            and intervals.available()
+            and (rest is None or rest >= policy.interval_min_rest_s)
+        )
+        if (
+            milp_follows
+            and rest is not None
+            and 0.5 * rest < policy.milp_setup_seconds(policy.estimated_milp_nonzeros(len(g.nodes)))
+        ):
             # it may not fit: built now to know its size.  When HiGHS could not even set it up in
             # the half of the time left that the search would leave it, the search gets that time
             self.f = self.build_milp()
@@ -333,10 +399,16 @@ class Pipeline:
         span = self.search_seconds(milp_follows, policy.search_share_before_intervals if cp_follows else None)
         self.target = lb / (1 - opts.gap) if opts.gap < 1 else math.inf
         guided = [p for p in self.rule_plans if p is not plan and p.rule and p.rule[1]][:1]
-        others = sorted((p for p in self.rule_plans if p is not plan and p.rule and not p.rule[1]
-                         and p.rule[0] != (plan.rule or ("",))[0]), key=self.energy)
+        others = sorted(
+            (
+                p
+                for p in self.rule_plans
+                if p is not plan and p.rule and not p.rule[1] and p.rule[0] != (plan.rule or ("",))[0]
+            ),
+            key=self.energy,
+        )
         # a plan no rule made (gap drops) has no guide to search from: the rules' plans are searched
-        starts = ([plan] if plan.rule else []) + (guided or others[:1 if plan.rule else 2])
+        starts = ([plan] if plan.rule else []) + (guided or others[: 1 if plan.rule else 2])
         max_seeds = policy.search_rounds if len(g.nodes) >= policy.restart_min_nodes else 1
         searches: list = []
         rounds = 0
@@ -350,8 +422,12 @@ class Pipeline:
         with SearchPool(g, worker_count(opts.threads)) as pool:
             while left():
                 if rounds < max_seeds:
-                    searches += [GuideSearch(g, budget, st, remat=self.remat, paging=self.paging,
-                                             target_energy=self.target, seed=rounds) for st in starts]
+                    searches += [
+                        GuideSearch(
+                            g, budget, st, remat=self.remat, paging=self.paging, target_energy=self.target, seed=rounds
+                        )
+                        for st in starts
+                    ]
                 elif all(sr.done or sr.idle >= sr.patience for sr in searches):
                     break
                 searches.sort(key=lambda sr: sr.best_key[1])
@@ -359,12 +435,16 @@ class Pipeline:
                     rest = left()
                     if not rest:
                         break
-                    batch = searches[j:j + pool.workers]
+                    batch = searches[j : j + pool.workers]
                     share = rest * len(batch) / (len(searches) - j)
-                    batch = pool.run([(sr, share, sr.patience if max_seeds == 1
-                                       else min(sr.patience, 2 * sr.kick << rounds)) for sr in batch],
-                                     stop=opts.stop)
-                    searches[j:j + len(batch)] = batch
+                    batch = pool.run(
+                        [
+                            (sr, share, sr.patience if max_seeds == 1 else min(sr.patience, 2 * sr.kick << rounds))
+                            for sr in batch
+                        ],
+                        stop=opts.stop,
+                    )
+                    searches[j : j + len(batch)] = batch
                     for sr in batch:
                         cand_e = self.energy(sr.best)
                         if cand_e < self.plan_e:
@@ -384,12 +464,22 @@ class Pipeline:
         plan_e = self.plan_e
 
         def cp_progress(e):
-            e = min(e, plan_e)      # the model's price of a solution, before it is validated
+            e = min(e, plan_e)  # the model's price of a solution, before it is validated
             self.progress("interval search", objective=e, bound=lb, gap=relative_gap(e, lb))
-        cand = intervals.interval_plan(g, self.budget, start=self.plan, time_limit=self.interval_seconds(),
-                                       threads=worker_count(opts.threads), remat=self.remat, paging=self.paging,
-                                       target_energy=self.target, info=info, stop=opts.stop,
-                                       progress=None if opts.progress is None else cp_progress)
+
+        cand = intervals.interval_plan(
+            g,
+            self.budget,
+            start=self.plan,
+            time_limit=self.interval_seconds(),
+            threads=worker_count(opts.threads),
+            remat=self.remat,
+            paging=self.paging,
+            target_energy=self.target,
+            info=info,
+            stop=opts.stop,
+            progress=None if opts.progress is None else cp_progress,
+        )
         cand_e = math.inf if cand is None else self.energy(cand)
         if cand_e < self.plan_e:
             self.plan, self.plan_e, self.origin = cand, cand_e, "intervals"
@@ -414,8 +504,9 @@ class Pipeline:
             rest = self.time.left()
             nonzeros = policy.estimated_milp_nonzeros(len(g.nodes))
             if rest < 0.5 * policy.milp_setup_seconds(nonzeros):
-                return self.plan_result(skipped=(max(rest, 0.0), policy.milp_setup_seconds(nonzeros), nonzeros),
-                                        estimated=True)
+                return self.plan_result(
+                    skipped=(max(rest, 0.0), policy.milp_setup_seconds(nonzeros), nonzeros), estimated=True
+                )
         if self.f is None:
             self.f = self.build_milp()
         f = self.f
@@ -441,28 +532,54 @@ class Pipeline:
             # In joules, against the better of the solver's bound and the structural one.  With a warm
             # start the best is the schedule held: HiGHS 1.16 reports objectives in its presolved space,
             # where it priced the resnet18_cifar/m4 start 0.3% of plain below its value.
-            obj = plan_e if plan_e is not None else (None if d.get("objective") is None
-                                                     else d["objective"] * f.energy_unit)
+            obj = (
+                plan_e
+                if plan_e is not None
+                else (None if d.get("objective") is None else d["objective"] * f.energy_unit)
+            )
             bnd = max(lb, (d.get("bound") or 0.0) * f.energy_unit)
-            self.progress("MILP", objective=obj, bound=bnd, nodes=d.get("nodes"),
-                          gap=None if obj is None else relative_gap(obj, bnd))
+            self.progress(
+                "MILP",
+                objective=obj,
+                bound=bnd,
+                nodes=d.get("nodes"),
+                gap=None if obj is None else relative_gap(obj, bnd),
+            )
+
         since = self.time.elapsed()
-        res = backend(f.problem, time_limit=limit, threads=opts.threads, gap=opts.gap,
-                      progress=None if opts.progress is None else milp_progress, verbose=opts.verbose, **kw)
+        res = backend(
+            f.problem,
+            time_limit=limit,
+            threads=opts.threads,
+            gap=opts.gap,
+            progress=None if opts.progress is None else milp_progress,
+            verbose=opts.verbose,
+            **kw,
+        )
         self.record("MILP", since, status=res.status, detail=res.detail, **res.extra)
         p = f.problem
         bound = None if res.bound is None or not math.isfinite(res.bound) else res.bound * f.energy_unit
         obj = None if res.objective is None else res.objective * f.energy_unit
-        self.note(method="milp-" + self.method, status_detail=res.detail, gap=res.gap, energy_j=obj,
-                  bound_energy_j=bound, message=status_message(res, self.strategy), solve_seconds=self.time.elapsed(),
-                  milp=MilpStats(opts.backend, p.num_cols, int(p.integer.sum()), p.num_rows, p.num_nonzeros,
-                                 res.seconds))
+        self.note(
+            method="milp-" + self.method,
+            status_detail=res.detail,
+            gap=res.gap,
+            energy_j=obj,
+            bound_energy_j=bound,
+            message=status_message(res, self.strategy),
+            solve_seconds=self.time.elapsed(),
+            milp=MilpStats(opts.backend, p.num_cols, int(p.integer.sum()), p.num_rows, p.num_nonzeros, res.seconds),
+        )
         if res.x is None and plan is not None and res.status != INFEASIBLE:
             # the solver stopped without an incumbent of its own: the greedy schedule is the best found
             best_lb = max(lb, bound or 0.0)
             gap = relative_gap(plan_e, best_lb)
-            self.note(gap=gap, energy_j=plan_e, bound_energy_j=best_lb,
-                      message=f"feasible greedy schedule; gap {gap:.2%} to the best proven bound ({res.detail})")
+            self.note(
+                gap=gap,
+                energy_j=plan_e,
+                bound_energy_j=best_lb,
+                message=f"feasible greedy schedule; gap {gap:.2%} to the best proven bound ({res.detail})",
+            )
             return self.schedule(emit(g, plan), OPTIMAL if gap <= opts.gap else FEASIBLE)
         if res.x is None:
             if res.status == INFEASIBLE and opts.find_min_budgets:
@@ -476,18 +593,24 @@ class Pipeline:
                 self.note(gap=gap, bound_energy_j=lb)
                 if status == FEASIBLE and gap <= opts.gap:
                     status = OPTIMAL
-                    self.note(message=(f"optimal (relative gap {gap:.2e} to the structural lower bound; "
-                                       f"the solver stopped with {res.detail})"))
+                    self.note(
+                        message=(
+                            f"optimal (relative gap {gap:.2e} to the structural lower bound; "
+                            f"the solver stopped with {res.detail})"
+                        )
+                    )
                 elif status == FEASIBLE:
-                    self.note(message=(f"feasible; not proven optimal: gap {gap:.2%} to the structural lower "
-                                       f"bound ({res.detail})"))
+                    self.note(
+                        message=(
+                            f"feasible; not proven optimal: gap {gap:.2%} to the structural lower bound ({res.detail})"
+                        )
+                    )
         return self.schedule(emit(g, decode(f, res.x)), status)
 
     def smallest_budgets(self) -> None:
         """No schedule meets the budgets: the smallest RAM and deadline that have one (two MILPs)."""
         since = self.time.elapsed()
-        found = min_budgets(self.g, self.budget, self.opts, remat=self.remat, paging=self.paging,
-                            time_budget=self.time)
+        found = min_budgets(self.g, self.budget, self.opts, remat=self.remat, paging=self.paging, time_budget=self.time)
         if found.runtime_s_lower_bound is None:
             found = dataclasses.replace(found, runtime_s_lower_bound=self.report.min_budgets.runtime_s_lower_bound)
         self.note(min_budgets=found)
@@ -497,10 +620,16 @@ class Pipeline:
     def schedule(self, steps, status: str) -> Schedule:
         """The answer, with the report and the phases' records."""
         mb = self.report.min_budgets
-        if self.t_min is not None and mb.runtime_s_lower_bound is None:     # the runtime cover ran on the way
+        if self.t_min is not None and mb.runtime_s_lower_bound is None:  # the runtime cover ran on the way
             self.note(min_budgets=dataclasses.replace(mb, runtime_s_lower_bound=self.t_min))
-        return Schedule(graph=self.g, budget=self.budget, steps=tuple(steps), status=status,
-                        strategy=self.strategy, report=self.report.with_(phases=tuple(self.phases)))
+        return Schedule(
+            graph=self.g,
+            budget=self.budget,
+            steps=tuple(steps),
+            status=status,
+            strategy=self.strategy,
+            report=self.report.with_(phases=tuple(self.phases)),
+        )
 
     def plan_result(self, skipped: tuple[float, float, int] | None = None, estimated: bool = False) -> Schedule:
         """The best plan held as the answer, with its gap to the structural bound; ``skipped``:
@@ -509,34 +638,65 @@ class Pipeline:
         budget, plan, plan_e, origin = self.budget, self.plan, self.plan_e, self.origin
         gap = self.gap()
         proven = gap is not None and gap <= self.opts.gap
-        message = ("no schedule found by the greedy" if plan is None else
-                   (f"optimal: the {origin} schedule is within {gap:.2e} of the structural lower bound"
-                    if proven else f"feasible {origin} schedule, {gap:.2%} above the structural lower bound"))
-        self.note(method=origin + "+bound" if proven else origin, milp=None, gap=gap, energy_j=plan_e,
-                  bound_energy_j=self.lb, solve_seconds=self.time.elapsed(), message=message)
+        message = (
+            "no schedule found by the greedy"
+            if plan is None
+            else (
+                f"optimal: the {origin} schedule is within {gap:.2e} of the structural lower bound"
+                if proven
+                else f"feasible {origin} schedule, {gap:.2%} above the structural lower bound"
+            )
+        )
+        self.note(
+            method=origin + "+bound" if proven else origin,
+            milp=None,
+            gap=gap,
+            energy_j=plan_e,
+            bound_energy_j=self.lb,
+            solve_seconds=self.time.elapsed(),
+            message=message,
+        )
         if skipped is not None:
             rest, need, nonzeros = skipped
-            self.note(milp_skipped=True,
-                      status_detail=f"{rest:.1f} s left, too few to start the MILP (about {need:.0f} s)",
-                      message=message + (f"; the MILP was not started: {rest:.1f} s of the time limit were left, and "
-                                         f"HiGHS needs about {need:.0f} s to set up a MILP of "
-                                         f"{'about ' * estimated}{nonzeros:,} nonzeros (a longer --time-limit lets "
-                                         f"it run)"))
+            self.note(
+                milp_skipped=True,
+                status_detail=f"{rest:.1f} s left, too few to start the MILP (about {need:.0f} s)",
+                message=message
+                + (
+                    f"; the MILP was not started: {rest:.1f} s of the time limit were left, and "
+                    f"HiGHS needs about {need:.0f} s to set up a MILP of "
+                    f"{'about ' * estimated}{nonzeros:,} nonzeros (a longer --time-limit lets "
+                    f"it run)"
+                ),
+            )
         if plan is None:
             if budget.runtime_s is not None:
                 t_min = self.t_min if self.t_min is not None else self.runtime_cover()[0]
                 near = self.report.nearest_runtime_s
-                self.note(min_budgets=MinBudgets(runtime_s_lower_bound=t_min),
-                          message=(f"no schedule found within the deadline {fmt_seconds(budget.runtime_s)}"
-                                   + (f" (the nearest found takes {fmt_seconds(near)})" if near else "")
-                                   + "; a longer deadline or more RAM will help"))
+                self.note(
+                    min_budgets=MinBudgets(runtime_s_lower_bound=t_min),
+                    message=(
+                        f"no schedule found within the deadline {fmt_seconds(budget.runtime_s)}"
+                        + (f" (the nearest found takes {fmt_seconds(near)})" if near else "")
+                        + "; a longer deadline or more RAM will help"
+                    ),
+                )
             return self.schedule((), NO_SOLUTION)
         return self.schedule(emit(self.g, plan), OPTIMAL if proven else FEASIBLE)
 
 
-def solve_milp(g: CostedGraph, budget: Budget, opts, *, remat: bool, paging: bool, strategy: str,
-               incumbent_energy: float | None = None) -> Schedule:
+def solve_milp(
+    g: CostedGraph,
+    budget: Budget,
+    opts,
+    *,
+    remat: bool,
+    paging: bool,
+    strategy: str,
+    incumbent_energy: float | None = None,
+) -> Schedule:
     """The MILP strategies' solve (:class:`Pipeline`).  ``incumbent_energy``: the energy of a schedule
     the caller already holds; when it meets the proven bound, the MILP is skipped."""
-    return Pipeline(g, budget, opts, remat=remat, paging=paging, strategy=strategy,
-                    incumbent_energy=incumbent_energy).run()
+    return Pipeline(
+        g, budget, opts, remat=remat, paging=paging, strategy=strategy, incumbent_energy=incumbent_energy
+    ).run()

@@ -8,6 +8,7 @@ when it was set and go stale as the code changes: re-measure before relying on t
 :class:`TimeBudget` is the time limit as the pipeline sees it, read from a clock that a test can
 replace (``SolveOptions(clock=...)``) instead of patching ``time``.
 """
+
 from __future__ import annotations
 
 import time
@@ -128,7 +129,7 @@ class SolvePolicy:
 
     def estimated_milp_nonzeros(self, nodes: int) -> int:
         """The tightened MILP's size by the estimate, without building it."""
-        return self.milp_nonzeros_per_node_squared * nodes ** 2
+        return self.milp_nonzeros_per_node_squared * nodes**2
 
 
 DEFAULT_POLICY = SolvePolicy()

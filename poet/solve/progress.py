@@ -1,4 +1,5 @@
 """Telling the caller which step a solve is in (the CLI's progress line), without ever failing it."""
+
 from __future__ import annotations
 
 

@@ -1,4 +1,5 @@
 """What every strategy's answer goes through: the gap arithmetic and the validator's replay."""
+
 from __future__ import annotations
 
 from ..schedule.core import Schedule

@@ -8,6 +8,7 @@ budget is below the untiled minimum and tiling is not off, swaps in the tiled
 graph of :func:`poet.graph.tiling_plan.plan_tiling`.  :func:`tiling_costs`
 says afterwards what tiling cost the schedule that was found.
 """
+
 from __future__ import annotations
 
 import math
@@ -31,15 +32,24 @@ from .api import costed_graph, make_budget
 class TiledProblem:
     """What to solve: the (maybe tiled) costed graph and the budget, and how it came about."""
 
-    graph: CostedGraph          # what the solver schedules
+    graph: CostedGraph  # what the solver schedules
     budget: Budget
-    untiled: CostedGraph        # the model's untiled graph on the same device
-    plan: TilingPlan | None     # None: the source has no layer shapes (a poet-graph/1 file), never tiled
+    untiled: CostedGraph  # the model's untiled graph on the same device
+    plan: TilingPlan | None  # None: the source has no layer shapes (a poet-graph/1 file), never tiled
     device: str | None
 
 
-def tiled_problem(source, device=None, *, memory, runtime=None, paging_time: str = PAGING_SERIAL,
-                  batch_size: int = 1, fixed_ram_bytes: int | None = None, tile=TILE_AUTO) -> TiledProblem:
+def tiled_problem(
+    source,
+    device=None,
+    *,
+    memory,
+    runtime=None,
+    paging_time: str = PAGING_SERIAL,
+    batch_size: int = 1,
+    fixed_ram_bytes: int | None = None,
+    tile=TILE_AUTO,
+) -> TiledProblem:
     """Price ``source`` (a zoo model name, a Graph, a CostedGraph or a poet-graph/1 path) and tile it if needed.
 
     Only zoo models carry the shapes, kernels and strides tiling needs; for any
@@ -53,15 +63,17 @@ def tiled_problem(source, device=None, *, memory, runtime=None, paging_time: str
         g0 = g0.with_fixed_ram(fixed_ram_bytes)
     budget = make_budget(g0, memory, runtime, paging_time)
     from ..graph.generate import is_spec
+
     # a generated graph (layered:250:1) has no layer shapes either
     is_zoo = isinstance(source, str) and not (source.endswith(".json") or Path(source).is_file() or is_spec(source))
     if not is_zoo:
         if mode not in (TILE_AUTO, TILE_OFF):
-            raise GraphError(f"--tile {mode} needs a built-in model (--model): a graph file or a structural graph "
-                             f"does not record the shapes, kernels and strides tiling needs")
+            raise GraphError(
+                f"--tile {mode} needs a built-in model (--model): a graph file or a structural graph "
+                f"does not record the shapes, kernels and strides tiling needs"
+            )
         return TiledProblem(g0, budget, g0, None, device if isinstance(device, str) else None)
-    plan = plan_tiling(source, budget.ram_bytes, batch_size=batch_size, fixed_ram_bytes=g0.fixed_ram_bytes,
-                       tile=mode)
+    plan = plan_tiling(source, budget.ram_bytes, batch_size=batch_size, fixed_ram_bytes=g0.fixed_ram_bytes, tile=mode)
     g = g0
     if plan.tiled:
         g = linear_cost_model(plan.graph, device, g0.fixed_ram_bytes)
@@ -72,32 +84,38 @@ def tiled_problem(source, device=None, *, memory, runtime=None, paging_time: str
 class TilingCosts:
     """What tiling cost one schedule, against plain untiled backprop (each node once, nothing paged)."""
 
-    plain_energy_j: float           # untiled forward+backward, every node once
+    plain_energy_j: float  # untiled forward+backward, every node once
     plain_runtime_s: float
-    extra_compute_energy_j: float   # statistics passes, partial sums and the schedule's recomputes
+    extra_compute_energy_j: float  # statistics passes, partial sums and the schedule's recomputes
     extra_compute_time_s: float
-    paging_energy_j: float          # all page-ins and page-outs of the schedule
+    paging_energy_j: float  # all page-ins and page-outs of the schedule
     paging_time_s: float
     page_ops: int
-    latency_energy_j: float         # the per-operation latency part of paging (what small tiles multiply)
+    latency_energy_j: float  # the per-operation latency part of paging (what small tiles multiply)
     latency_time_s: float
-    graph_extra_flops: float        # FLOPs the tiled graph adds to one plain pass (stats passes, partial sums)
+    graph_extra_flops: float  # FLOPs the tiled graph adds to one plain pass (stats passes, partial sums)
 
 
-def tiling_costs(p: TiledProblem, s: Schedule, read_latency_s: float, write_latency_s: float,
-                 storage_power_w: float) -> TilingCosts | None:
+def tiling_costs(
+    p: TiledProblem, s: Schedule, read_latency_s: float, write_latency_s: float, storage_power_w: float
+) -> TilingCosts | None:
     """Tiling's share of a schedule's energy and time, or None when there is no schedule."""
     t = s.totals
     if t is None:
         return None
     lat_t = t.page_ins * read_latency_s + t.page_outs * write_latency_s
     return TilingCosts(
-        plain_energy_j=p.untiled.plain_energy_j, plain_runtime_s=p.untiled.plain_runtime_s,
+        plain_energy_j=p.untiled.plain_energy_j,
+        plain_runtime_s=p.untiled.plain_runtime_s,
         extra_compute_energy_j=_beyond(t.compute_energy_j, p.untiled.plain_energy_j),
         extra_compute_time_s=_beyond(t.compute_time_s, p.untiled.plain_runtime_s),
-        paging_energy_j=t.paging_energy_j, paging_time_s=t.paging_time_s, page_ops=t.page_ins + t.page_outs,
-        latency_energy_j=lat_t * storage_power_w, latency_time_s=lat_t,
-        graph_extra_flops=_extra_flops(p.plan))
+        paging_energy_j=t.paging_energy_j,
+        paging_time_s=t.paging_time_s,
+        page_ops=t.page_ins + t.page_outs,
+        latency_energy_j=lat_t * storage_power_w,
+        latency_time_s=lat_t,
+        graph_extra_flops=_extra_flops(p.plan),
+    )
 
 
 def _beyond(x: float, plain: float) -> float:
@@ -110,6 +128,7 @@ def _extra_flops(plan: TilingPlan | None) -> float:
     if plan is None or not plan.tiled:
         return 0.0
     from ..graph.zoo import build_model
+
     plain = build_model(plan.model, plan.graph.meta.get("batch_size", 1))
     return math.fsum(nd.flops for nd in plan.graph.nodes) - math.fsum(nd.flops for nd in plain.nodes)
 
@@ -140,15 +159,22 @@ def solve_tiled(p: TiledProblem, strategy: str, opts) -> Schedule:
     plan = greedy_plan(p.graph, p.budget, prefer="page", time_limit=FALLBACK_SECONDS, stop=opts.stop)
     if plan is None:
         return s
-    fallback = checked(Schedule(graph=p.graph, budget=p.budget, steps=tuple(emit(p.graph, plan)), status=FEASIBLE,
-                                strategy=strategy))
+    fallback = checked(
+        Schedule(graph=p.graph, budget=p.budget, steps=tuple(emit(p.graph, plan)), status=FEASIBLE, strategy=strategy)
+    )
     # every node is computed at least once: plain energy is a lower bound, the cover's may be higher
     bound = max(p.graph.plain_energy_j, s.report.structural_bound_energy_j or 0.0, s.report.bound_energy_j or 0.0)
     gap = relative_gap(fallback.totals.energy_j, bound)
     fallback.status = OPTIMAL if gap <= opts.gap else FEASIBLE
     fallback.report = s.report.with_(
-        method="greedy page rule (tiling fallback)", energy_j=fallback.totals.energy_j, bound_energy_j=bound,
-        gap=gap, solve_seconds=s.report.solve_seconds + time.perf_counter() - t0,
-        message=(f"the portfolio found no schedule in its time ({s.report.message}); the page rule on the tiled "
-                 f"graph's streaming order did, {gap:.2%} above the proven lower bound"))
+        method="greedy page rule (tiling fallback)",
+        energy_j=fallback.totals.energy_j,
+        bound_energy_j=bound,
+        gap=gap,
+        solve_seconds=s.report.solve_seconds + time.perf_counter() - t0,
+        message=(
+            f"the portfolio found no schedule in its time ({s.report.message}); the page rule on the tiled "
+            f"graph's streaming order did, {gap:.2%} above the proven lower bound"
+        ),
+    )
     return fallback

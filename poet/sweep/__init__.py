@@ -19,6 +19,7 @@ Modules: :mod:`.grid` (the request), :mod:`.points` (one point and its row), :mo
 :mod:`.io` (the directory), :mod:`.runner` (the loop), :mod:`.local` and :mod:`.ray_backend` (where
 points are solved), :mod:`.study` (several sweeps and their summary).
 """
+
 from .grid import (
     COLUMNS,
     DEFAULT_STRATEGIES,
@@ -46,9 +47,12 @@ from .study import (
 
 def describe(doc: dict) -> str:
     from ..units import fmt_bytes, fmt_energy
+
     c = doc["context"]
-    return (f"{doc['identity']['model']} on {doc['identity']['device']}: plain pass {fmt_energy(c['plain_energy_j'])}, "
-            f"keep-all peak {fmt_bytes(c['keep_all_peak_bytes'])}, lower bound {fmt_bytes(c['min_ram_bytes'])}")
+    return (
+        f"{doc['identity']['model']} on {doc['identity']['device']}: plain pass {fmt_energy(c['plain_energy_j'])}, "
+        f"keep-all peak {fmt_bytes(c['keep_all_peak_bytes'])}, lower bound {fmt_bytes(c['min_ram_bytes'])}"
+    )
 
 
 __all__ = [

@@ -3,6 +3,7 @@
 Everything here is checked before a solve starts or a directory is made: an empty list, an unknown
 strategy or a grid too large to finish is refused with a message that says what would work.
 """
+
 from __future__ import annotations
 
 import math
@@ -22,10 +23,33 @@ DEFAULT_STRATEGIES = ("poet", "remat", "paging", "keep-all", "chen", "capuchin")
 MAX_POINTS = 10_000
 
 COLUMNS = [
-    "key", "model", "device", "strategy", "paging_time", "memory", "ram_budget_bytes", "ram_fraction",
-    "runtime", "runtime_budget_s", "runtime_budget_x", "status", "energy_j", "compute_energy_j",
-    "paging_energy_j", "runtime_s", "peak_ram_bytes", "recomputes", "page_ins", "page_outs",
-    "solve_seconds", "gap", "bound_energy_j", "method", "reused_from", "schedule_file", "message",
+    "key",
+    "model",
+    "device",
+    "strategy",
+    "paging_time",
+    "memory",
+    "ram_budget_bytes",
+    "ram_fraction",
+    "runtime",
+    "runtime_budget_s",
+    "runtime_budget_x",
+    "status",
+    "energy_j",
+    "compute_energy_j",
+    "paging_energy_j",
+    "runtime_s",
+    "peak_ram_bytes",
+    "recomputes",
+    "page_ins",
+    "page_outs",
+    "solve_seconds",
+    "gap",
+    "bound_energy_j",
+    "method",
+    "reused_from",
+    "schedule_file",
+    "message",
 ]
 
 
@@ -46,13 +70,17 @@ class SweepSpec:
     time_limit_s: float | None = 60.0
     batch_size: int = 1
     gap: float = 1e-3
-    threads: int | None = None     # HiGHS threads per point (None: HiGHS decides)
-    method: str = "auto"           # MILP formulation/solve variant, see poet.solve.METHODS
+    threads: int | None = None  # HiGHS threads per point (None: HiGHS decides)
+    method: str = "auto"  # MILP formulation/solve variant, see poet.solve.METHODS
 
     def identity(self) -> dict:
         """What must match for points of two runs to be comparable (and resumable)."""
-        return {"model": self.model, "device": self.device, "paging_time": self.paging_time,
-                "batch_size": self.batch_size}
+        return {
+            "model": self.model,
+            "device": self.device,
+            "paging_time": self.paging_time,
+            "batch_size": self.batch_size,
+        }
 
     def points(self) -> list[tuple[str, str, str]]:
         """Every (strategy, memory, runtime) of the grid."""
@@ -80,8 +108,9 @@ def parse_memory_range(text: str, steps: int | None = None) -> list[str]:
             vals = [lo + (hi - lo) * j / (n - 1) for j in range(n)]
         return list(dict.fromkeys(f"{v:.4g}%" for v in vals))
     if ".." in text:
-        raise SweepError(f"cannot read memory range {text!r}; write e.g. 10%..100% (with --steps) "
-                         f"or a list like 20%,50%,3MB")
+        raise SweepError(
+            f"cannot read memory range {text!r}; write e.g. 10%..100% (with --steps) or a list like 20%,50%,3MB"
+        )
     return parse_list(text, "--memory", example="20%,50%,3MB")
 
 
@@ -99,8 +128,7 @@ def check_grid(spec: SweepSpec, strategies) -> None:
     for s in spec.strategies:
         if s not in strategies:
             raise SweepError(f"unknown strategy {s!r}; choose from {', '.join(strategies)}")
-    for name, axis in (("--strategies", spec.strategies), ("--memory", spec.memories),
-                       ("--runtime", spec.runtimes)):
+    for name, axis in (("--strategies", spec.strategies), ("--memory", spec.memories), ("--runtime", spec.runtimes)):
         if not axis:
             raise SweepError(f"{name} names nothing; give at least one value")
     check_size(len(spec.memories), len(spec.runtimes), len(spec.strategies))
@@ -110,9 +138,11 @@ def check_size(memories: int, runtimes: int, strategies: int) -> None:
     """Refuse a grid of more than :data:`MAX_POINTS` points, saying how many it has."""
     n = memories * runtimes * strategies
     if n > MAX_POINTS:
-        raise SweepError(f"the grid has {n:,} points ({memories:,} RAM budgets x {runtimes:,} deadlines x "
-                         f"{strategies:,} strategies); a sweep holds at most {MAX_POINTS:,}. Use fewer --steps "
-                         f"(e.g. --steps 10), deadlines or strategies")
+        raise SweepError(
+            f"the grid has {n:,} points ({memories:,} RAM budgets x {runtimes:,} deadlines x "
+            f"{strategies:,} strategies); a sweep holds at most {MAX_POINTS:,}. Use fewer --steps "
+            f"(e.g. --steps 10), deadlines or strategies"
+        )
 
 
 def point_key(strategy: str, memory: str, runtime: str) -> str:
@@ -123,8 +153,7 @@ def order_key(row: dict):
     """Cheap fixed rules first, then MILPs from the loosest budgets down (so results can be reused)."""
     s = row["strategy"]
     milp = s in MILP_STRATEGIES
-    rank = (MILP_STRATEGIES.index(s) if milp else
-            {"keep-all": 0, "chen": 1, "capuchin": 2}.get(s, 3))
+    rank = MILP_STRATEGIES.index(s) if milp else {"keep-all": 0, "chen": 1, "capuchin": 2}.get(s, 3)
     rt = row.get("runtime_budget_s")
     rt = math.inf if rt in (None, "") else float(rt)
     return (1 if milp else 0, -float(row["ram_budget_bytes"]), -rt, rank)

@@ -3,6 +3,7 @@
 Files are written whole or not at all (:func:`poet.fileio.atomic_write_text`), so an interrupted
 sweep loses at most the points in flight and never leaves a truncated ``sweep.json``.
 """
+
 from __future__ import annotations
 
 import csv
@@ -57,15 +58,22 @@ def prepare_out_dir(out: Path, spec: SweepSpec, force: bool) -> list[dict]:
             return []
         if d.get("identity") != spec.identity():
             if not force:
-                raise SweepError(f"{out} holds a sweep of {d.get('identity')}, not {spec.identity()}; "
-                                 f"choose another --out, or pass --force to start it over")
+                raise SweepError(
+                    f"{out} holds a sweep of {d.get('identity')}, not {spec.identity()}; "
+                    f"choose another --out, or pass --force to start it over"
+                )
             return []
         points = d.get("points", [])
-        return [r for r in points if isinstance(r, dict) and isinstance(r.get("key"), str)] \
-            if isinstance(points, list) else []
+        return (
+            [r for r in points if isinstance(r, dict) and isinstance(r.get("key"), str)]
+            if isinstance(points, list)
+            else []
+        )
     if any(out.iterdir()) and not force:
-        raise SweepError(f"--out {out} exists, is not empty and holds no sweep.json; refusing to write "
-                         f"into it (choose another --out, or pass --force)")
+        raise SweepError(
+            f"--out {out} exists, is not empty and holds no sweep.json; refusing to write "
+            f"into it (choose another --out, or pass --force)"
+        )
     return []
 
 

@@ -5,6 +5,7 @@ pool that a forked child would inherit half-dead (its solves then hang); fresh i
 about a second each and are always safe.  A worker that dies (killed, out of memory) breaks the
 pool; its points are sent again, once, to a fresh pool.
 """
+
 from __future__ import annotations
 
 import os
@@ -13,15 +14,16 @@ from concurrent.futures.process import BrokenProcessPool
 
 from .points import solve_point
 
-RESENDS = 1     # a point whose worker died is sent again this many times, then recorded as an error
+RESENDS = 1  # a point whose worker died is sent again this many times, then recorded as an error
 
 
 def worker_init(cores: int = 1):
     import signal
 
     from ..solve.search.pool import limit_workers
+
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    limit_workers(cores)     # the sweep's points run side by side: each solve gets its share of the cores
+    limit_workers(cores)  # the sweep's points run side by side: each solve gets its share of the cores
 
 
 class LocalBackend:
@@ -35,7 +37,7 @@ class LocalBackend:
         self.cores = threads or max(1, cpus // self.jobs)
         self.task = task or solve_point
         self.pool = None
-        self.futures: dict = {}     # future -> (tag, args, sends, pool)
+        self.futures: dict = {}  # future -> (tag, args, sends, pool)
 
     def describe(self) -> str:
         return f"a local pool of {self.jobs} process{'es' if self.jobs > 1 else ''}"
@@ -53,13 +55,18 @@ class LocalBackend:
         return len(self.futures)
 
     def graph_arg(self, g):
-        return None     # workers build the graph from the model name (and keep it)
+        return None  # workers build the graph from the model name (and keep it)
 
     def _pool(self):
         if self.pool is None:
             import multiprocessing
-            self.pool = ProcessPoolExecutor(max_workers=self.jobs, initializer=worker_init, initargs=(self.cores,),
-                                            mp_context=multiprocessing.get_context("spawn"))
+
+            self.pool = ProcessPoolExecutor(
+                max_workers=self.jobs,
+                initializer=worker_init,
+                initargs=(self.cores,),
+                mp_context=multiprocessing.get_context("spawn"),
+            )
         return self.pool
 
     def submit(self, tag, spec_d: dict, point, graph=None, sends: int = 0) -> None:
@@ -78,7 +85,7 @@ class LocalBackend:
                 row, sched = f.result()
             except BrokenProcessPool:
                 broken.append((tag, args, sends))
-                if pool is self.pool:   # its other points fail too, and are sent again as they do
+                if pool is self.pool:  # its other points fail too, and are sent again as they do
                     self.pool.shutdown(wait=False, cancel_futures=True)
                     self.pool = None
                 continue
@@ -88,15 +95,17 @@ class LocalBackend:
                 if sends < RESENDS:
                     self.submit(tag, args[0], args[1:], sends=sends + 1)
                 else:
-                    why = (f"its worker process died {sends + 1} times (killed, or out of memory?); run again "
-                           f"with --retry to solve it again")
+                    why = (
+                        f"its worker process died {sends + 1} times (killed, or out of memory?); run again "
+                        f"with --retry to solve it again"
+                    )
                     out.append((tag, None, None, why))
         return out
 
     def cancel(self) -> None:
         if self.pool is not None:
             for proc in list(getattr(self.pool, "_processes", {}).values()):
-                proc.terminate()   # our own workers: stop their solves now
+                proc.terminate()  # our own workers: stop their solves now
             self.pool.shutdown(wait=False, cancel_futures=True)
             self.pool = None
         self.futures.clear()

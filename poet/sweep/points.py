@@ -4,6 +4,7 @@ Everything here is picklable in and out, so any backend can run it: a point goes
 strings and the spec as a dict; a row (a dict of :data:`COLUMNS`) and the schedule's JSON form come
 back.  The driver validates that schedule again before it writes it (see :mod:`.runner`).
 """
+
 from __future__ import annotations
 
 import time
@@ -28,13 +29,15 @@ class SolverFields:
 def solver_fields(s) -> SolverFields:
     """The solver report of schedule ``s``, read in this one place (its type may change)."""
     r = s.report
-    return SolverFields(gap=r.gap, bound_energy_j=r.bound_energy_j, method=r.method, message=r.message,
-                        solve_seconds=r.solve_seconds)
+    return SolverFields(
+        gap=r.gap, bound_energy_j=r.bound_energy_j, method=r.method, message=r.message, solve_seconds=r.solve_seconds
+    )
 
 
 def graph_of(spec_d: dict):
     """The costed graph of a sweep, built once per process."""
     from ..solve.api import costed_graph
+
     k = (spec_d["model"], spec_d["device"], spec_d["batch_size"])
     if k not in _GRAPHS:
         _GRAPHS[k] = costed_graph(spec_d["model"], spec_d["device"], batch_size=spec_d["batch_size"])
@@ -43,6 +46,7 @@ def graph_of(spec_d: dict):
 
 def budget_of(g, spec_d: dict, memory: str, runtime: str):
     from ..solve.api import make_budget
+
     return make_budget(g, memory, None if runtime in ("none", "inf", "") else runtime, spec_d["paging_time"])
 
 
@@ -51,10 +55,16 @@ def solve_point(spec_d: dict, strategy: str, memory: str, runtime: str, graph=No
     caller ships it (a Ray cluster's machines may not have the model's file); else it is built here."""
     from ..schedule.io import schedule_to_dict
     from ..solve.api import SolveOptions, solve_costed
+
     g = graph if graph is not None else graph_of(spec_d)
     b = budget_of(g, spec_d, memory, runtime)
-    opts = SolveOptions(time_limit_s=spec_d["time_limit_s"], threads=spec_d["threads"], gap=spec_d["gap"],
-                        method=spec_d.get("method", "auto"), find_min_budgets=False)
+    opts = SolveOptions(
+        time_limit_s=spec_d["time_limit_s"],
+        threads=spec_d["threads"],
+        gap=spec_d["gap"],
+        method=spec_d.get("method", "auto"),
+        find_min_budgets=False,
+    )
     t0 = time.perf_counter()
     try:
         s = solve_costed(g, b, strategy, opts)
@@ -71,18 +81,28 @@ def solve_point(spec_d: dict, strategy: str, memory: str, runtime: str, graph=No
 def make_row(spec_d: dict, g, strategy: str, memory: str, runtime: str, b, s) -> dict:
     """The CSV row of a point: its budgets always, and the schedule's numbers when ``s`` is given."""
     from ..solve.baselines import keep_all_peak
+
     span = keep_all_peak(g) - g.fixed_ram_bytes
     row = {c: None for c in COLUMNS}
-    row.update(key=point_key(strategy, memory, runtime), model=spec_d["model"], device=spec_d["device"],
-               strategy=strategy, paging_time=b.paging_time, memory=memory, ram_budget_bytes=b.ram_bytes,
-               ram_fraction=(b.ram_bytes - g.fixed_ram_bytes) / span if span > 0 else None,
-               runtime=runtime, runtime_budget_s=b.runtime_s,
-               runtime_budget_x=(b.runtime_s / g.plain_runtime_s) if b.runtime_s and g.plain_runtime_s else None)
+    row.update(
+        key=point_key(strategy, memory, runtime),
+        model=spec_d["model"],
+        device=spec_d["device"],
+        strategy=strategy,
+        paging_time=b.paging_time,
+        memory=memory,
+        ram_budget_bytes=b.ram_bytes,
+        ram_fraction=(b.ram_bytes - g.fixed_ram_bytes) / span if span > 0 else None,
+        runtime=runtime,
+        runtime_budget_s=b.runtime_s,
+        runtime_budget_x=(b.runtime_s / g.plain_runtime_s) if b.runtime_s and g.plain_runtime_s else None,
+    )
     if s is None:
         return row
     sf = solver_fields(s)
-    row.update(status=s.status, gap=sf.gap, bound_energy_j=sf.bound_energy_j, method=sf.method,
-               message=sf.message[:300])
+    row.update(
+        status=s.status, gap=sf.gap, bound_energy_j=sf.bound_energy_j, method=sf.method, message=sf.message[:300]
+    )
     set_totals(row, s.totals)
     return row
 
@@ -91,6 +111,13 @@ def set_totals(row: dict, t) -> None:
     """Copy a validated schedule's totals into its row (nothing when there is no schedule)."""
     if t is None:
         return
-    row.update(energy_j=t.energy_j, compute_energy_j=t.compute_energy_j, paging_energy_j=t.paging_energy_j,
-               runtime_s=t.runtime_s, peak_ram_bytes=t.peak_ram_bytes, recomputes=t.recomputes,
-               page_ins=t.page_ins, page_outs=t.page_outs)
+    row.update(
+        energy_j=t.energy_j,
+        compute_energy_j=t.compute_energy_j,
+        paging_energy_j=t.paging_energy_j,
+        runtime_s=t.runtime_s,
+        peak_ram_bytes=t.peak_ram_bytes,
+        recomputes=t.recomputes,
+        page_ins=t.page_ins,
+        page_outs=t.page_outs,
+    )

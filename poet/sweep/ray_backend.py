@@ -12,6 +12,7 @@ A task whose worker dies (killed, out of memory, a machine lost) is run again by
 point is recorded as an error.  Ctrl-C cancels the tasks in flight.  ``ray`` is an optional
 dependency (``pip install -e '.[cluster]'``) and is imported here only.
 """
+
 from __future__ import annotations
 
 import os
@@ -22,8 +23,8 @@ from .grid import SweepError
 from .points import solve_point
 
 LOCAL = "ray"
-MAX_RETRIES = 2         # Ray re-runs a task whose worker died this many times ...
-RESENDS = 1             # ... and the driver sends it again this many times after that
+MAX_RETRIES = 2  # Ray re-runs a task whose worker died this many times ...
+RESENDS = 1  # ... and the driver sends it again this many times after that
 INSTALL_HINT = "pip install -e '.[cluster]' (or pip install 'ray>=2.40')"
 
 
@@ -48,9 +49,11 @@ def parse_address(address: str) -> tuple[str, int] | None:
     host, _, port = address.removeprefix("ray://").rpartition(":")
     host = host.strip("[]")
     if not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise SweepError(f"--cluster {address!r} is not an address; give local (the default), ray (a Ray started "
-                         f"here), auto (a Ray already running here), HOST:PORT (a cluster's head, e.g. "
-                         f"HEAD:6379) or ray://HOST:PORT (its client server, e.g. ray://HEAD:10001)")
+        raise SweepError(
+            f"--cluster {address!r} is not an address; give local (the default), ray (a Ray started "
+            f"here), auto (a Ray already running here), HOST:PORT (a cluster's head, e.g. "
+            f"HEAD:6379) or ray://HOST:PORT (its client server, e.g. ray://HEAD:10001)"
+        )
     return host, int(port)
 
 
@@ -61,6 +64,7 @@ def is_loopback(host: str) -> bool:
 def run_task(task, spec_d: dict, strategy: str, memory: str, runtime: str, graph, threads: int):
     """What a Ray worker runs for one point: ``task`` (normally :func:`solve_point`) on ``threads`` cores."""
     from ..solve.search.pool import limit_workers
+
     limit_workers(threads)
     if spec_d.get("threads") is None:
         spec_d = {**spec_d, "threads": threads}
@@ -72,8 +76,16 @@ class RayBackend:
     CPUs (default: this machine's cores), else the address of a running cluster.  ``task``: the
     function a worker runs for a point (tests wrap :func:`solve_point` to kill a worker)."""
 
-    def __init__(self, address: str = LOCAL, *, jobs: int | None = None, threads: int | None = None,
-                 task=None, max_retries: int = MAX_RETRIES, resends: int = RESENDS):
+    def __init__(
+        self,
+        address: str = LOCAL,
+        *,
+        jobs: int | None = None,
+        threads: int | None = None,
+        task=None,
+        max_retries: int = MAX_RETRIES,
+        resends: int = RESENDS,
+    ):
         self.address = address
         self.local = address == LOCAL
         self.where = None if self.local else parse_address(address)
@@ -82,9 +94,9 @@ class RayBackend:
         self.task = task or solve_point
         self.max_retries, self.resends = max_retries, resends
         self.ray = None
-        self.started = False        # did we start (and so must stop) Ray?
-        self.refs: dict = {}        # ObjectRef -> (tag, args, sends)
-        self.graphs: dict = {}      # id(graph) -> (graph, ObjectRef)
+        self.started = False  # did we start (and so must stop) Ray?
+        self.refs: dict = {}  # ObjectRef -> (tag, args, sends)
+        self.graphs: dict = {}  # id(graph) -> (graph, ObjectRef)
         self._slots = 1
         self._slots_at = 0.0
 
@@ -101,8 +113,10 @@ class RayBackend:
             try:
                 socket.create_connection((host, port), timeout=5).close()
             except OSError as e:
-                raise SweepError(f"nothing answers at {host}:{port} ({e.strerror or e}); start the cluster's head "
-                                 f"there (ray start --head --port={port}) or check --cluster") from None
+                raise SweepError(
+                    f"nothing answers at {host}:{port} ({e.strerror or e}); start the cluster's head "
+                    f"there (ray start --head --port={port}) or check --cluster"
+                ) from None
         # a cluster on this machine's loopback keeps to it too
         self.ray = import_ray(self.local or (self.where is not None and is_loopback(self.where[0])))
 
@@ -118,26 +132,38 @@ class RayBackend:
                 else:
                     ray.init(address=self.address, **kw)
             except (ConnectionError, ValueError, RuntimeError) as e:
-                hint = ("" if self.local else " A cluster started by `ray start` (Ray 2.5x and later) wants its "
-                        "token: set RAY_AUTH_MODE=token here, with the head's ~/.ray/auth_token copied to this "
-                        "machine (or RAY_AUTH_TOKEN set to it). A ray:// address needs pip install 'ray[client]'.")
+                hint = (
+                    ""
+                    if self.local
+                    else " A cluster started by `ray start` (Ray 2.5x and later) wants its "
+                    "token: set RAY_AUTH_MODE=token here, with the head's ~/.ray/auth_token copied to this "
+                    "machine (or RAY_AUTH_TOKEN set to it). A ray:// address needs pip install 'ray[client]'."
+                )
                 raise SweepError(f"cannot start or reach Ray at {self.address!r}: {e}.{hint}") from None
             self.started = True
-            if self.local and any(n.get("NodeManagerAddress") not in ("127.0.0.1", "::1", "localhost")
-                                  for n in ray.nodes()):
+            if self.local and any(
+                n.get("NodeManagerAddress") not in ("127.0.0.1", "::1", "localhost") for n in ray.nodes()
+            ):
                 self.close()
-                raise SweepError("the local Ray did not keep to 127.0.0.1 (ray was imported before poet could "
-                                 "set RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0); set it in the environment, or start "
-                                 "Ray yourself and pass its address to --cluster")
+                raise SweepError(
+                    "the local Ray did not keep to 127.0.0.1 (ray was imported before poet could "
+                    "set RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0); set it in the environment, or start "
+                    "Ray yourself and pass its address to --cluster"
+                )
         cpus = [n.get("Resources", {}).get("CPU", 0) for n in ray.nodes() if n.get("Alive")]
         if cpus and self.threads > max(cpus):
-            raise SweepError(f"--threads {self.threads} is more CPUs than any machine of the Ray cluster has "
-                             f"(at most {max(cpus):g}); use --threads {int(max(cpus))} or less")
-        self.remote = ray.remote(run_task).options(num_cpus=self.threads, max_retries=self.max_retries,
-                                                   retry_exceptions=False)
+            raise SweepError(
+                f"--threads {self.threads} is more CPUs than any machine of the Ray cluster has "
+                f"(at most {max(cpus):g}); use --threads {int(max(cpus))} or less"
+            )
+        self.remote = ray.remote(run_task).options(
+            num_cpus=self.threads, max_retries=self.max_retries, retry_exceptions=False
+        )
         n = self.slots()
-        return (f"Ray: {len(cpus)} machine{'s' if len(cpus) != 1 else ''}, {sum(cpus):g} CPUs: "
-                f"up to {n} point{'s' if n != 1 else ''} at once")
+        return (
+            f"Ray: {len(cpus)} machine{'s' if len(cpus) != 1 else ''}, {sum(cpus):g} CPUs: "
+            f"up to {n} point{'s' if n != 1 else ''} at once"
+        )
 
     def slots(self) -> int:
         """Points in flight: the cluster's CPUs over the CPUs of a point (re-read now and then, as
@@ -169,11 +195,22 @@ class RayBackend:
         if not self.refs:
             return []
         ready, _ = ray.wait(list(self.refs), num_returns=1, timeout=timeout)
-        if ready:   # and every other one that is ready too
+        if ready:  # and every other one that is ready too
             ready, _ = ray.wait(list(self.refs), num_returns=len(self.refs), timeout=0)
-        lost = tuple(getattr(ray.exceptions, n) for n in (
-            "WorkerCrashedError", "NodeDiedError", "ObjectLostError", "OwnerDiedError", "LocalRayletDiedError",
-            "RaySystemError", "ActorUnschedulableError", "TaskUnschedulableError") if hasattr(ray.exceptions, n))
+        lost = tuple(
+            getattr(ray.exceptions, n)
+            for n in (
+                "WorkerCrashedError",
+                "NodeDiedError",
+                "ObjectLostError",
+                "OwnerDiedError",
+                "LocalRayletDiedError",
+                "RaySystemError",
+                "ActorUnschedulableError",
+                "TaskUnschedulableError",
+            )
+            if hasattr(ray.exceptions, n)
+        )
         out = []
         for ref in ready:
             tag, args, sends = self.refs.pop(ref)
@@ -183,8 +220,10 @@ class RayBackend:
                 if sends < self.resends:
                     self.refs[self.remote.remote(*args)] = (tag, args, sends + 1)
                     continue
-                why = (f"its Ray worker was lost {(sends + 1) * (self.max_retries + 1)} times "
-                       f"({type(e).__name__}); run again with --retry to solve it again")
+                why = (
+                    f"its Ray worker was lost {(sends + 1) * (self.max_retries + 1)} times "
+                    f"({type(e).__name__}); run again with --retry to solve it again"
+                )
                 out.append((tag, None, None, why))
             except ray.exceptions.RayError as e:
                 out.append((tag, None, None, f"the Ray task failed: {type(e).__name__}: {str(e)[:200]}"))
@@ -197,7 +236,7 @@ class RayBackend:
         for ref in list(self.refs):
             try:
                 self.ray.cancel(ref, force=True)
-            except Exception:   # noqa: BLE001, S110 - Ray may already be going down with the same Ctrl-C
+            except Exception:  # noqa: BLE001, S110 - Ray may already be going down with the same Ctrl-C
                 pass
         self.refs.clear()
 

@@ -4,6 +4,7 @@ Three exact arguments are used (docs/sweeps.md, "Reusing solves"): the lower bou
 pass, dominance of an optimum at looser budgets for a containing strategy, and infeasibility at
 looser budgets.  Heuristic strategies (chen, capuchin) are never filled in from others.
 """
+
 from __future__ import annotations
 
 import math
@@ -12,8 +13,12 @@ from ..schedule.core import FEASIBLE, HEURISTIC, INFEASIBLE, OPTIMAL
 
 # Which strategies' feasible sets contain which (at equal budgets): a schedule of
 # the key strategy that is optimal is a lower bound for the listed ones.
-SUPERSETS = {"poet": ("poet", "remat", "paging", "keep-all"), "remat": ("remat", "keep-all"),
-             "paging": ("paging", "keep-all"), "keep-all": ("keep-all",)}
+SUPERSETS = {
+    "poet": ("poet", "remat", "paging", "keep-all"),
+    "remat": ("remat", "keep-all"),
+    "paging": ("paging", "keep-all"),
+    "keep-all": ("keep-all",),
+}
 _RTOL = 1e-6
 
 
@@ -22,8 +27,11 @@ def _deadline(row) -> float:
 
 
 def _fits(row: dict, ram: int, deadline: float) -> bool:
-    return (row.get("peak_ram_bytes") is not None and int(row["peak_ram_bytes"]) <= ram
-            and float(row["runtime_s"]) <= deadline * (1 + _RTOL))
+    return (
+        row.get("peak_ram_bytes") is not None
+        and int(row["peak_ram_bytes"]) <= ram
+        and float(row["runtime_s"]) <= deadline * (1 + _RTOL)
+    )
 
 
 def _in_space(row: dict, strategy: str) -> bool:
@@ -64,8 +72,12 @@ def reusable(strategy: str, ram: int, deadline: float, done: list[dict], plain_e
     for r in done:
         if r.get("status") not in (OPTIMAL, FEASIBLE, HEURISTIC) or r.get("energy_j") is None:
             continue
-        if (float(r["energy_j"]) <= plain_energy_j * (1 + 1e-9) and _fits(r, ram, deadline)
-                and _in_space(r, strategy) and r.get("schedule_file")):
+        if (
+            float(r["energy_j"]) <= plain_energy_j * (1 + 1e-9)
+            and _fits(r, ram, deadline)
+            and _in_space(r, strategy)
+            and r.get("schedule_file")
+        ):
             return r, OPTIMAL, "energy equals the lower bound (one plain pass) and the schedule fits"
     for r in done:
         src = r.get("strategy")
@@ -74,8 +86,7 @@ def reusable(strategy: str, ram: int, deadline: float, done: list[dict], plain_e
         looser = int(r["ram_budget_bytes"]) >= ram and _deadline(r) >= deadline
         if not looser:
             continue
-        if r.get("status") == OPTIMAL and r.get("schedule_file") and _fits(r, ram, deadline) \
-                and _in_space(r, strategy):
+        if r.get("status") == OPTIMAL and r.get("schedule_file") and _fits(r, ram, deadline) and _in_space(r, strategy):
             return r, OPTIMAL, f"optimal for {src} at looser budgets and fits these"
         if r.get("status") == INFEASIBLE:  # MILP proofs, or keep-all's fixed peak/runtime
             return r, INFEASIBLE, f"{src} proven infeasible at looser budgets"

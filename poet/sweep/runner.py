@@ -6,6 +6,7 @@ finished points of its sweep are searched for a result that is provably its answ
 Results come back to this process, which re-validates every schedule and writes every file, so
 the directory is the same whichever backend solved the points.
 """
+
 from __future__ import annotations
 
 import json
@@ -50,13 +51,24 @@ class SweepRun:
             if (m, r) not in self.budgets:
                 self.budgets[(m, r)] = budget_of(g, self.spec_d, m, r)
         SolveOptions(time_limit_s=spec.time_limit_s, threads=spec.threads, gap=spec.gap, method=spec.method)
-        context = {"plain_energy_j": g.plain_energy_j, "plain_runtime_s": g.plain_runtime_s,
-                   "keep_all_peak_bytes": keep_all_peak(g), "min_ram_bytes": g.min_ram_bytes(),
-                   "fixed_ram_bytes": g.fixed_ram_bytes, "nodes": len(g.nodes), "graph_name": g.name}
-        self.doc = {"format": SWEEP_FORMAT, "identity": spec.identity(), "spec": self.spec_d, "context": context,
-                    "points": []}
+        context = {
+            "plain_energy_j": g.plain_energy_j,
+            "plain_runtime_s": g.plain_runtime_s,
+            "keep_all_peak_bytes": keep_all_peak(g),
+            "min_ram_bytes": g.min_ram_bytes(),
+            "fixed_ram_bytes": g.fixed_ram_bytes,
+            "nodes": len(g.nodes),
+            "graph_name": g.name,
+        }
+        self.doc = {
+            "format": SWEEP_FORMAT,
+            "identity": spec.identity(),
+            "spec": self.spec_d,
+            "context": context,
+            "points": [],
+        }
         self.done: dict[str, dict] = {}
-        self.earlier: dict[str, dict] = {}   # retried points: kept unless the new solve does better
+        self.earlier: dict[str, dict] = {}  # retried points: kept unless the new solve does better
         self.todo: list = []
         self.running: set = set()
         self.lock = None
@@ -75,8 +87,15 @@ class SweepRun:
                 continue
             self.done[row["key"]] = row
         self.todo = [p for p in self.points if point_key(*p) not in self.done]
-        self.todo.sort(key=lambda p: order_key({"strategy": p[0], "ram_budget_bytes": self.budgets[p[1:]].ram_bytes,
-                                                "runtime_budget_s": self.budgets[p[1:]].runtime_s}))
+        self.todo.sort(
+            key=lambda p: order_key(
+                {
+                    "strategy": p[0],
+                    "ram_budget_bytes": self.budgets[p[1:]].ram_bytes,
+                    "runtime_budget_s": self.budgets[p[1:]].runtime_s,
+                }
+            )
+        )
         self.save()
 
     def close(self) -> None:
@@ -128,23 +147,35 @@ class SweepRun:
         the row's numbers become the validator's.  A schedule that fails is not written."""
         from ..graph.io import graph_to_dict
         from ..schedule.io import schedule_from_dict
+
         b = self.budgets[p[1:]]
         if self._graph_dict is None:
             self._graph_dict = graph_to_dict(self.g)
         why = None
         try:
             sc = schedule_from_dict(sched, source=f"point {row['key']}")
-        except Exception as e:   # noqa: BLE001 - whatever a worker sent, it must not end the sweep
+        except Exception as e:  # noqa: BLE001 - whatever a worker sent, it must not end the sweep
             why = f"{type(e).__name__}: {e}"
         else:
-            if (sc.budget.ram_bytes, sc.budget.runtime_s, sc.budget.paging_time) != \
-                    (b.ram_bytes, b.runtime_s, b.paging_time):
+            if (sc.budget.ram_bytes, sc.budget.runtime_s, sc.budget.paging_time) != (
+                b.ram_bytes,
+                b.runtime_s,
+                b.paging_time,
+            ):
                 why = "its budgets are not this point's"
             elif sched.get("graph") != self._graph_dict:
                 why = "its graph is not this sweep's"
         if why is not None:
-            for k in ("energy_j", "compute_energy_j", "paging_energy_j", "runtime_s", "peak_ram_bytes",
-                      "recomputes", "page_ins", "page_outs"):
+            for k in (
+                "energy_j",
+                "compute_energy_j",
+                "paging_energy_j",
+                "runtime_s",
+                "peak_ram_bytes",
+                "recomputes",
+                "page_ins",
+                "page_outs",
+            ):
                 row[k] = None
             row.update(status=ERROR, message=f"the schedule from the worker was refused: {why}"[:300])
             return None
@@ -153,13 +184,19 @@ class SweepRun:
 
     def _record(self, row: dict, sched: dict | None) -> None:
         old = self.earlier.pop(row["key"], None)
-        if old is not None and old.get("energy_j") is not None and row.get("status") != OPTIMAL and (
-                row.get("energy_j") is None or float(row["energy_j"]) > float(old["energy_j"])):
+        if (
+            old is not None
+            and old.get("energy_j") is not None
+            and row.get("status") != OPTIMAL
+            and (row.get("energy_j") is None or float(row["energy_j"]) > float(old["energy_j"]))
+        ):
             old = dict(old)
-            old["message"] = (f"{old.get('message') or ''} [a retry ({row.get('method')}, "
-                              f"{row.get('solve_seconds') or 0:.0f} s) ended {row.get('status')}"
-                              f"{'' if row.get('energy_j') is None else ' at ' + fmt_energy(float(row['energy_j']))};"
-                              f" this earlier result is kept]")[:400]
+            old["message"] = (
+                f"{old.get('message') or ''} [a retry ({row.get('method')}, "
+                f"{row.get('solve_seconds') or 0:.0f} s) ended {row.get('status')}"
+                f"{'' if row.get('energy_j') is None else ' at ' + fmt_energy(float(row['energy_j']))};"
+                f" this earlier result is kept]"
+            )[:400]
             self.done[row["key"]] = old
             self.save()
             return
@@ -180,11 +217,11 @@ class SweepRun:
             return None
         src, status, why = hit
         row = make_row(self.spec_d, g, s, m, r, b, None)
-        row.update(status=status, reused_from=src["key"], solve_seconds=0.0,
-                   message=f"reused from {src['key']}: {why}")
+        row.update(status=status, reused_from=src["key"], solve_seconds=0.0, message=f"reused from {src['key']}: {why}")
         sched = None
         if status != INFEASIBLE:
             from ..schedule.io import schedule_from_dict
+
             sd = json.loads((self.out / src["schedule_file"]).read_text())
             sd["budget"] = {"ram_bytes": b.ram_bytes, "runtime_s": b.runtime_s, "paging_time": b.paging_time}
             sd["strategy"], sd["status"] = s, status
@@ -192,8 +229,10 @@ class SweepRun:
             sc = schedule_from_dict(sd)  # re-validated against *these* budgets
             set_totals(row, sc.totals)
             lower = "lower bound" in why
-            row.update(gap=0.0 if lower else src.get("gap"),
-                       bound_energy_j=g.plain_energy_j if lower else src.get("bound_energy_j"))
+            row.update(
+                gap=0.0 if lower else src.get("gap"),
+                bound_energy_j=g.plain_energy_j if lower else src.get("bound_energy_j"),
+            )
             sched = sd
         self._record(row, sched)
         return row
@@ -225,9 +264,11 @@ class Progress:
         if e not in (None, ""):
             what += f" {fmt_energy(float(e))}"
         who = f"{label:<22} " if self.labelled else ""
-        self.stream.write(f"[{self.done}/{self.total}] {who}{row['strategy']:>9} mem {row['memory']:>7} "
-                          f"rt {row['runtime']:>5}: {what} ({how}) | in flight {in_flight} | "
-                          f"elapsed {hms(el)}{eta}\n")
+        self.stream.write(
+            f"[{self.done}/{self.total}] {who}{row['strategy']:>9} mem {row['memory']:>7} "
+            f"rt {row['runtime']:>5}: {what} ({how}) | in flight {in_flight} | "
+            f"elapsed {hms(el)}{eta}\n"
+        )
         self.stream.flush()
 
 
@@ -254,12 +295,16 @@ def drive(runs: list[SweepRun], backend, *, progress: bool = True, stream=None) 
         prog = Progress(total, sum(r.finished for r in runs), stream, progress, labelled=len(runs) > 1)
         for run in runs:
             if len(run.todo) < len(run.points):
-                prog.say(f"resuming: {len(run.points) - len(run.todo)} of {len(run.points)} points already in "
-                         f"{run.out / 'sweep.json'}")
+                prog.say(
+                    f"resuming: {len(run.points) - len(run.todo)} of {len(run.points)} points already in "
+                    f"{run.out / 'sweep.json'}"
+                )
         left = sum(len(r.todo) for r in runs)
         if left:
-            prog.say(f"{total} points in {len(runs)} sweep{'s' if len(runs) > 1 else ''}, {left} to do, "
-                     f"on {backend.describe()}")
+            prog.say(
+                f"{total} points in {len(runs)} sweep{'s' if len(runs) > 1 else ''}, {left} to do, "
+                f"on {backend.describe()}"
+            )
             started = backend.start()
             if started:
                 prog.say(started)
@@ -269,8 +314,10 @@ def drive(runs: list[SweepRun], backend, *, progress: bool = True, stream=None) 
         backend.cancel()
         saved = sum(len(r.done) for r in opened)
         where = runs[0].out / "sweep.json" if len(runs) == 1 else f"{len(opened)} sweep directories"
-        stream.write(f"\ninterrupted: {saved} of {sum(len(r.points) for r in runs)} points saved in {where}; "
-                     f"run the same command again to resume\n")
+        stream.write(
+            f"\ninterrupted: {saved} of {sum(len(r.points) for r in runs)} points saved in {where}; "
+            f"run the same command again to resume\n"
+        )
         raise
     finally:
         try:
@@ -290,7 +337,7 @@ def _loop(runs: list[SweepRun], backend, prog: Progress) -> None:
             waiting = [i for i, r in enumerate(runs) if r.todo]
             if not waiting:
                 break
-            i = min(waiting, key=lambda j: len(runs[j].running))   # the sweeps in turn
+            i = min(waiting, key=lambda j: len(runs[j].running))  # the sweeps in turn
             run = runs[i]
             kind, x = run.take()
             if kind == "reused":
@@ -304,14 +351,24 @@ def _loop(runs: list[SweepRun], backend, prog: Progress) -> None:
             prog.tick(runs[i].label, row, "solved", backend.in_flight(), remaining())
 
 
-def run_sweep(spec: SweepSpec, out, *, jobs: int | None = None, force: bool = False, retry: bool = False,
-              progress: bool = True, stream=None, backend=None) -> dict:
+def run_sweep(
+    spec: SweepSpec,
+    out,
+    *,
+    jobs: int | None = None,
+    force: bool = False,
+    retry: bool = False,
+    progress: bool = True,
+    stream=None,
+    backend=None,
+) -> dict:
     """Run (or resume) one sweep into directory ``out``; returns the sweep document.
 
     ``backend``: where points are solved (default: a local process pool of ``jobs`` processes;
     see :class:`poet.sweep.local.LocalBackend` and :class:`poet.sweep.ray_backend.RayBackend`)."""
     if backend is None:
         from .local import LocalBackend
+
         backend = LocalBackend(jobs=jobs, threads=spec.threads)
     run = SweepRun(spec, out, force=force, retry=retry)
     drive([run], backend, progress=progress, stream=stream)
@@ -322,17 +379,20 @@ def _on_sigterm():
     """Treat SIGTERM like Ctrl-C (save and stop), when we are the main thread."""
     import signal
     import threading
+
     if threading.current_thread() is not threading.main_thread():
         return None
 
     def handler(signum, frame):
         raise KeyboardInterrupt
+
     return signal.signal(signal.SIGTERM, handler)
 
 
 def _restore_sigterm(old):
     import signal
     import threading
+
     if old is not None and threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, old)
 
@@ -342,6 +402,8 @@ def make_backend(cluster: str | None, *, jobs: int | None = None, threads: int |
     here, anything else the address of a running Ray cluster."""
     if cluster in (None, "", "local"):
         from .local import LocalBackend
+
         return LocalBackend(jobs=jobs, threads=threads)
     from .ray_backend import RayBackend
+
     return RayBackend(cluster, jobs=jobs, threads=threads)

@@ -7,6 +7,7 @@ directory; on top of them ``study.json`` names the sweeps, and ``study.md``/``st
 saving over the best single technique (remat-only or paging-only) at every point of every sweep.
 All points of all sweeps share one backend, so a cluster is kept busy across sweeps.
 """
+
 from __future__ import annotations
 
 import csv
@@ -30,15 +31,36 @@ from .reuse import best_single
 from .runner import SweepRun, drive
 
 STUDY_FORMAT = "poet-study/1"
-GRID_KEYS = ("memory", "steps", "runtime", "strategies", "time_limit", "paging_time", "batch_size", "gap",
-             "method")
+GRID_KEYS = ("memory", "steps", "runtime", "strategies", "time_limit", "paging_time", "batch_size", "gap", "method")
 ENTRY_KEYS = ("models", "devices") + GRID_KEYS
-GRID_DEFAULTS = {"memory": "10%..100%", "steps": 10, "runtime": "1.0x,1.2x,2x",
-                 "strategies": ",".join(DEFAULT_STRATEGIES), "time_limit": 60.0, "paging_time": "serial",
-                 "batch_size": 1, "gap": 1e-3, "method": "auto"}
-SUMMARY_COLUMNS = ["model", "device", "memory", "ram_budget_bytes", "ram_fraction", "runtime", "runtime_budget_x",
-                   "poet_status", "poet_energy_j", "remat_energy_j", "paging_energy_j", "best_single",
-                   "best_single_energy_j", "saving", "plain_energy_j"]
+GRID_DEFAULTS = {
+    "memory": "10%..100%",
+    "steps": 10,
+    "runtime": "1.0x,1.2x,2x",
+    "strategies": ",".join(DEFAULT_STRATEGIES),
+    "time_limit": 60.0,
+    "paging_time": "serial",
+    "batch_size": 1,
+    "gap": 1e-3,
+    "method": "auto",
+}
+SUMMARY_COLUMNS = [
+    "model",
+    "device",
+    "memory",
+    "ram_budget_bytes",
+    "ram_fraction",
+    "runtime",
+    "runtime_budget_x",
+    "poet_status",
+    "poet_energy_j",
+    "remat_energy_j",
+    "paging_energy_j",
+    "best_single",
+    "best_single_energy_j",
+    "saving",
+    "plain_energy_j",
+]
 
 
 @dataclass
@@ -53,12 +75,11 @@ def sweep_name(model: str, device: str | None) -> str:
     return f"{Path(model).stem}-{device or 'graph'}"
 
 
-def spec_from(model: str, device: str | None, grid: dict, threads: int | None = None,
-              where: str = "") -> SweepSpec:
+def spec_from(model: str, device: str | None, grid: dict, threads: int | None = None, where: str = "") -> SweepSpec:
     """A sweep's spec from grid values as the command line or a study file gives them."""
     g = {**GRID_DEFAULTS, **{k: v for k, v in grid.items() if v is not None}}
 
-    def name(key):   # as the user wrote it: a key of the study file, or the command line's option
+    def name(key):  # as the user wrote it: a key of the study file, or the command line's option
         return f"{where}{key}" if where else "--" + key.replace("_", "-")
 
     def text(key):
@@ -82,17 +103,27 @@ def spec_from(model: str, device: str | None, grid: dict, threads: int | None = 
     if not all(isinstance(x, str) for x in items):
         raise SweepError(f"{name('memory')} must be a string or a list of strings, not {mem!r}")
     steps = number("steps", int)
-    if ".." in "".join(items):   # a range: refuse a huge grid before its budgets are listed
+    if ".." in "".join(items):  # a range: refuse a huge grid before its budgets are listed
         check_size(steps * sum(".." in x for x in items), len(runtimes), len(strategies))
     memories = list(dict.fromkeys(m for x in items for m in parse_memory_range(x, steps)))
-    return SweepSpec(model=model, device=device, memories=memories, runtimes=runtimes, strategies=strategies,
-                     paging_time=text("paging_time"), time_limit_s=number("time_limit", float),
-                     batch_size=number("batch_size", int), gap=number("gap", float), threads=threads,
-                     method=text("method"))
+    return SweepSpec(
+        model=model,
+        device=device,
+        memories=memories,
+        runtimes=runtimes,
+        strategies=strategies,
+        paging_time=text("paging_time"),
+        time_limit_s=number("time_limit", float),
+        batch_size=number("batch_size", int),
+        gap=number("gap", float),
+        threads=threads,
+        method=text("method"),
+    )
 
 
-def study_from_lists(models: list[str], devices: list[str | None], grid: dict,
-                     threads: int | None = None) -> list[StudySweep]:
+def study_from_lists(
+    models: list[str], devices: list[str | None], grid: dict, threads: int | None = None
+) -> list[StudySweep]:
     """Every model on every device, all with one grid."""
     return _unique([StudySweep(spec_from(m, d, grid, threads), sweep_name(m, d)) for m in models for d in devices])
 
@@ -115,7 +146,7 @@ def load_study(path, grid: dict, threads: int | None = None) -> list[StudySweep]
         raise SweepError(f"{p}: sweep must be a list of tables ([[sweep]] entries)")
     labelled = [(f"{p}: [[sweep]] number {i + 1}: ", e) for i, e in enumerate(entries)]
     if "models" in top:
-        labelled.insert(0, (f"{p}: ", {}))    # the top level is an entry of its own
+        labelled.insert(0, (f"{p}: ", {}))  # the top level is an entry of its own
     if not labelled:
         raise SweepError(f"{p} names no sweep: give models = [...] and devices = [...], or [[sweep]] entries")
     base = {**grid, **{k: top[k] for k in GRID_KEYS if k in top}}
@@ -135,8 +166,10 @@ def load_study(path, grid: dict, threads: int | None = None) -> list[StudySweep]
 def _check_keys(d: dict, allowed, where: str) -> None:
     bad = sorted(set(d) - set(allowed))
     if bad:
-        raise SweepError(f"{where}: unknown key{'s' if len(bad) > 1 else ''} {', '.join(bad)}; a study file knows "
-                         f"{', '.join(allowed)} (and [[sweep]] entries)")
+        raise SweepError(
+            f"{where}: unknown key{'s' if len(bad) > 1 else ''} {', '.join(bad)}; a study file knows "
+            f"{', '.join(allowed)} (and [[sweep]] entries)"
+        )
 
 
 def _names(v, key: str, where: str, allow_empty: bool = False) -> list[str]:
@@ -152,23 +185,43 @@ def _unique(sweeps: list[StudySweep]) -> list[StudySweep]:
     seen = {}
     for s in sweeps:
         if s.name in seen:
-            raise SweepError(f"the study has {s.spec.model} on {s.spec.device} twice (directory {s.name}); "
-                             f"list every model x device once")
+            raise SweepError(
+                f"the study has {s.spec.model} on {s.spec.device} twice (directory {s.name}); "
+                f"list every model x device once"
+            )
         seen[s.name] = s
     return sweeps
 
 
-def run_study(sweeps: list[StudySweep], out, backend, *, force: bool = False, retry: bool = False,
-              progress: bool = True, stream=None) -> list[dict]:
+def run_study(
+    sweeps: list[StudySweep],
+    out,
+    backend,
+    *,
+    force: bool = False,
+    retry: bool = False,
+    progress: bool = True,
+    stream=None,
+) -> list[dict]:
     """Run (or resume) every sweep of a study into ``out/NAME``; returns their sweep documents."""
     out = Path(out)
-    runs = [SweepRun(s.spec, out / s.name, force=force, retry=retry,
-                     label=f"{Path(s.spec.model).stem}@{s.spec.device or 'graph'}") for s in sweeps]
+    runs = [
+        SweepRun(
+            s.spec,
+            out / s.name,
+            force=force,
+            retry=retry,
+            label=f"{Path(s.spec.model).stem}@{s.spec.device or 'graph'}",
+        )
+        for s in sweeps
+    ]
     _prepare_study_dir(out, force)
-    manifest = {"format": STUDY_FORMAT,
-                "sweeps": [{"dir": s.name, "model": s.spec.model, "device": s.spec.device} for s in sweeps]}
+    manifest = {
+        "format": STUDY_FORMAT,
+        "sweeps": [{"dir": s.name, "model": s.spec.model, "device": s.spec.device} for s in sweeps],
+    }
     old = _load_manifest(out)
-    if old:   # a study resumed with more (or other) sweeps keeps naming the ones it had
+    if old:  # a study resumed with more (or other) sweeps keeps naming the ones it had
         names = {s["dir"] for s in manifest["sweeps"]}
         manifest["sweeps"] += [s for s in old.get("sweeps", []) if s.get("dir") not in names]
     atomic_write_text(out / "study.json", json.dumps(manifest, indent=1))
@@ -180,8 +233,10 @@ def _prepare_study_dir(out: Path, force: bool) -> None:
     if out.exists() and not out.is_dir():
         raise SweepError(f"--out {out} exists and is not a directory; choose another --out")
     if out.is_dir() and any(out.iterdir()) and not (out / "study.json").exists() and not force:
-        raise SweepError(f"--out {out} exists, is not empty and holds no study.json; refusing to write into it "
-                         f"(choose another --out, or pass --force)")
+        raise SweepError(
+            f"--out {out} exists, is not empty and holds no study.json; refusing to write into it "
+            f"(choose another --out, or pass --force)"
+        )
     out.mkdir(parents=True, exist_ok=True)
 
 
@@ -194,6 +249,7 @@ def _load_manifest(out: Path) -> dict | None:
 
 
 # -- the summary ------------------------------------------------------------------------
+
 
 def _num(x):
     return None if x in (None, "") else float(x)
@@ -214,15 +270,25 @@ def saving_rows(docs: list[dict]) -> list[dict]:
             poet = by.get(("poet", mem, rt))
             pe = _num(poet.get("energy_j")) if poet else None
             best = single.get((mem, rt))
-            out.append({"model": ident["model"], "device": ident["device"], "memory": mem,
-                        "ram_budget_bytes": r["ram_budget_bytes"], "ram_fraction": r.get("ram_fraction"),
-                        "runtime": rt, "runtime_budget_x": r.get("runtime_budget_x"),
-                        "poet_status": poet.get("status") if poet else None, "poet_energy_j": pe,
-                        "remat_energy_j": _num((by.get(("remat", mem, rt)) or {}).get("energy_j")),
-                        "paging_energy_j": _num((by.get(("paging", mem, rt)) or {}).get("energy_j")),
-                        "best_single": best[1] if best else None, "best_single_energy_j": best[0] if best else None,
-                        "saving": (best[0] - pe) / best[0] if best and pe is not None and best[0] > 0 else None,
-                        "plain_energy_j": plain})
+            out.append(
+                {
+                    "model": ident["model"],
+                    "device": ident["device"],
+                    "memory": mem,
+                    "ram_budget_bytes": r["ram_budget_bytes"],
+                    "ram_fraction": r.get("ram_fraction"),
+                    "runtime": rt,
+                    "runtime_budget_x": r.get("runtime_budget_x"),
+                    "poet_status": poet.get("status") if poet else None,
+                    "poet_energy_j": pe,
+                    "remat_energy_j": _num((by.get(("remat", mem, rt)) or {}).get("energy_j")),
+                    "paging_energy_j": _num((by.get(("paging", mem, rt)) or {}).get("energy_j")),
+                    "best_single": best[1] if best else None,
+                    "best_single_energy_j": best[0] if best else None,
+                    "saving": (best[0] - pe) / best[0] if best and pe is not None and best[0] > 0 else None,
+                    "plain_energy_j": plain,
+                }
+            )
     return out
 
 
@@ -235,37 +301,57 @@ def sweep_summaries(docs: list[dict]) -> list[dict]:
         pts = doc["points"]
         mine = [r for r in rows if r["model"] == ident["model"] and r["device"] == ident["device"]]
         best = max((r for r in mine if r["saving"] is not None), key=lambda r: r["saving"], default=None)
-        only = [r for r in mine if r["poet_energy_j"] is not None and r["best_single_energy_j"] is None
-                and (r["remat_energy_j"] is None and r["paging_energy_j"] is None)]
-        out.append({"model": ident["model"], "device": ident["device"], "points": len(pts),
-                    "planned": len(doc["spec"]["memories"]) * len(doc["spec"]["runtimes"])
-                    * len(doc["spec"]["strategies"]),
-                    "proven": sum(r.get("status") in ("optimal", "infeasible") for r in pts),
-                    "unproven": sum(r.get("status") in ("feasible", "heuristic") for r in pts),
-                    "no_schedule": sum(r.get("status") in ("no_solution", "error") for r in pts),
-                    "solve_seconds": sum(float(r.get("solve_seconds") or 0) for r in pts if not r.get("reused_from")),
-                    "plain_energy_j": doc["context"]["plain_energy_j"],
-                    "best_saving": best["saving"] if best else None,
-                    "best_at": f"{best['memory']} / {best['runtime']}" if best and abs(best["saving"]) > 1e-9 else "",
-                    "only_poet_fits": len(only)})
+        only = [
+            r
+            for r in mine
+            if r["poet_energy_j"] is not None
+            and r["best_single_energy_j"] is None
+            and (r["remat_energy_j"] is None and r["paging_energy_j"] is None)
+        ]
+        out.append(
+            {
+                "model": ident["model"],
+                "device": ident["device"],
+                "points": len(pts),
+                "planned": len(doc["spec"]["memories"]) * len(doc["spec"]["runtimes"]) * len(doc["spec"]["strategies"]),
+                "proven": sum(r.get("status") in ("optimal", "infeasible") for r in pts),
+                "unproven": sum(r.get("status") in ("feasible", "heuristic") for r in pts),
+                "no_schedule": sum(r.get("status") in ("no_solution", "error") for r in pts),
+                "solve_seconds": sum(float(r.get("solve_seconds") or 0) for r in pts if not r.get("reused_from")),
+                "plain_energy_j": doc["context"]["plain_energy_j"],
+                "best_saving": best["saving"] if best else None,
+                "best_at": f"{best['memory']} / {best['runtime']}" if best and abs(best["saving"]) > 1e-9 else "",
+                "only_poet_fits": len(only),
+            }
+        )
     return out
 
 
 def study_markdown(docs: list[dict]) -> str:
-    lines = ["# Study: POET's saving over the best single technique", "",
-             ("Saving: (best of remat-only and paging-only - POET) / that best, at the same RAM budget and "
-              "deadline; the largest over each sweep's grid.  `only POET` counts the points where POET "
-              "has a schedule and neither single technique does.  Proven: optimal or infeasible."), "",
-             ("| model | device | plain pass | points | proven | unproven | no schedule | largest saving | at "
-              "(RAM / deadline) | only POET | solver time |"),
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "# Study: POET's saving over the best single technique",
+        "",
+        (
+            "Saving: (best of remat-only and paging-only - POET) / that best, at the same RAM budget and "
+            "deadline; the largest over each sweep's grid.  `only POET` counts the points where POET "
+            "has a schedule and neither single technique does.  Proven: optimal or infeasible."
+        ),
+        "",
+        (
+            "| model | device | plain pass | points | proven | unproven | no schedule | largest saving | at "
+            "(RAM / deadline) | only POET | solver time |"
+        ),
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for s in sweep_summaries(docs):
         x = s["best_saving"]
         sav = "" if x is None else "none" if abs(x) <= 1e-9 else f"{x:.1%}"
         pts = f"{s['points']}" + ("" if s["points"] == s["planned"] else f" of {s['planned']}")
-        lines.append(f"| {s['model']} | {s['device']} | {fmt_energy(s['plain_energy_j'])} | {pts} | {s['proven']} | "
-                     f"{s['unproven']} | {s['no_schedule']} | {sav} | {s['best_at']} | {s['only_poet_fits']} | "
-                     f"{s['solve_seconds']:.0f} s |")
+        lines.append(
+            f"| {s['model']} | {s['device']} | {fmt_energy(s['plain_energy_j'])} | {pts} | {s['proven']} | "
+            f"{s['unproven']} | {s['no_schedule']} | {sav} | {s['best_at']} | {s['only_poet_fits']} | "
+            f"{s['solve_seconds']:.0f} s |"
+        )
     lines += ["", "Every point: `study.csv`; each sweep's tables and plots: its directory.", ""]
     return "\n".join(lines)
 

@@ -30,6 +30,7 @@ deadline budgets, the validator's instruction list):
 The result is a fixed-rule schedule: status ``heuristic``, no optimality claim (the
 ``capuchin`` strategy, :mod:`poet.solve.strategies.capuchin`, judges it against the budgets).
 """
+
 from __future__ import annotations
 
 import time
@@ -214,8 +215,9 @@ def _delta_time(mode: str, comp, page, adds: list[tuple[int, float, float]]) -> 
     return d
 
 
-def capuchin_plan(g: CostedGraph, budget: Budget, max_rounds: int | None = None,
-                  time_limit: float | None = None, stop=None) -> tuple[_Plan, list[Step], dict]:
+def capuchin_plan(
+    g: CostedGraph, budget: Budget, max_rounds: int | None = None, time_limit: float | None = None, stop=None
+) -> tuple[_Plan, list[Step], dict]:
     """Greedy swap-or-recompute evictions until the replayed peak fits (or nothing is left).
 
     Each round replays the whole plan, so the work grows about as the cube of the graph's size
@@ -228,8 +230,12 @@ def capuchin_plan(g: CostedGraph, budget: Budget, max_rounds: int | None = None,
     nob = Budget(ram_bytes=10**30, runtime_s=None, paging_time=budget.paging_time)
     deadline = budget.runtime_s
     mode = budget.paging_time
-    cands = [(i, acc[j], acc[j + 1]) for i, acc in enumerate(plan.access) for j in range(len(acc) - 1)
-             if acc[j + 1] > acc[j] + 1 and g.nodes[i].ram_bytes > 0]
+    cands = [
+        (i, acc[j], acc[j + 1])
+        for i, acc in enumerate(plan.access)
+        for j in range(len(acc) - 1)
+        if acc[j + 1] > acc[j] + 1 and g.nodes[i].ram_bytes > 0
+    ]
     banned: set[tuple[int, int, str]] = set()
     steps = plan.steps()
     rep = simulate(g, steps, nob)
@@ -243,6 +249,7 @@ def capuchin_plan(g: CostedGraph, budget: Budget, max_rounds: int | None = None,
         if stop is not None and stop():
             return "stop request"
         return None
+
     while rounds < limit:
         rounds += 1
         prof = _stage_profile(steps, rep.ram_after_step)
@@ -260,7 +267,7 @@ def capuchin_plan(g: CostedGraph, budget: Budget, max_rounds: int | None = None,
                 break
             if (i, a) in plan.decisions:
                 continue
-            relieved = bisect_left(over, b) - bisect_right(over, a)    # over-budget stages strictly inside
+            relieved = bisect_left(over, b) - bisect_right(over, a)  # over-budget stages strictly inside
             if not relieved:
                 continue
             options = []
@@ -297,8 +304,14 @@ def capuchin_plan(g: CostedGraph, budget: Budget, max_rounds: int | None = None,
             swaps += 1
         else:
             recomputes += 1
-    info = {"evictions": len(plan.decisions), "swap_evictions": swaps, "recompute_evictions": recomputes,
-            "reverted": reverted, "rounds": rounds, "candidates": len(cands)}
+    info = {
+        "evictions": len(plan.decisions),
+        "swap_evictions": swaps,
+        "recompute_evictions": recomputes,
+        "reverted": reverted,
+        "rounds": rounds,
+        "candidates": len(cands),
+    }
     if stopped:
         info["stopped"] = stopped
     return plan, steps, info

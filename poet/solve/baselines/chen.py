@@ -3,6 +3,7 @@
 The ``chen`` strategy (:mod:`poet.solve.strategies.chen`) tries every plan of
 :func:`chen_plans` and keeps the cheapest that meets the budgets.
 """
+
 from __future__ import annotations
 
 import math
@@ -79,6 +80,7 @@ def segment_steps(g: CostedGraph, checkpoints) -> list[Step]:
                 memo[v] = any(s > k or (missing(s) and memo[s]) for s in g.succs[v])
                 stack.pop()
             return memo[i]
+
         return need
 
     def ensure(x: int, stage: int):
@@ -107,7 +109,7 @@ def segment_steps(g: CostedGraph, checkpoints) -> list[Step]:
         need = needed_after(k, fwd_phase)
         for i in sorted(resident):
             if fwd_phase and i in droppable:
-                drop = max_fwd_reader[i] <= k   # Chen: interiors are not kept for the backward pass
+                drop = max_fwd_reader[i] <= k  # Chen: interiors are not kept for the backward pass
             else:
                 drop = not need(i)
             if drop:
@@ -152,4 +154,3 @@ def chen_plans(g: CostedGraph) -> dict[str, list[int]]:
             if cps and cps not in plans.values():
                 plans[f"greedy B={fmt_bytes(b)}"] = cps
     return plans
-

@@ -3,6 +3,7 @@
 HiGHS (open source, ``highspy``) is the default and the only backend; another (OR-Tools, Gurobi)
 would register in :data:`BACKENDS` with the same signature as :func:`solve_highs` and stay optional.
 """
+
 from __future__ import annotations
 
 import math
@@ -19,13 +20,13 @@ from .problem import MilpProblem, MilpResult
 _BANNER_SILENCED = False
 
 
-_SCHEDULER_THREADS: list = [None]   # the thread count HiGHS's process-wide scheduler was started with
+_SCHEDULER_THREADS: list = [None]  # the thread count HiGHS's process-wide scheduler was started with
 
 
 def _use_threads(h, threads: int | None) -> None:
     """HiGHS starts one scheduler per process and refuses a later solve that asks for a
     different thread count (it returns without solving); restart the scheduler instead."""
-    want = int(threads) if threads is not None else 0   # 0: HiGHS picks (all cores)
+    want = int(threads) if threads is not None else 0  # 0: HiGHS picks (all cores)
     if _SCHEDULER_THREADS[0] is not None and _SCHEDULER_THREADS[0] != want:
         type(h).resetGlobalScheduler(True)
     _SCHEDULER_THREADS[0] = want
@@ -41,7 +42,7 @@ def new_highs():
     sys.stdout.flush()
     try:
         fd = os.dup(1)
-    except OSError:        # no usable stdout: nothing to protect
+    except OSError:  # no usable stdout: nothing to protect
         _BANNER_SILENCED = True
         return highspy.Highs()
     try:
@@ -55,9 +56,18 @@ def new_highs():
     return h
 
 
-def solve_highs(p: MilpProblem, *, time_limit: float | None = None, threads: int | None = None,
-                gap: float = 1e-3, start: np.ndarray | None = None, progress=None,
-                verbose: bool = False, options: dict | None = None, stop=None) -> MilpResult:
+def solve_highs(
+    p: MilpProblem,
+    *,
+    time_limit: float | None = None,
+    threads: int | None = None,
+    gap: float = 1e-3,
+    start: np.ndarray | None = None,
+    progress=None,
+    verbose: bool = False,
+    options: dict | None = None,
+    stop=None,
+) -> MilpResult:
     """Solve ``p`` with HiGHS.
 
     start:    a complete feasible assignment (or None) given to HiGHS as its first incumbent.
@@ -96,8 +106,7 @@ def solve_highs(p: MilpProblem, *, time_limit: float | None = None, threads: int
     lp.a_matrix_.start_ = np.asarray(p.starts, dtype=np.int32)
     lp.a_matrix_.index_ = np.asarray(p.index, dtype=np.int32)
     lp.a_matrix_.value_ = np.asarray(p.value, dtype=np.float64)
-    lp.integrality_ = [highspy.HighsVarType.kInteger if b else highspy.HighsVarType.kContinuous
-                       for b in p.integer]
+    lp.integrality_ = [highspy.HighsVarType.kInteger if b else highspy.HighsVarType.kContinuous for b in p.integer]
     h.passModel(lp)
     if start is not None:
         sol = highspy.HighsSolution()
@@ -119,8 +128,15 @@ def solve_highs(p: MilpProblem, *, time_limit: float | None = None, threads: int
             obj = d.mip_primal_bound if np.isfinite(d.mip_primal_bound) else None
             bnd = d.mip_dual_bound if np.isfinite(d.mip_dual_bound) else None
             try:
-                progress({"elapsed_s": now, "objective": obj, "bound": bnd,
-                          "gap": d.mip_gap if obj is not None else None, "nodes": int(d.mip_node_count)})
+                progress(
+                    {
+                        "elapsed_s": now,
+                        "objective": obj,
+                        "bound": bnd,
+                        "gap": d.mip_gap if obj is not None else None,
+                        "nodes": int(d.mip_node_count),
+                    }
+                )
             except Exception:  # a failing progress printer must not kill the solve
                 pass
 
@@ -150,7 +166,7 @@ def solve_highs(p: MilpProblem, *, time_limit: float | None = None, threads: int
                 if not asked and stop():
                     h.cancelSolve()
                     asked = True
-        except BaseException:       # a second Ctrl-C: let HiGHS's thread end too
+        except BaseException:  # a second Ctrl-C: let HiGHS's thread end too
             h.cancelSolve()
             raise
     seconds = time.perf_counter() - t0
@@ -160,9 +176,20 @@ def solve_highs(p: MilpProblem, *, time_limit: float | None = None, threads: int
     def again(why: str, **changed) -> MilpResult:
         """The same solve once more, with ``changed`` arguments, in the time left; marked ``why``."""
         rest = None if time_limit is None else max(0.1, time_limit - (time.perf_counter() - t0))
-        r2 = solve_highs(p, **{"time_limit": rest, "threads": threads, "gap": gap, "start": start,
-                               "progress": progress, "verbose": verbose, "options": options,
-                               "stop": stop, **changed})
+        r2 = solve_highs(
+            p,
+            **{
+                "time_limit": rest,
+                "threads": threads,
+                "gap": gap,
+                "start": start,
+                "progress": progress,
+                "verbose": verbose,
+                "options": options,
+                "stop": stop,
+                **changed,
+            },
+        )
         r2.seconds += seconds
         r2.extra[why] = True
         return r2
@@ -196,7 +223,7 @@ def solve_highs(p: MilpProblem, *, time_limit: float | None = None, threads: int
         return again("resolved_without_presolve", options={**(options or {}), "presolve": "off"})
     bound = info.mip_dual_bound
     mgap = info.mip_gap if has_sol else None
-    if has_sol and obj != info.objective_function_value:     # the start, priced here
+    if has_sol and obj != info.objective_function_value:  # the start, priced here
         mgap = abs(obj - bound) / abs(obj) if obj and math.isfinite(bound) else math.inf
     detail = h.modelStatusToString(ms)
     extra = {"nodes": int(info.mip_node_count)}

@@ -3,6 +3,7 @@
 The POET MILP (:mod:`poet.solve.milp`) and the eviction cover (:mod:`poet.solve.bounds`) are
 both written as a :class:`MilpProblem` and solved by the same backend (:mod:`poet.solve.lp.highs`).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -20,7 +21,7 @@ class MilpProblem:
     c: np.ndarray
     col_lo: np.ndarray
     col_hi: np.ndarray
-    integer: np.ndarray          # bool per column
+    integer: np.ndarray  # bool per column
     starts: np.ndarray
     index: np.ndarray
     value: np.ndarray
@@ -42,11 +43,11 @@ class MilpProblem:
 
 @dataclass
 class MilpResult:
-    status: str                  # optimal | feasible | infeasible | no_solution
+    status: str  # optimal | feasible | infeasible | no_solution
     x: np.ndarray | None
-    objective: float | None      # in the problem's (scaled) units
-    bound: float | None          # proven lower bound, same units
-    gap: float | None            # relative, as the solver reports it
+    objective: float | None  # in the problem's (scaled) units
+    bound: float | None  # proven lower bound, same units
+    gap: float | None  # relative, as the solver reports it
     seconds: float
     detail: str = ""
     extra: dict = field(default_factory=dict)
@@ -82,10 +83,16 @@ class MatrixBuilder:
 
     def problem(self) -> MilpProblem:
         return MilpProblem(
-            c=np.array(self.c), col_lo=np.array(self.lo), col_hi=np.array(self.hi),
-            integer=np.array(self.integer, dtype=bool), starts=np.array(self.starts),
-            index=np.array(self.index), value=np.array(self.value),
-            row_lo=np.array(self.rlo), row_hi=np.array(self.rhi))
+            c=np.array(self.c),
+            col_lo=np.array(self.lo),
+            col_hi=np.array(self.hi),
+            integer=np.array(self.integer, dtype=bool),
+            starts=np.array(self.starts),
+            index=np.array(self.index),
+            value=np.array(self.value),
+            row_lo=np.array(self.rlo),
+            row_hi=np.array(self.rhi),
+        )
 
 
 def row_activities(p: MilpProblem, x: np.ndarray) -> np.ndarray:

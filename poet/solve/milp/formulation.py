@@ -29,6 +29,7 @@ Variables that can never be useful are not created: node i at stage t needs
 a descendant with index >= t (stage t only computes what serves node t or a
 later stage), and a node nobody reads is never kept, paged or recomputed.
 """
+
 from __future__ import annotations
 
 import math
@@ -47,16 +48,16 @@ INF = math.inf
 @dataclass
 class Formulation:
     problem: MilpProblem
-    R: np.ndarray    # T x T column index, -1 where the variable does not exist
-    S: np.ndarray    # (T+1) x T
+    R: np.ndarray  # T x T column index, -1 where the variable does not exist
+    S: np.ndarray  # (T+1) x T
     D: np.ndarray
-    I: dict          # (t, i) -> [(k, column)]: page i in before computing k in stage t
+    I: dict  # (t, i) -> [(k, column)]: page i in before computing k in stage t
     O: np.ndarray
-    U: list          # per stage: list of U columns
+    U: list  # per stage: list of U columns
     energy_unit: float
     runtime_cols: list  # (col, seconds-coefficient) pairs of the runtime expression, for re-use
-    F: dict = field(default_factory=dict)      # (t, k, i) -> column: free i right after computing k
-    defs: list = field(default_factory=list)   # (col, [expr, ...], const): continuous col = max(exprs) + const
+    F: dict = field(default_factory=dict)  # (t, k, i) -> column: free i right after computing k
+    defs: list = field(default_factory=list)  # (col, [expr, ...], const): continuous col = max(exprs) + const
 
     @property
     def T(self) -> int:
@@ -66,14 +67,23 @@ class Formulation:
 class _Rows:
     """The columns of one formulation and the methods that add its constraint families, in order."""
 
-    def __init__(self, g: CostedGraph, budget: Budget, *, remat: bool, paging: bool, objective: str,
-                 ram_cap_bytes: int | None, tighten: bool):
+    def __init__(
+        self,
+        g: CostedGraph,
+        budget: Budget,
+        *,
+        remat: bool,
+        paging: bool,
+        objective: str,
+        ram_cap_bytes: int | None,
+        tighten: bool,
+    ):
         self.g, self.budget, self.remat, self.paging = g, budget, remat, paging
         self.objective, self.tighten = objective, tighten
         self.T = T = len(g.nodes)
-        self.B = float(ram_cap_bytes if ram_cap_bytes is not None else budget.ram_bytes)   # the memory unit
+        self.B = float(ram_cap_bytes if ram_cap_bytes is not None else budget.ram_bytes)  # the memory unit
         self.mem = [nd.ram_bytes / self.B for nd in g.nodes]
-        self.E0 = g.plain_energy_j or 1.0                                              # the energy unit
+        self.E0 = g.plain_energy_j or 1.0  # the energy unit
         self.b = MatrixBuilder()
         neg = lambda *shape: np.full(shape, -1, dtype=np.int64)  # noqa: E731
         self.R, self.S, self.D, self.O = neg(T, T), neg(T + 1, T), neg(T + 1, T), neg(T, T)
@@ -111,8 +121,11 @@ class _Rows:
             if self.paging:
                 for i in range(t):
                     if D[t, i] >= 0:
-                        self.I[t, i] = [(k, b.var(cost=self.ecost(nodes[i].pagein_energy_j)))
-                                        for k in g.succs[i] if k <= t and R[t, k] >= 0]
+                        self.I[t, i] = [
+                            (k, b.var(cost=self.ecost(nodes[i].pagein_energy_j)))
+                            for k in g.succs[i]
+                            if k <= t and R[t, k] >= 0
+                        ]
 
     def terms(self, *pairs) -> tuple[list[int], list[float]]:
         cols, vals = [], []
@@ -213,7 +226,7 @@ class _Rows:
         u_hi = INF if peak_ram else cap_bytes / self.B
         for t in range(T):
             ks = [k for k in range(t + 1) if R[t, k] >= 0]
-            arrivals: dict[int, list[tuple[int, float]]] = {}   # k -> page-in columns landing before k
+            arrivals: dict[int, list[tuple[int, float]]] = {}  # k -> page-in columns landing before k
             for i in range(t):
                 for k, col in I.get((t, i), ()):
                     if mem[i] > 0:
@@ -264,7 +277,7 @@ class _Rows:
             stage_terms.append((comp, page))
         if not (self.objective == "runtime" or budget.runtime_s is not None):
             return
-        rt_terms = []   # (col, seconds)
+        rt_terms = []  # (col, seconds)
         Rt = budget.runtime_s if (self.objective != "runtime" and budget.runtime_s) else (g.plain_runtime_s or 1.0)
         if budget.paging_time == PAGING_OVERLAP:
             zs = []
@@ -289,20 +302,38 @@ class _Rows:
         self.runtime_cols = rt_terms
 
     def formulation(self) -> Formulation:
-        return Formulation(problem=self.b.problem(), R=self.R, S=self.S, D=self.D, I=self.I, O=self.O, U=self.U,
-                           energy_unit=self.E0, runtime_cols=self.runtime_cols, F=self.F, defs=self.defs)
+        return Formulation(
+            problem=self.b.problem(),
+            R=self.R,
+            S=self.S,
+            D=self.D,
+            I=self.I,
+            O=self.O,
+            U=self.U,
+            energy_unit=self.E0,
+            runtime_cols=self.runtime_cols,
+            F=self.F,
+            defs=self.defs,
+        )
 
 
-def build(g: CostedGraph, budget: Budget, *, remat: bool = True, paging: bool = True,
-          objective: str = "energy", ram_cap_bytes: int | None = None, tighten: bool = False) -> Formulation:
+def build(
+    g: CostedGraph,
+    budget: Budget,
+    *,
+    remat: bool = True,
+    paging: bool = True,
+    objective: str = "energy",
+    ram_cap_bytes: int | None = None,
+    tighten: bool = False,
+) -> Formulation:
     """The MILP in matrix form: the variables, the stage logic, the RAM rows, the deadline.
 
     objective: ``energy`` (POET), ``peak_ram`` (smallest RAM meeting the deadline)
     or ``runtime`` (shortest schedule meeting the RAM budget).  ``tighten`` adds only
     provably safe reductions (an optimal schedule survives each of them).
     """
-    m = _Rows(g, budget, remat=remat, paging=paging, objective=objective, ram_cap_bytes=ram_cap_bytes,
-              tighten=tighten)
+    m = _Rows(g, budget, remat=remat, paging=paging, objective=objective, ram_cap_bytes=ram_cap_bytes, tighten=tighten)
     m.variables()
     m.stage_logic()
     m.ram()

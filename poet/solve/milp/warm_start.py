@@ -4,6 +4,7 @@
 :func:`plan_to_start` writes any plan (the greedy's, the interval search's) into every column
 of a formulation, free-edge and RAM columns included, so HiGHS starts from a complete incumbent.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -79,4 +80,3 @@ def plan_to_start(f: Formulation, g: CostedGraph, plan: Plan) -> tuple[np.ndarra
     if viol > 1e-7:
         return None, f"plan violates the formulation by {viol:.2e}"
     return x, ""
-

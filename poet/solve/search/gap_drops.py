@@ -18,6 +18,7 @@ where the replay's peak differs from the estimate, the cover is redone against a
 It needs no time to speak of (well under a second on 1,000 nodes) and makes no optimality
 claim; the strategies use it as a start and a fallback when no rule finds a plan.
 """
+
 from __future__ import annotations
 
 import math
@@ -40,10 +41,11 @@ RETRIES = 6
 VARIANTS = ((3, 12, True), (3, 12, False), (5, 30, True), (1, 1, False))
 
 
-def _cover(g: CostedGraph, cap: int, deadline_s: float | None, out_of_time, depth: int, max_nodes: int,
-           strict: bool) -> Plan | None:
+def _cover(
+    g: CostedGraph, cap: int, deadline_s: float | None, out_of_time, depth: int, max_nodes: int, strict: bool
+) -> Plan | None:
     n, mem, nd = len(g.nodes), g.ram, g.nodes
-    uses = [[x, *g.succs[x]] for x in range(n)]     # the stage computing x, then its readers
+    uses = [[x, *g.succs[x]] for x in range(n)]  # the stage computing x, then its readers
     last = [u[-1] for u in uses]
     # RAM at stage t: fixed, every tensor carried into t (made before t, used at t or later), and t's output
     delta = [0] * (n + 1)
@@ -55,9 +57,9 @@ def _cover(g: CostedGraph, cap: int, deadline_s: float | None, out_of_time, dept
     for t in range(n):
         cur += delta[t]
         ram[t] = cur + mem[t]
-    gaps: dict[int, list[tuple[int, int]]] = {}       # tensor -> [(a, b)]: absent in stages a+1 .. b-1
-    needed_at: dict[int, set[int]] = {}               # tensor -> stages where a recomputation reads it
-    recomputed: dict[int, set[int]] = {}              # stage -> tensors recomputed there
+    gaps: dict[int, list[tuple[int, int]]] = {}  # tensor -> [(a, b)]: absent in stages a+1 .. b-1
+    needed_at: dict[int, set[int]] = {}  # tensor -> stages where a recomputation reads it
+    recomputed: dict[int, set[int]] = {}  # stage -> tensors recomputed there
     runtime = g.plain_runtime_s
 
     def absent(x: int, t: int) -> bool:
@@ -83,13 +85,13 @@ def _cover(g: CostedGraph, cap: int, deadline_s: float | None, out_of_time, dept
             frontier = nxt
         return None
 
-    live_at: dict[int, list[int]] = {}   # stage -> tensors made before it and used after it
+    live_at: dict[int, list[int]] = {}  # stage -> tensors made before it and used after it
     t = max(range(n), key=ram.__getitem__)
     while ram[t] > cap:
         if out_of_time():
             return None
         best, best_key = None, None
-        spans = []                        # (x's own energy per byte: a closure's least, x, a, b)
+        spans = []  # (x's own energy per byte: a closure's least, x, a, b)
         if t not in live_at:
             live_at[t] = [x for x in range(t) if last[x] > t and mem[x] > 0]
         for x in live_at[t]:
@@ -99,20 +101,20 @@ def _cover(g: CostedGraph, cap: int, deadline_s: float | None, out_of_time, dept
             k = bisect_right(u, t)
             a, b = u[k - 1], u[k]
             if a == t:
-                continue                  # read at t: no gap spans it
+                continue  # read at t: no gap spans it
             if any(a < s < b for s in needed_at.get(x, ())):
-                continue                  # another recomputation reads x inside the gap
+                continue  # another recomputation reads x inside the gap
             spans.append((nd[x].compute_energy_j / mem[x], x, a, b))
         spans.sort()
         for least, x, a, b in spans:
             if best_key is not None and least > best_key[0]:
-                break                     # no closure from here on can be cheaper per byte
+                break  # no closure from here on can be cheaper per byte
             c = closure(x, b)
             if c is None:
                 continue
             extra_ram = sum(mem[v] for v in c[1:] if v not in recomputed.get(b, ()))
             if strict and extra_ram and ram[b] + extra_ram > cap:
-                continue                  # it would push the stage that recomputes it over the budget
+                continue  # it would push the stage that recomputes it over the budget
             extra_t = math.fsum(nd[v].compute_time_s for v in c)
             if deadline_s is not None and runtime + extra_t > deadline_s:
                 continue
@@ -128,7 +130,7 @@ def _cover(g: CostedGraph, cap: int, deadline_s: float | None, out_of_time, dept
             if v not in at_b:
                 at_b.add(v)
                 if v != x:
-                    ram[b] += mem[v]        # brought back for x in stage b only (counted as held at its peak)
+                    ram[b] += mem[v]  # brought back for x in stage b only (counted as held at its peak)
             for p in g.preds[v]:
                 if p not in c:
                     needed_at.setdefault(p, set()).add(b)
@@ -142,7 +144,7 @@ def _cover(g: CostedGraph, cap: int, deadline_s: float | None, out_of_time, dept
     for x in range(n):
         start = x + 1
         for a, b in sorted(gaps.get(x, ())) + [(last[x], last[x] + 1)]:
-            for t in range(start, a + 1):             # absent in a+1 .. b, recomputed in stage b, kept after
+            for t in range(start, a + 1):  # absent in a+1 .. b, recomputed in stage b, kept after
                 plan.keep[t].add(x)
             start = b + 1
     return plan
@@ -166,8 +168,9 @@ def gap_drop_plan(g: CostedGraph, budget: Budget, *, time_limit: float | None = 
     for k, (depth, max_nodes, strict) in enumerate(VARIANTS):
         if (out_of_time_or_stopped if k else out_of_time)():
             break
-        plan = _fitted(g, budget, out_of_time_or_stopped if k or best is not None else out_of_time,
-                       depth, max_nodes, strict)
+        plan = _fitted(
+            g, budget, out_of_time_or_stopped if k or best is not None else out_of_time, depth, max_nodes, strict
+        )
         if plan is not None:
             e = plan_costs(g, plan, budget.paging_time)[0]
             if e < best_e:
@@ -190,7 +193,7 @@ def _fitted(g: CostedGraph, budget: Budget, out_of_time, depth: int, max_nodes: 
                 if budget.runtime_s is not None and plan_costs(g, plan, budget.paging_time)[1] > budget.runtime_s:
                     return None
                 simulate(g, steps, budget)
-                plan.rule = None         # no greedy rule re-makes it: a guide search cannot start from it
+                plan.rule = None  # no greedy rule re-makes it: a guide search cannot start from it
                 return plan
         except (ScheduleError, SolveError):
             return None

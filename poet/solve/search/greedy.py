@@ -10,6 +10,7 @@ recomputation, whichever costs less energy while the deadline still has room.
 It makes no optimality claim; its plans warm-start the MILP and, for graphs too
 large for the MILP, are returned with their gap to the eviction cover's bound.
 """
+
 from __future__ import annotations
 
 import math
@@ -30,8 +31,9 @@ class _Fail(Exception):
 RECOMPUTE_DEPTH = 8
 
 
-def recompute_cost(g: CostedGraph, x: int, at: int, present, stored, count_paging: bool = True,
-                   stats: dict | None = None) -> tuple[float, float]:
+def recompute_cost(
+    g: CostedGraph, x: int, at: int, present, stored, count_paging: bool = True, stats: dict | None = None
+) -> tuple[float, float]:
     """Energy and time the greedy charges for recomputing ``x`` at stage ``at``: x, and every input then
     gone (absent from ``present`` or of no use past ``at``), paged in if in ``stored``, else recomputed in
     turn, up to ``RECOMPUTE_DEPTH`` inputs deep (``inf`` beyond).
@@ -79,10 +81,20 @@ class _Overrun(_Fail):
     """The run's plan is bound to take longer than it may (``give_up_above``)."""
 
 
-def greedy_plan(g: CostedGraph, budget: Budget, *, remat: bool = True, paging: bool = True,
-                prefer: str = "energy", cap_bytes: int | None = None,
-                guide: dict[int, str] | None = None, guide_once: bool = False,
-                time_limit: float | None = None, give_up_above: float | None = None, stop=None) -> Plan | None:
+def greedy_plan(
+    g: CostedGraph,
+    budget: Budget,
+    *,
+    remat: bool = True,
+    paging: bool = True,
+    prefer: str = "energy",
+    cap_bytes: int | None = None,
+    guide: dict[int, str] | None = None,
+    guide_once: bool = False,
+    time_limit: float | None = None,
+    give_up_above: float | None = None,
+    stop=None,
+) -> Plan | None:
     """A feasible plan, or None when this rule cannot find one within the budgets (or within
     ``time_limit`` seconds, or once ``stop()`` is true, or once the plan is bound to take more than
     ``give_up_above`` seconds to run).
@@ -100,14 +112,16 @@ def greedy_plan(g: CostedGraph, budget: Budget, *, remat: bool = True, paging: b
     """
     stop_at = None if time_limit is None else time.perf_counter() + time_limit
     try:
-        return _greedy(g, budget, remat, paging, prefer, cap_bytes, guide or {}, guide_once, stop_at,
-                       give_up_above, stop)
+        return _greedy(
+            g, budget, remat, paging, prefer, cap_bytes, guide or {}, guide_once, stop_at, give_up_above, stop
+        )
     except _Fail:
         return None
 
 
-def _greedy(g, budget, remat, paging, prefer, cap_bytes, guide, guide_once=False, stop_at=None,
-            give_up_above=None, stop=None):
+def _greedy(
+    g, budget, remat, paging, prefer, cap_bytes, guide, guide_once=False, stop_at=None, give_up_above=None, stop=None
+):
     n = len(g.nodes)
     nd = g.nodes
     preds, succs = g.preds, g.succs
@@ -125,9 +139,9 @@ def _greedy(g, budget, remat, paging, prefer, cap_bytes, guide, guide_once=False
     give_up = math.inf if give_up_above is None else give_up_above
     plan = Plan.empty(n)
     stored: set[int] = set()
-    dropped: set[int] = set()    # evicted for recomputation
-    resident: set[int] = set()   # in RAM after the previous stage
-    restored: set[int] = set()   # recomputed or paged in at least once (for guide_once)
+    dropped: set[int] = set()  # evicted for recomputation
+    resident: set[int] = set()  # in RAM after the previous stage
+    restored: set[int] = set()  # recomputed or paged in at least once (for guide_once)
 
     def rank(x: int) -> int:
         """Eviction priority from the guide: listed for eviction first, ``keep`` last."""
@@ -184,8 +198,8 @@ def _greedy(g, budget, remat, paging, prefer, cap_bytes, guide, guide_once=False
             raise _Fail
         K = {i for i in resident if md[i] >= t}
         drop_after: set[int] = set()
-        paged_now: set[int] = set()    # evicted at this boundary with a page-out in stage t-1
-        replan = True   # False: the last eviction left the stage's plan as it was
+        paged_now: set[int] = set()  # evicted at this boundary with a page-out in stage t-1
+        replan = True  # False: the last eviction left the stage's plan as it was
 
         def carried() -> set[int]:
             """What stays in RAM into stage t+1 (built afresh: the next stage's candidate order follows it)."""
@@ -221,7 +235,7 @@ def _greedy(g, budget, remat, paging, prefer, cap_bytes, guide, guide_once=False
                 keep_next = carried()
                 # --- RAM exactly as the MILP charges it (last: stage.emit.last_readers, built with readers)
                 last: dict[int, int] = {}
-                readers: dict[int, list[int]] = {}    # tensor -> the nodes of comp reading it, ascending
+                readers: dict[int, list[int]] = {}  # tensor -> the nodes of comp reading it, ascending
                 for k in comp:
                     for p in preds[k]:
                         last[p] = k
@@ -229,6 +243,7 @@ def _greedy(g, budget, remat, paging, prefer, cap_bytes, guide, guide_once=False
                 arr: dict[int, list[int]] = {}
                 for i, k in ins.items():
                     arr.setdefault(k, []).append(i)
+
                 def replay(until: int = -1):
                     """The stage's RAM peak and where it is; with ``until``, what is resident there."""
                     cur = fixed + sum(mem[i] for i in K)
@@ -241,10 +256,10 @@ def _greedy(g, budget, remat, paging, prefer, cap_bytes, guide, guide_once=False
                         cur += mem[k]
                         res.add(k)
                         if k == until:
-                            return set(res)     # a copy, as candidates are taken in its order
+                            return set(res)  # a copy, as candidates are taken in its order
                         if cur > peak:
                             peak, kstar = cur, k
-                        for i in freed_after(g, k, last, keep_next):     # the emitter's free rule
+                        for i in freed_after(g, k, last, keep_next):  # the emitter's free rule
                             if i in res:
                                 res.discard(i)
                                 cur -= mem[i]
@@ -287,8 +302,11 @@ def _greedy(g, budget, remat, paging, prefer, cap_bytes, guide, guide_once=False
                 # recompute the block's output) costs one restoration more per such reader:
                 # evicting it turns their recomputations into cascades.
                 scored = []
-                waiting_on = Counter(p for v in dropped if v not in present and md[v] >= t for p in preds[v]) \
-                    if prefer == "cascade" else Counter()
+                waiting_on = (
+                    Counter(p for v in dropped if v not in present and md[v] >= t for p in preds[v])
+                    if prefer == "cascade"
+                    else Counter()
+                )
                 for pos, (x, kind, nu) in enumerate(cands):
                     pe = page_cost(x)[0] if paging else math.inf
                     scale = mem[x] * max(1, nu - t) ** 2 / (1 + waiting_on[x])
@@ -381,12 +399,21 @@ def _tidy(g: CostedGraph, plan: Plan, md: list[int]) -> None:
                 plan.keep[t].discard(i)
 
 
-
-def best_greedy(g: CostedGraph, budget: Budget, *, remat: bool = True, paging: bool = True,
-                cap_bytes: int | None = None, exhaustive_up_to: int = 400,
-                guide: dict[int, str] | None = None, per_rule: list | None = None,
-                closest: list | None = None, rules: list | None = None,
-                time_limit: float | None = None, stop=None) -> Plan | None:
+def best_greedy(
+    g: CostedGraph,
+    budget: Budget,
+    *,
+    remat: bool = True,
+    paging: bool = True,
+    cap_bytes: int | None = None,
+    exhaustive_up_to: int = 400,
+    guide: dict[int, str] | None = None,
+    per_rule: list | None = None,
+    closest: list | None = None,
+    rules: list | None = None,
+    time_limit: float | None = None,
+    stop=None,
+) -> Plan | None:
     """The cheapest feasible plan among the greedy's eviction rules (None if none is feasible).
 
     The greedy's running time estimate can undershoot (recomputation chains), so
@@ -413,11 +440,11 @@ def best_greedy(g: CostedGraph, budget: Budget, *, remat: bool = True, paging: b
             ck = checkpointed(g, guide)
             if ck:
                 rules.append(("energy", ck, False))
-    over: list = []     # [runtime, plan] of the plan overrunning the deadline least
+    over: list = []  # [runtime, plan] of the plan overrunning the deadline least
     for pref, gd, once in rules:
         rule_best, rule_e = None, math.inf
         for shrink in (1.0, 0.75, 0.5, 0.25, 0.0):
-            met = best is not None or rule_best is not None     # a plan within the deadline exists
+            met = best is not None or rule_best is not None  # a plan within the deadline exists
             left = None
             if time_limit is not None:
                 # until some run has made a plan, the runs may take all of the time limit
@@ -437,8 +464,19 @@ def best_greedy(g: CostedGraph, budget: Budget, *, remat: bool = True, paging: b
                 elif over:
                     give_up = max(budget.runtime_s, over[0]) * (1 + 1e-7)
             try:
-                p = _greedy(g, b, remat, paging, pref, cap_bytes, gd or {}, once,
-                            None if left is None else time.perf_counter() + left, give_up, stop)
+                p = _greedy(
+                    g,
+                    b,
+                    remat,
+                    paging,
+                    pref,
+                    cap_bytes,
+                    gd or {},
+                    once,
+                    None if left is None else time.perf_counter() + left,
+                    give_up,
+                    stop,
+                )
             except _Overrun:
                 made = True
                 continue
@@ -453,11 +491,11 @@ def best_greedy(g: CostedGraph, budget: Budget, *, remat: bool = True, paging: b
                     over[:] = [rt, p]
                 continue
             if not replays(g, p, budget):
-                continue   # a rule's plan the emitter or validator refuses is skipped, never returned
+                continue  # a rule's plan the emitter or validator refuses is skipped, never returned
             if e < rule_e:
                 rule_best, rule_e = p, e
             if len(g.nodes) > exhaustive_up_to:
-                break   # large graphs: first feasible deadline per rule
+                break  # large graphs: first feasible deadline per rule
         if rule_best is not None:
             if per_rule is not None:
                 per_rule.append(rule_best)
@@ -477,6 +515,7 @@ def checkpointed(g: CostedGraph, guide: dict[int, str], every: int = 3) -> dict[
     runs back through all earlier blocks; keeping every k-th one bounds that chain, as
     checkpointing does.
     """
+
     def live_remat_inputs(v: int) -> set[int]:
         out, stack, seen = set(), [v], set()
         while stack:
@@ -486,18 +525,18 @@ def checkpointed(g: CostedGraph, guide: dict[int, str], every: int = 3) -> dict[
                     continue
                 seen.add(p)
                 if g.last_reader[p] == u and g.ram[p] > 0:
-                    stack.append(p)          # past its use: recomputed along with u
+                    stack.append(p)  # past its use: recomputed along with u
                 elif guide.get(p) == "remat":
                     out.add(p)
         return out
+
     needs = {v: live_remat_inputs(v) for v, k in guide.items() if k == "remat"}
     links = sorted({p for ins in needs.values() for p in ins if needs.get(p)})
     if not links:
         return {}
-    return {**guide, **{v: "keep" for v in links[every - 1::every]}}
+    return {**guide, **{v: "keep" for v in links[every - 1 :: every]}}
 
 
 def rule_names(remat: bool = True, paging: bool = True) -> list[str]:
     """The greedy's rules that apply when both (or only one) of recomputation and paging are allowed."""
     return ["energy", "page", "remat", "closure", "cascade"] if (remat and paging) else ["energy", "closure", "cascade"]
-

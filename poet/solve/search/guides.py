@@ -5,6 +5,7 @@ that made the plan re-runs with the new guide, and a cheaper plan within the bud
 kept.  :class:`GuideSearch` is resumable, so the pipeline runs searches in rounds, side by
 side in worker processes (:mod:`poet.solve.search.pool`).
 """
+
 from __future__ import annotations
 
 import math
@@ -18,9 +19,19 @@ from ..stage.plan import Plan, drop_unread_pageouts, plan_costs
 from .greedy import greedy_plan
 
 
-def search_guides(g: CostedGraph, budget: Budget, plan: Plan, *, remat: bool = True, paging: bool = True,
-                  target_energy: float = 0.0, time_limit: float = 10.0, patience: int | None = None,
-                  seed: int = 0, stop=None) -> Plan:
+def search_guides(
+    g: CostedGraph,
+    budget: Budget,
+    plan: Plan,
+    *,
+    remat: bool = True,
+    paging: bool = True,
+    target_energy: float = 0.0,
+    time_limit: float = 10.0,
+    patience: int | None = None,
+    seed: int = 0,
+    stop=None,
+) -> Plan:
     """Improve a greedy plan by local search over its guide; the best plan found (``plan`` if none).
 
     A plan over the deadline is first brought under it (least overrun first), then
@@ -41,21 +52,30 @@ class GuideSearch:
     """The local search of :func:`search_guides`, resumable: ``run`` continues where the last call
     stopped, so a search can be given more patience later without repeating its moves."""
 
-    def __init__(self, g: CostedGraph, budget: Budget, plan: Plan, *, remat: bool = True, paging: bool = True,
-                 target_energy: float = 0.0, seed: int = 0):
+    def __init__(
+        self,
+        g: CostedGraph,
+        budget: Budget,
+        plan: Plan,
+        *,
+        remat: bool = True,
+        paging: bool = True,
+        target_energy: float = 0.0,
+        seed: int = 0,
+    ):
         self.g, self.budget, self.remat, self.paging = g, budget, remat, paging
         self.target = target_energy
         self.best = plan
         self.cands = [v for v in range(len(g.nodes)) if g.ram[v] > 0 and g.last_reader[v] > v + 1]
         self.kinds = [k for k, ok in (("remat", remat), ("page", paging)) if ok] + ["keep"]
         self.deadline = budget.runtime_s if budget.runtime_s is not None else math.inf
-        self.patience = max(1000, 10 * len(self.cands))    # moves without gain before it stops
+        self.patience = max(1000, 10 * len(self.cands))  # moves without gain before it stops
         self.kick = max(100, len(self.cands))
         self.rnd = random.Random(seed)
         self.idle = self.stuck = 0
         self.best_key = self._key(plan)
         self.best_guide = dict(plan.rule[1]) if plan.rule is not None else {}
-        self.cur_guide, self.cur_key = self.best_guide, self.best_key    # the best, or a kick away from it
+        self.cur_guide, self.cur_key = self.best_guide, self.best_key  # the best, or a kick away from it
 
     def _key(self, p: Plan) -> tuple[float, float]:
         e, rt = plan_costs(self.g, p, self.budget.paging_time)
@@ -106,8 +126,12 @@ class GuideSearch:
         prefer, _, rule_budget, once = self.best.rule
         patience = patience if patience is not None else self.patience
         t0 = time.perf_counter()
-        while not self.done and self.idle < patience and time.perf_counter() - t0 < time_limit \
-                and not (stop is not None and stop()):
+        while (
+            not self.done
+            and self.idle < patience
+            and time.perf_counter() - t0 < time_limit
+            and not (stop is not None and stop())
+        ):
             self.idle += 1
             self.stuck += 1
             if self.stuck > self.kick:
@@ -116,8 +140,16 @@ class GuideSearch:
                 for _ in range(3):
                     self.cur_guide = self._moved(self.cur_guide)
             gd = self._moved(self.cur_guide)
-            p = greedy_plan(g, rule_budget, remat=self.remat, paging=self.paging, prefer=prefer, guide=gd,
-                            guide_once=once, time_limit=time_limit - (time.perf_counter() - t0))
+            p = greedy_plan(
+                g,
+                rule_budget,
+                remat=self.remat,
+                paging=self.paging,
+                prefer=prefer,
+                guide=gd,
+                guide_once=once,
+                time_limit=time_limit - (time.perf_counter() - t0),
+            )
             if p is None:
                 continue
             drop_unread_pageouts(p)
@@ -125,9 +157,9 @@ class GuideSearch:
             if not self._better(k, self.cur_key):
                 continue
             self.cur_guide, self.cur_key, self.stuck = gd, k, 0
-            if self._better(k, self.best_key) and \
-                    replays(g, p, self.budget if k[0] == 0 else without_deadline(self.budget)):
+            if self._better(k, self.best_key) and replays(
+                g, p, self.budget if k[0] == 0 else without_deadline(self.budget)
+            ):
                 p.rule = (prefer, gd, rule_budget, once)
                 self.best, self.best_guide, self.best_key, self.idle = p, gd, k, 0
         return self.best
-

@@ -22,6 +22,7 @@ validator before it is returned.  It searches from a plan it is given (a warm
 start): on resnet18_cifar/m4 it finds cheaper plans than the greedy's guide
 search, whose moves keep the greedy's eviction order.
 """
+
 from __future__ import annotations
 
 import math
@@ -49,8 +50,10 @@ def available() -> bool:
 
 def _positions(n: int):
     """pos(t, k), and how many positions there are."""
+
     def pos(t: int, k: int) -> int:
         return t * (t + 1) // 2 + k
+
     return pos, n * (n + 1) // 2
 
 
@@ -65,6 +68,7 @@ def plan_lives(g: CostedGraph, plan: Plan) -> tuple[dict[int, list[list]], dict[
 
     def close(i, e):
         lives[i][-1][2] = e
+
     for t in range(n):
         comp = plan.comp[t]
         keep_next = plan.keep[t + 1] if t + 1 < n else set()
@@ -81,7 +85,7 @@ def plan_lives(g: CostedGraph, plan: Plan) -> tuple[dict[int, list[list]], dict[
         for k in sorted(comp_set | set(ins)):
             p = pos(t, k)
             for i in ins.get(k, ()):
-                if i not in resident:        # a page-in of a tensor in RAM changes nothing
+                if i not in resident:  # a page-in of a tensor in RAM changes nothing
                     lives[i].append(["page", p, None])
                     resident.add(i)
             if k not in comp_set:
@@ -106,6 +110,7 @@ class _Model:
 
     def __init__(self, g: CostedGraph, budget: Budget, extra: dict[int, int], remat: bool, paging: bool):
         from ortools.sat.python import cp_model
+
         n = len(g.nodes)
         self.g, self.n = g, n
         nd, md = g.nodes, g.last_useful_stage
@@ -143,7 +148,7 @@ class _Model:
                     m.AddLinearExpressionInDomain(s, rdom).OnlyEnforceIf(r)
                     if prev["x"] is not True:
                         m.AddImplication(x, prev["x"])
-                    m.Add(prev["e"] <= b).OnlyEnforceIf(x)       # a stage boundary between two lives
+                    m.Add(prev["e"] <= b).OnlyEnforceIf(x)  # a stage boundary between two lives
                     m.Add(b <= s).OnlyEnforceIf(x)
                     iv = m.NewOptionalIntervalVar(s, size, e, x, "")
                     L.append(dict(x=x, s=s, e=e, size=size, b=b, r=r, pg=pg, iv=iv))
@@ -167,7 +172,7 @@ class _Model:
                 self.pageout[i] = (y, q, ds)
             self.lives[i] = L
         # every computation's inputs are inside one of their lives
-        self.covers: list[tuple] = []    # (input u, the computing life, [bool per life of u])
+        self.covers: list[tuple] = []  # (input u, the computing life, [bool per life of u])
         for k in range(n):
             for life in self.lives[k]:
                 for u in sorted(set(g.preds[k])):
@@ -222,8 +227,7 @@ class _Model:
                     m.AddHint(life["e"], e)
                     m.AddHint(life["size"], e - s)
                     prev_end = got[j - 1][2]
-                    m.AddHint(life["b"], next(self.pos(t, 0) for t in range(self.n + 1)
-                                              if self.pos(t, 0) >= prev_end))
+                    m.AddHint(life["b"], next(self.pos(t, 0) for t in range(self.n + 1) if self.pos(t, 0) >= prev_end))
             if i in self.pageout:
                 y, q, ds = self.pageout[i]
                 on = i in out_at
@@ -258,8 +262,8 @@ class _Model:
             stage_of += [t] * (t + 1)
         v = solver.Value
         plan = Plan.empty(n)
-        comps: dict[int, list[tuple[int, int]]] = {}      # tensor -> [(start, end)] of its computations
-        spans: dict[int, list[list]] = {}                 # tensor -> [[kind, start, end, reads]]
+        comps: dict[int, list[tuple[int, int]]] = {}  # tensor -> [(start, end)] of its computations
+        spans: dict[int, list[list]] = {}  # tensor -> [[kind, start, end, reads]]
         for i, L in self.lives.items():
             spans[i] = []
             for life in L:
@@ -297,10 +301,22 @@ class _Model:
         return drop_unread_pageouts(plan)
 
 
-def interval_plan(g: CostedGraph, budget: Budget, *, start: Plan | None = None, time_limit: float = 10.0,
-                  threads: int = 2, lives: int = LIVES, remat: bool = True, paging: bool = True,
-                  target_energy: float = 0.0, seed: int = 0, info: dict | None = None,
-                  stop=None, progress=None) -> Plan | None:
+def interval_plan(
+    g: CostedGraph,
+    budget: Budget,
+    *,
+    start: Plan | None = None,
+    time_limit: float = 10.0,
+    threads: int = 2,
+    lives: int = LIVES,
+    remat: bool = True,
+    paging: bool = True,
+    target_energy: float = 0.0,
+    seed: int = 0,
+    info: dict | None = None,
+    stop=None,
+    progress=None,
+) -> Plan | None:
     """The cheapest plan CP-SAT finds within ``time_limit`` (None if none), searching from ``start``;
     it stops early at a plan of ``target_energy`` or less, or once ``stop()`` (polled ten times a
     second) is true.  ``progress(energy_j)`` hears of each better solution, priced as the model
@@ -334,24 +350,27 @@ def interval_plan(g: CostedGraph, budget: Budget, *, start: Plan | None = None, 
             if progress is not None:
                 try:
                     progress(g.plain_energy_j + self.ObjectiveValue() / OBJ_SCALE * E0)
-                except Exception:       # a failing progress printer must not end the search
+                except Exception:  # a failing progress printer must not end the search
                     pass
             if self.ObjectiveValue() <= goal:
                 self.StopSearch()
+
     if stop is None:
         status = solver.Solve(model.m, _Stop())
     else:
         # searched in a thread (CP-SAT releases the GIL), so that this one can poll; SIGINT is left
         # to the caller, whose stop() it may set
         import threading
+
         solver.parameters.catch_sigint_signal = False
         out: list = []
 
         def solve():
             try:
                 out.append(solver.Solve(model.m, _Stop()))
-            except BaseException as e:      # raised again below, in the caller's thread
+            except BaseException as e:  # raised again below, in the caller's thread
                 out.append(e)
+
         search = threading.Thread(target=solve, daemon=True)
         search.start()
         try:
@@ -359,7 +378,7 @@ def interval_plan(g: CostedGraph, budget: Budget, *, start: Plan | None = None, 
                 search.join(0.1)
                 if stop():
                     solver.StopSearch()
-        except BaseException:               # a second Ctrl-C: let CP-SAT's thread end too
+        except BaseException:  # a second Ctrl-C: let CP-SAT's thread end too
             solver.StopSearch()
             raise
         if isinstance(out[0], BaseException):
@@ -367,8 +386,14 @@ def interval_plan(g: CostedGraph, budget: Budget, *, start: Plan | None = None, 
         status = out[0]
     if info is not None:
         proto = model.m.Proto()
-        info.update({"cp_variables": len(proto.variables), "cp_constraints": len(proto.constraints),
-                     "cp_status": solver.StatusName(status), "cp_seconds": time.perf_counter() - t0})
+        info.update(
+            {
+                "cp_variables": len(proto.variables),
+                "cp_constraints": len(proto.constraints),
+                "cp_status": solver.StatusName(status),
+                "cp_seconds": time.perf_counter() - t0,
+            }
+        )
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         return None
     plan = model.plan(solver)

@@ -13,6 +13,7 @@ half-dead, and a solve there would hang.
 The results are those of the same searches run one after another for the same
 moves: a search is seeded and only its time share decides how far it gets.
 """
+
 from __future__ import annotations
 
 import multiprocessing as mp
@@ -25,9 +26,9 @@ from concurrent.futures.process import BrokenProcessPool
 from ...graph.core import CostedGraph
 from .guides import GuideSearch
 
-_graph: CostedGraph | None = None   # the workers' graph, inherited through fork
-_reached = None                     # set once a search reaches its target: the others stop
-_cap: int | None = None             # at most this many workers (see limit_workers)
+_graph: CostedGraph | None = None  # the workers' graph, inherited through fork
+_reached = None  # set once a search reaches its target: the others stop
+_cap: int | None = None  # at most this many workers (see limit_workers)
 
 
 def limit_workers(n: int | None) -> None:
@@ -40,7 +41,7 @@ def limit_workers(n: int | None) -> None:
 def worker_count(threads: int | None) -> int:
     """Processes for the guide searches: the cores this process may use, at most ``threads``."""
     if not sys.platform.startswith("linux"):
-        return 1        # macOS lists fork, but its system libraries are not safe in a forked child
+        return 1  # macOS lists fork, but its system libraries are not safe in a forked child
     try:
         cores = len(os.sched_getaffinity(0))
     except AttributeError:
@@ -70,13 +71,12 @@ class SearchPool:
 
     def __init__(self, g: CostedGraph, workers: int, job=run_search):
         self.g = g
-        self.job = job          # what a worker runs (a test passes one that dies)
+        self.job = job  # what a worker runs (a test passes one that dies)
         self.pool = None
         if workers > 1:
             ctx = mp.get_context("fork")
             self.reached = ctx.Event()
-            self.pool = ProcessPoolExecutor(workers, mp_context=ctx, initializer=_init,
-                                            initargs=(g, self.reached))
+            self.pool = ProcessPoolExecutor(workers, mp_context=ctx, initializer=_init, initargs=(g, self.reached))
         self.workers = workers
 
     def run(self, jobs: list[tuple[GuideSearch, float, int | None]], stop=None) -> list[GuideSearch]:
@@ -88,7 +88,7 @@ class SearchPool:
                 if stop is not None:
                     while wait(futures, timeout=0.1).not_done:
                         if stop():
-                            self.reached.set()      # shared with the workers: each ends at its next move
+                            self.reached.set()  # shared with the workers: each ends at its next move
                             break
                 done = [f.result() for f in futures]
             except BrokenProcessPool:
@@ -99,13 +99,13 @@ class SearchPool:
                 for s in done:
                     s.g = self.g
                 return done
-        for s, t, p in jobs:     # in turn: jobs meant to run side by side share their time
+        for s, t, p in jobs:  # in turn: jobs meant to run side by side share their time
             s.run(t / len(jobs), p, stop=stop)
         return [s for s, _, _ in jobs]
 
     def close(self) -> None:
         if self.pool is not None:
-            self.reached.set()      # searches still running (the solve was interrupted) stop at their next move
+            self.reached.set()  # searches still running (the solve was interrupted) stop at their next move
             self.pool.shutdown(wait=True, cancel_futures=True)
             self.pool = None
 

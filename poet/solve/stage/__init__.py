@@ -3,8 +3,20 @@
 ``plan``: :class:`Plan`, :func:`plan_costs`, :func:`ram_cap`.  ``emit``: the free rule
 (:func:`freed_at_start`, :func:`freed_after`, :func:`last_readers`) and :func:`emit`.
 """
+
 from .emit import emit, freed_after, freed_at_start, last_readers, replays, without_deadline
 from .plan import RAM_MARGIN, Plan, drop_unread_pageouts, plan_costs, ram_cap
 
-__all__ = ["RAM_MARGIN", "Plan", "drop_unread_pageouts", "emit", "freed_after", "freed_at_start", "last_readers",
-           "plan_costs", "ram_cap", "replays", "without_deadline"]
+__all__ = [
+    "RAM_MARGIN",
+    "Plan",
+    "drop_unread_pageouts",
+    "emit",
+    "freed_after",
+    "freed_at_start",
+    "last_readers",
+    "plan_costs",
+    "ram_cap",
+    "replays",
+    "without_deadline",
+]

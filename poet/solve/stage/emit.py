@@ -9,6 +9,7 @@ greedy's RAM replay (:mod:`poet.solve.search.greedy`) and the interval search's 
 (:mod:`poet.solve.search.intervals`) all charge RAM by these functions, so what they price is
 what the validator replays.
 """
+
 from __future__ import annotations
 
 from ...graph.core import CostedGraph
@@ -77,14 +78,18 @@ def emit(g: CostedGraph, plan: Plan) -> list[Step]:
                     resident.discard(i)
         unplaced = outs - at_start - comp_set
         if unplaced:
-            raise SolveError(f"stage plan pages out {sorted(unplaced)} in stage {t}, but they are neither "
-                             f"in RAM at its start nor computed in it")
+            raise SolveError(
+                f"stage plan pages out {sorted(unplaced)} in stage {t}, but they are neither "
+                f"in RAM at its start nor computed in it"
+            )
         for i in sorted(resident - keep_next):
             steps.append(Step("free", i, t))
         resident &= keep_next
         if keep_next - resident:
-            raise SolveError(f"stage plan keeps {sorted(keep_next - resident)} in RAM at stage {t + 1} "
-                             f"without computing or paging them in")
+            raise SolveError(
+                f"stage plan keeps {sorted(keep_next - resident)} in RAM at stage {t + 1} "
+                f"without computing or paging them in"
+            )
     return steps
 
 

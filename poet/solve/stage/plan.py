@@ -6,6 +6,7 @@ the previous stage, which are paged in (and before which computation) and which 
 The MILP's solution, the greedy rules' runs and the interval search's solutions are all plans,
 so one emitter (:mod:`poet.solve.stage.emit`) turns any of them into instructions.
 """
+
 from __future__ import annotations
 
 import math
@@ -36,12 +37,13 @@ class Plan:
     keep: list = field(default_factory=list)
     ins: list = field(default_factory=list)
     outs: list = field(default_factory=list)
-    rule: tuple | None = None     # (prefer, guide, budget, guide_once) of the greedy run that made it
+    rule: tuple | None = None  # (prefer, guide, budget, guide_once) of the greedy run that made it
 
     @classmethod
     def empty(cls, n: int) -> Plan:
-        return cls(n, [[] for _ in range(n)], [set() for _ in range(n + 1)], [{} for _ in range(n)],
-                   [set() for _ in range(n)])
+        return cls(
+            n, [[] for _ in range(n)], [set() for _ in range(n + 1)], [{} for _ in range(n)], [set() for _ in range(n)]
+        )
 
 
 def plan_costs(g: CostedGraph, plan: Plan, paging_time: str) -> tuple[float, float]:
@@ -68,7 +70,7 @@ def drop_unread_pageouts(plan: Plan) -> Plan:
     will be recomputed instead; such a copy costs write energy and time and
     changes nothing else, since a page-out does not free RAM.
     """
-    read_after: dict[int, int] = {}   # tensor -> last stage that pages it in
+    read_after: dict[int, int] = {}  # tensor -> last stage that pages it in
     for t in range(plan.n):
         for lst in plan.ins[t].values():
             for i in lst:

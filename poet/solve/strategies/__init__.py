@@ -3,6 +3,7 @@
 A strategy is one small module here with a ``DESCRIPTION`` and a solve function; it is listed
 below, explicitly (nothing registers itself on import).  :func:`register` adds one at run time.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -30,8 +31,10 @@ DESCRIPTIONS: dict[str, str] = {
 
 def register(name: str, description: str):
     """Add a strategy (a decorator): ``@register("mine", "what it does") def solve_mine(g, budget, opts)``."""
+
     def deco(fn):
         STRATEGIES[name] = fn
         DESCRIPTIONS[name] = description
         return fn
+
     return deco

@@ -1,4 +1,5 @@
 """The ``capuchin`` strategy: the Capuchin-style swap-or-recompute heuristic, judged against the budgets."""
+
 from __future__ import annotations
 
 from ...graph.core import CostedGraph
@@ -16,14 +17,20 @@ def solve_capuchin(g: CostedGraph, budget: Budget, opts) -> Schedule:
     facts = s.report.strategy_facts
     if not s.steps and info.get("stopped"):
         # stopped before the peak fit: nothing is proven, and the unfinished plan is not returned
-        rep = s.report.with_(message=(
-            f"capuchin stopped at its {info['stopped']} after {info['evictions']} evictions, before its schedule "
-            f"fit (it needs {fmt_bytes(facts['strategy_peak_ram_bytes'])} of RAM, budget "
-            f"{fmt_bytes(budget.ram_bytes)}); a longer time limit may help"))
+        rep = s.report.with_(
+            message=(
+                f"capuchin stopped at its {info['stopped']} after {info['evictions']} evictions, before its schedule "
+                f"fit (it needs {fmt_bytes(facts['strategy_peak_ram_bytes'])} of RAM, budget "
+                f"{fmt_bytes(budget.ram_bytes)}); a longer time limit may help"
+            )
+        )
         return Schedule(graph=g, budget=budget, steps=(), status=NO_SOLUTION, strategy="capuchin", report=rep)
-    if s.steps:   # judged() leaves its own message on an infeasible result
-        s.report = s.report.with_(message=(
-            f"{info['evictions']} evictions ({info['swap_evictions']} swapped, {info['recompute_evictions']} "
-            f"recomputed); peak {fmt_bytes(facts['strategy_peak_ram_bytes'])}, runtime "
-            f"{fmt_seconds(facts['strategy_runtime_s'])}"))
+    if s.steps:  # judged() leaves its own message on an infeasible result
+        s.report = s.report.with_(
+            message=(
+                f"{info['evictions']} evictions ({info['swap_evictions']} swapped, {info['recompute_evictions']} "
+                f"recomputed); peak {fmt_bytes(facts['strategy_peak_ram_bytes'])}, runtime "
+                f"{fmt_seconds(facts['strategy_runtime_s'])}"
+            )
+        )
     return s

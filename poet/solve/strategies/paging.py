@@ -1,4 +1,5 @@
 """The ``paging`` strategy: the pipeline with rematerialization disabled."""
+
 from __future__ import annotations
 
 from ...graph.core import CostedGraph

@@ -4,6 +4,7 @@ The Capuchin-style heuristic orders instructions freely (not in the MILP's stage
 loose budgets on expensive storage sometimes beats an unfinished MILP; its energy is also an
 incumbent that lets the pipeline skip the MILP when it already meets the proven bound.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -26,12 +27,19 @@ def solve_poet(g: CostedGraph, budget: Budget, opts) -> Schedule:
     t0 = opts.clock()
     report_progress(opts, "Capuchin-style schedule")
     h = capuchin_incumbent(g, budget, opts)
-    if opts.time_limit_s is not None:   # the time limit covers the heuristic too
+    if opts.time_limit_s is not None:  # the time limit covers the heuristic too
         opts = dataclasses.replace(opts, time_limit_s=max(0.1, opts.time_limit_s - (opts.clock() - t0)))
-    s = solve_milp(g, budget, opts, remat=True, paging=True, strategy="poet",
-                   incumbent_energy=None if h is None else h.totals.energy_j)
+    s = solve_milp(
+        g,
+        budget,
+        opts,
+        remat=True,
+        paging=True,
+        strategy="poet",
+        incumbent_energy=None if h is None else h.totals.energy_j,
+    )
     s = best_of(s, h, opts)
-    s.report = s.report.with_(solve_seconds=opts.clock() - t0)     # the Capuchin-style schedule's time included
+    s.report = s.report.with_(solve_seconds=opts.clock() - t0)  # the Capuchin-style schedule's time included
     return s
 
 
@@ -65,18 +73,32 @@ def best_of(s: Schedule, h: Schedule | None, opts) -> Schedule:
     e = h.totals.energy_j
     if s.status == INFEASIBLE and not s.steps:
         # proven impossible in the stage model, yet a freely ordered schedule fits
-        rep = rep.with_(gap=None, bound_energy_j=None, message=(
-            "the MILP's stage model has no schedule here, but the Capuchin-style heuristic's "
-            "freely ordered one fits; optimality unknown"))
+        rep = rep.with_(
+            gap=None,
+            bound_energy_j=None,
+            message=(
+                "the MILP's stage model has no schedule here, but the Capuchin-style heuristic's "
+                "freely ordered one fits; optimality unknown"
+            ),
+        )
         status = FEASIBLE
     else:
         lb = max(x for x in (rep.bound_energy_j, rep.structural_bound_energy_j, g.plain_energy_j) if x is not None)
         gap = relative_gap(e, lb)
         status = OPTIMAL if gap <= opts.gap else FEASIBLE
-        rep = rep.with_(gap=gap, bound_energy_j=lb, message=(
-            f"the Capuchin-style heuristic's schedule beat the solver's best ({mine:.6g} J); "
-            f"gap {gap:.2%} to the proven bound"))
+        rep = rep.with_(
+            gap=gap,
+            bound_energy_j=lb,
+            message=(
+                f"the Capuchin-style heuristic's schedule beat the solver's best ({mine:.6g} J); "
+                f"gap {gap:.2%} to the proven bound"
+            ),
+        )
     # the schedule is the heuristic's; say so, and how it was proven when it was
-    rep = rep.with_(energy_j=e, incumbent="capuchin", superseded_method=rep.method,
-                    method="capuchin+bound" if status == OPTIMAL else "capuchin")
+    rep = rep.with_(
+        energy_j=e,
+        incumbent="capuchin",
+        superseded_method=rep.method,
+        method="capuchin+bound" if status == OPTIMAL else "capuchin",
+    )
     return Schedule(graph=g, budget=s.budget, steps=h.steps, status=status, strategy=s.strategy, report=rep)

@@ -1,4 +1,5 @@
 """The ``remat`` strategy: the pipeline with paging disabled (Checkmate's setting)."""
+
 from __future__ import annotations
 
 from ...graph.core import CostedGraph
