@@ -8,7 +8,7 @@ Layers, lowest first (each imports only from the ones before it; tests/test_arch
 * ``milp`` -- the POET MILP's formulation and its warm start; ``bounds`` -- the eviction cover;
 * ``baselines`` -- plain backprop, Chen's checkpointing, the Capuchin-style heuristic;
 * ``search`` -- the greedy rules, the guide search, the interval search, the worker pool;
-* ``min_budgets``, ``pipeline`` -- what ``poet solve`` runs, in order (docs/pipeline.md);
+* ``min_budgets``, ``pipeline_milp``, ``pipeline`` -- what ``poet solve`` runs, in order (docs/pipeline.md);
 * ``strategies`` -- one module per strategy, in one table; ``cache``; ``api`` -- ``solve()``.
 
 The strategy table (and with it numpy and HiGHS) is imported when first used, so that commands
