@@ -37,10 +37,17 @@ import torch
 
 from poet.execute import models
 from poet.execute.executor import Executor
-from poet.execute.measure import keep_schedule, measure_program
+from poet.execute.measure import keep_schedule, measure_program, paging_sample
 from poet.execute.reference import reference_steps
 from poet.graph.torch_export import export_training_graph
-from poet.hardware.profile import HostProfile, OpSample, choose_power, fit_families, profile_device
+from poet.hardware.profile import (
+    HostProfile,
+    OpSample,
+    choose_power,
+    fit_families,
+    fit_paging_overhead,
+    profile_device,
+)
 from poet.hardware.profile_model import price_measured
 from poet.hardware.profile_storage import profile_storage
 from poet.schedule.core import HEURISTIC, Budget, Schedule
@@ -95,7 +102,10 @@ def one_round(prog, steps_by_kind: dict, directory: str, runs: int, paging_dir: 
         calib = schedule_on(base, calib_steps)
         node_sum = [0.0] * len(prog.groups)
         free_sum = 0.0
-        walls, busys, calib_busy, peak = [], [], [], 0
+        walls, busys, calib_samples, peak = [], [], [], 0
+        storage_dev = profile_device(
+            HostProfile("host", 1, [], 1.0, 0.0, choose_power(None, None, None), storage, models=[prog.name])
+        )
         kinds = {"compute": [], "page_out": [], "page_in": [], "free": []}
         ex.run(s, apply=False)  # warm-up
         for _ in range(runs):
@@ -103,7 +113,7 @@ def one_round(prog, steps_by_kind: dict, directory: str, runs: int, paging_dir: 
             node_sum = [a + b for a, b in zip(node_sum, t.node_busy_s)]
             free_sum += t.free_busy_s
             if pages:
-                calib_busy.append(ex.run(calib, apply=False).busy_seconds["total"])
+                calib_samples.append(paging_sample(ex.run(calib, apply=False), t, storage_dev, calib.graph))
             res = ex.run(s, apply=False)
             walls.append(res.seconds["total"])
             busys.append(res.busy_seconds["total"])
@@ -127,8 +137,8 @@ def one_round(prog, steps_by_kind: dict, directory: str, runs: int, paging_dir: 
             models=[prog.name],
         )
         if pages:  # as measure_paging_overhead, on the alternated runs
-            ct = validate(prog.costed(profile_device(hp)), calib_steps, Budget(ram_bytes=10**18))
-            hp.page_overhead_s = max(0.0, (statistics.fmean(calib_busy) - ct.runtime_s) / (ct.page_ins + ct.page_outs))
+            over = fit_paging_overhead(calib_samples)
+            hp.page_in_overhead_s, hp.page_out_overhead_s = over.page_in_s, over.page_out_s
         dev = profile_device(hp)
         g_fam = prog.costed(dev)
         g_node = price_measured(prog.graph, dev, node_busy, free_s, prog.fixed_ram_bytes)
@@ -150,7 +160,8 @@ def one_round(prog, steps_by_kind: dict, directory: str, runs: int, paging_dir: 
             "meas_kind": {kk: statistics.median(v) for kk, v in kinds.items()},
             "recomputes": tot.recomputes,
             "page_outs": tot.page_outs,
-            "page_overhead_s": hp.page_overhead_s,
+            "page_in_overhead_s": hp.page_in_overhead_s,
+            "page_out_overhead_s": hp.page_out_overhead_s,
             "storage": {
                 "write_latency_s": storage.write.latency_s,
                 "write_bytes_per_s": storage.write.bytes_per_s,
@@ -200,7 +211,8 @@ def main(argv=None) -> int:
                 "meas_peak": max(x["meas_peak"] for x in rs),
                 "recomputes": rs[0]["recomputes"],
                 "page_outs": rs[0]["page_outs"],
-                "page_overhead_s": statistics.median(x["page_overhead_s"] for x in rs),
+                "page_in_overhead_s": statistics.median(x["page_in_overhead_s"] for x in rs),
+                "page_out_overhead_s": statistics.median(x["page_out_overhead_s"] for x in rs),
                 "storage": [x["storage"] for x in rs],
                 "kinds": {
                     kk: {
@@ -242,7 +254,8 @@ def main(argv=None) -> int:
         if r["page_outs"]:
             st = r["storage"][0]
             extra = (
-                f"  [paging overhead {r['page_overhead_s'] * 1e6:.0f} us/op; round 1 storage: write "
+                f"  [paging overhead in {r['page_in_overhead_s'] * 1e6:.0f} us, out "
+                f"{r['page_out_overhead_s'] * 1e6:.0f} us; round 1 storage: write "
                 f"{st['write_latency_s'] * 1e3:.2f} ms + {st['write_bytes_per_s'] / 1e6:.0f} MB/s, read "
                 f"{st['read_latency_s'] * 1e3:.2f} ms + {st['read_bytes_per_s'] / 1e6:.0f} MB/s]"
             )

@@ -45,7 +45,8 @@ def synthetic_profile(tmp_path, name="synth") -> Path:
         power=choose_power(None, 12.5, None),
         storage=st,
         models=["synthetic"],
-        page_overhead_s=4e-4,
+        page_in_overhead_s=4e-4,
+        page_out_overhead_s=7e-4,
     )
     path = tmp_path / f"{name}.toml"
     path.write_text(profile_toml(hp))
@@ -63,11 +64,11 @@ def test_profile_file_round_trips(tmp_path):
     assert fams["conv"].flops_per_s == pytest.approx(2e9, rel=1e-6)
     assert fams["elementwise"].flops_per_s == pytest.approx(1e8, rel=1e-6)
     assert dev.write_latency_s == pytest.approx(2e-3, rel=1e-6) and dev.read_bytes_per_s == pytest.approx(3e8, rel=1e-6)
-    assert dev.page_overhead_s == pytest.approx(4e-4)
-    # paging: the storage fit plus the per-page overhead (and the page-in's later free)
+    assert dev.page_in_overhead_s == pytest.approx(4e-4) and dev.page_out_overhead_s == pytest.approx(7e-4)
+    # paging: the storage fit plus each kind's overhead (and the page-in's later free)
     t_in, t_out = paging_seconds(dev, 65536)
     assert t_in == pytest.approx(2e-4 + 65536 / 3e8 + 4e-4 + 3e-6, rel=1e-6)
-    assert t_out == pytest.approx(2e-3 + 65536 / 1e8 + 4e-4, rel=1e-6)
+    assert t_out == pytest.approx(2e-3 + 65536 / 1e8 + 7e-4, rel=1e-6)
     # an op is priced by its family; an unmeasured family falls back to the fit over all ops
     assert op_seconds(dev, "aten.convolution.default", 2e6) == pytest.approx(50e-6 + 2e6 / 2e9, rel=1e-6)
     assert op_seconds(dev, "aten.mm.default", 1e6) == pytest.approx(
@@ -88,7 +89,15 @@ def test_profile_file_round_trips(tmp_path):
         (lambda t: re.sub(r"\[compute.families.[a-z_]+\]\n(?:[a-z_]+ = [^\n]+\n)+", "", t), ["partial", "families"]),
         (lambda t: t.split("[storage]")[0], ["[storage]"]),
         (lambda t: re.sub(r"\nfree_overhead_s = [^\n]+", '\nfree_overhead_s = "fast"', t), ["free_overhead_s"]),
-        (lambda t: re.sub(r"\npage_overhead_s = [^\n]+", "\npage_overhead_s = -0.001", t), ["page_overhead_s"]),
+        (
+            lambda t: re.sub(r"\npage_in_overhead_s = [^\n]+", "\npage_in_overhead_s = -0.001", t),
+            ["page_in_overhead_s"],
+        ),
+        (
+            lambda t: re.sub(r"\npage_out_overhead_s = [^\n]+", "\npage_out_overhead_s = nan", t),
+            ["page_out_overhead_s"],
+        ),
+        (lambda t: t.replace("[storage]\n", "[storage]\npage_overhead_s = true\n"), ["page_overhead_s"]),
     ],
 )
 def test_bad_or_partial_profile_is_refused(tmp_path, edit, words):
@@ -99,6 +108,18 @@ def test_bad_or_partial_profile_is_refused(tmp_path, edit, words):
     for w in words:
         assert w in str(e.value)
     assert str(path) in str(e.value)
+
+
+def test_profile_with_one_paging_overhead_still_loads(tmp_path):
+    """Profiles written before page-ins and page-outs were fitted apart have one ``page_overhead_s``."""
+    path = synthetic_profile(tmp_path)
+    text = re.sub(r"\npage_(in|out)_overhead_s = [^\n]+", "", path.read_text())
+    path.write_text(text.replace("[storage]\n", "[storage]\npage_overhead_s = 0.0005\n"))
+    dev = load_device(path)
+    assert dev.page_in_overhead_s == dev.page_out_overhead_s == pytest.approx(5e-4)
+    path.write_text(text)  # and older ones none at all
+    dev = load_device(path)
+    assert dev.page_in_overhead_s == dev.page_out_overhead_s == 0.0
 
 
 def test_cli_refuses_a_bad_profile_without_traceback(tmp_path, capsys):
@@ -149,6 +170,40 @@ def test_family_fit_keeps_the_total():
     # times that fall with FLOPs: latency only, still the same total
     flat = fit_sum_preserving([1e3, 1e6], [2e-4, 1e-4])
     assert flat.predict(1e3) + flat.predict(1e6) == pytest.approx(3e-4, rel=1e-4)
+
+
+def test_paging_overhead_fit_recovers_each_kind():
+    from poet.hardware.profile import PagingSample, fit_paging_overhead
+
+    # per run: 7 page-ins 0.3 ms and 5 page-outs 1.1 ms over the storage fit; computes 0.1 ms more per page op
+    rng = random.Random(3)
+    runs = []
+    for _ in range(9):
+        noise = [rng.uniform(0.8, 1.25) for _ in range(3)]
+        runs.append(PagingSample(7 * 3e-4 * noise[0], 5 * 1.1e-3 * noise[1], 12 * 1e-4 * noise[2], 7, 5))
+    runs.append(PagingSample(7 * 9e-3, 5 * 9e-3, 12 * 9e-3, 7, 5))  # one burst: the medians ignore it
+    fit = fit_paging_overhead(runs)
+    assert fit.page_in_direct_s == pytest.approx(3e-4, rel=0.25)
+    assert fit.page_out_direct_s == pytest.approx(1.1e-3, rel=0.25)
+    assert fit.other_per_page_s == pytest.approx(1e-4, rel=0.25)
+    assert fit.page_in_s == pytest.approx(fit.page_in_direct_s + fit.other_per_page_s)
+    assert fit.page_out_s == pytest.approx(fit.page_out_direct_s + fit.other_per_page_s)
+    exact = fit_paging_overhead([PagingSample(2 * 3e-4, 2 * 5e-4, 4 * 1e-4, 2, 2)])
+    assert (exact.page_in_s, exact.page_out_s) == pytest.approx((4e-4, 6e-4))
+    # computes faster than in the keep-everything run: the overheads shrink but stay >= 0
+    faster = fit_paging_overhead([PagingSample(2 * 1e-4, 2 * 5e-4, -4 * 3e-4, 2, 2)])
+    assert faster.page_in_s == 0.0 and faster.page_out_s == pytest.approx(2e-4)
+    with pytest.raises(ValueError, match="page-ins and page-outs"):
+        fit_paging_overhead([PagingSample(0.0, 1e-3, 0.0, 0, 2)])
+    with pytest.raises(ValueError, match="non-finite"):
+        fit_paging_overhead([PagingSample(float("nan"), 1e-3, 0.0, 1, 2)])
+
+
+def test_train_timing_leaves_the_first_step_out():
+    from poet.execute.timing import steady_results
+
+    assert steady_results([1, 2, 3, 4, 5]) == [2, 3, 4, 5]
+    assert steady_results([1, 2]) == [1, 2]  # too few to leave one out
 
 
 def test_power_source_is_recorded():
@@ -304,7 +359,8 @@ def test_quick_profile_writes_a_complete_file_and_train_reports_prediction(tmp_p
     assert rep["check"] == {"loss_curve_identical": True, "parameters_identical": True}
     assert rep["torch_threads"] == 1
     assert 0 < it["busy_s"] <= it["measured_s"] * (1 + 1e-9)  # busy leaves out waits for a CPU
-    assert "page_overhead_s" in out.read_text()
+    assert "page_in_overhead_s" in out.read_text() and "page_out_overhead_s" in out.read_text()
+    assert rep["timed_steps"] == 2
 
 
 def test_measured_costs_price_each_node_and_write_a_graph(tmp_path, capsys):

@@ -240,7 +240,7 @@ def cmd_train(a) -> int:
     import torch
 
     from ..units import fmt_bytes
-    from .timing import median_rows, timing_table
+    from .timing import median_rows, steady_results, timing_table
 
     if a.json:  # stdout carries the JSON object only
         a.quiet = True
@@ -294,9 +294,10 @@ def cmd_train(a) -> int:
             f"{peak <= pl.schedule.budget.ram_bytes}"
         )
         timing = median_rows(results)
+        timed = len(steady_results(results))
         say(
-            f"predicted vs measured (median of {len(results)} steps; busy = wall seconds minus waits for a CPU "
-            f"behind other processes, see docs/devices.md):"
+            f"predicted vs measured (median of {timed} steps{', the first left out' if timed < len(results) else ''}; "
+            f"busy = wall seconds minus waits for a CPU behind other processes, see docs/devices.md):"
         )
         say(timing_table(timing))
         report = {
@@ -314,6 +315,7 @@ def cmd_train(a) -> int:
             "per_iteration": next(t.as_dict() for t in timing if t.kind == "total"),
             "per_kind": [t.as_dict() for t in timing if t.kind != "total"],
             "step_seconds": [r.seconds["total"] for r in results],
+            "timed_steps": timed,  # the medians above: the steps after the first (when >= 3)
         }
         if a.check:
             # plain PyTorch from the same initial weights, data and generator state

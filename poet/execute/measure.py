@@ -2,14 +2,16 @@
 
 The program's keep-everything schedule is executed repeatedly (after warm-up runs) by the real
 :class:`~poet.execute.executor.Executor`, so each node's time includes what executing it costs
-beyond the kernels (fetching arguments, re-deriving views, bookkeeping).  Per node: the median
-CPU seconds (``time.process_time``; not stretched by other processes on a shared machine) and
-wall seconds of its ``compute`` instruction, and the spread of the CPU figure; per program: the
-median CPU seconds of one ``free``.
+beyond the kernels (fetching arguments, re-deriving views, bookkeeping).  Per node: the mean busy
+seconds (wall minus waits for a CPU, :mod:`poet.hardware.profile_clock`) and median wall seconds of
+its ``compute`` instruction, and the spread of the busy figure; per program: the mean busy seconds
+of one ``free``.
 
-Two users: ``poet profile`` fits operator families to the per-op times of a model's aten-level
+Three users: ``poet profile`` fits operator families to the per-op times of a model's aten-level
 program (:func:`poet.hardware.profile.fit_families`); ``--costs measured`` prices a program's nodes
-from these times directly (:func:`poet.hardware.profile_model.price_measured`).
+from these times directly (:func:`poet.hardware.profile_model.price_measured`); the paging
+calibration (:func:`measure_paging_overhead`) alternates keep-everything runs with a paging schedule
+and fits what page-ins and page-outs cost when executed beyond the storage sweep's figures.
 """
 
 from __future__ import annotations
@@ -102,36 +104,93 @@ def measure_program(
     )
 
 
+def paging_sample(result, keep: ProgramTiming, device, graph):
+    """The :class:`~poet.hardware.profile.PagingSample` of one executed paging schedule (``result``, a
+    ``RunResult`` of a schedule on ``graph``) next to the keep-everything timing ``keep`` (one run,
+    measured beside it): each page-in/out's busy seconds beyond ``device``'s storage fit for the node's
+    bytes, and the computes' and frees' busy seconds beyond the same nodes' in ``keep``."""
+    from ..hardware.profile import PagingSample
+
+    dev = device
+    d_in = d_out = other = 0.0
+    n_in = n_out = 0
+    nbytes = [nd.ram_bytes for nd in graph.nodes]
+    for rec in result.records:
+        if rec.op == "page_in":
+            d_in += rec.busy_seconds - (dev.read_latency_s + nbytes[rec.node] / dev.read_bytes_per_s)
+            n_in += 1
+        elif rec.op == "page_out":
+            d_out += rec.busy_seconds - (dev.write_latency_s + nbytes[rec.node] / dev.write_bytes_per_s)
+            n_out += 1
+        elif rec.op == "compute":
+            other += rec.busy_seconds - keep.node_busy_s[rec.node]
+        elif rec.op == "free":
+            other += rec.busy_seconds - keep.free_busy_s
+    return PagingSample(d_in, d_out, other, n_in, n_out)
+
+
 @dataclass(frozen=True)
-class PagingOverhead:
-    """What executing page-ins and page-outs costs beyond the storage fit, per paging instruction."""
+class PagingCalibration:
+    """What ``measure_paging_overhead`` measured: the fit and the keep-everything runs beside it."""
 
-    seconds: float  # per page-in or page-out (>= 0), to add to both
-    predicted_s: float  # the calibration schedule's predicted busy seconds without the overhead
-    measured_s: float  # its mean measured busy seconds
-    page_ops: int
+    fit: object  # poet.hardware.profile.PagingOverheadFit
+    keep: ProgramTiming  # the alternated keep-everything runs (more samples for the family fits)
+    page_ins: int
+    page_outs: int
+    measured_s: float  # median busy seconds of one calibration run
+    predicted_s: float  # its prediction from the storage fit and the keep-everything runs, no overhead
 
 
-def measure_paging_overhead(program, device, *, runs: int = 5, paging_dir=None, every: int = 3) -> PagingOverhead:
-    """Run a rule-based paging schedule (every ``every``-th forward output kept, the rest paged out and
-    back in) as a profiled device pages (fsync'd, dropped from the page cache) and attribute the busy
-    seconds beyond its prediction to its paging instructions: cold caches after every storage wait and
-    the executor's own work for a page, which a file-level storage sweep does not see."""
+def measure_paging_overhead(
+    program, device, *, runs: int = 10, paging_dir=None, every: int = 3, progress=None
+) -> PagingCalibration:
+    """Alternate a keep-everything run with a rule-based paging schedule (every ``every``-th forward
+    output kept, the rest paged out and back in), paging as a profiled device pages (fsync'd, dropped
+    from the page cache), and fit each paging instruction kind's busy seconds beyond ``device``'s
+    storage fit (:func:`poet.hardware.profile.fit_paging_overhead`): the executor's own work for a page
+    and the caches a storage wait leaves cold, which a file-level storage sweep does not see.
+    Alternating makes both runs of a pair see the same load on a shared machine."""
     from ..hardware.device import load_device
+    from ..hardware.profile import fit_paging_overhead
     from .executor import Executor
     from .reference import reference_schedule
 
     dev = load_device(device)
-    g = program.costed(dev)
-    sched = reference_schedule(g, "paging", every=every)
-    n_ops = sched.totals.page_ins + sched.totals.page_outs
-    ex = Executor(program, paging_dir=paging_dir, fsync=True, drop_cache=True)
-    ex.run(sched, apply=False)  # warm-up
-    busy = [ex.run(sched, apply=False).busy_seconds["total"] for _ in range(runs)]
-    measured = statistics.fmean(busy)
-    pred = sched.totals.runtime_s
-    per = max(0.0, (measured - pred) / n_ops) if n_ops else 0.0
-    return PagingOverhead(per, pred, measured, n_ops)
+    sched = reference_schedule(program.costed(dev), "paging", every=every)
+    pager = Executor(program, paging_dir=paging_dir, fsync=True, drop_cache=True)
+    meter = Executor(program)
+    keep = keep_schedule(program)
+    measure_program(program, runs=1, warmup=1, executor=meter, schedule=keep)
+    pager.run(sched, apply=False)  # warm-up
+    samples, keeps, totals, preds = [], [], [], []
+    for i in range(runs):
+        t = measure_program(program, runs=1, warmup=0, executor=meter, schedule=keep)
+        res = pager.run(sched, apply=False)
+        s = paging_sample(res, t, dev, sched.graph)
+        samples.append(s)
+        keeps.append(t)
+        totals.append(res.busy_seconds["total"])
+        preds.append(res.busy_seconds["total"] - s.page_in_excess_s - s.page_out_excess_s - s.other_excess_s)
+        if progress and ((i + 1) % 5 == 0 or i + 1 == runs):
+            progress(f"{program.name}: paging calibration {i + 1}/{runs}")
+    n = len(program.groups)
+    merged = ProgramTiming(
+        node_busy_s=tuple(statistics.fmean(k.node_busy_s[v] for k in keeps) for v in range(n)),
+        node_wall_s=tuple(statistics.median(k.node_wall_s[v] for k in keeps) for v in range(n)),
+        node_spread=tuple(_quartile_spread([k.node_busy_s[v] for k in keeps]) for v in range(n)),
+        free_busy_s=statistics.fmean(k.free_busy_s for k in keeps),
+        runs=len(keeps),
+        iteration_busy_s=statistics.median(k.iteration_busy_s for k in keeps),
+        iteration_wall_s=statistics.median(k.iteration_wall_s for k in keeps),
+    )
+    return PagingCalibration(
+        fit_paging_overhead(samples),
+        merged,
+        samples[0].page_ins,
+        samples[0].page_outs,
+        statistics.median(totals),
+        statistics.median(preds),
+    )
 
 
 def measured_costs(
@@ -148,10 +207,11 @@ def measured_costs(
 
 
 __all__ = [
-    "PagingOverhead",
+    "PagingCalibration",
     "ProgramTiming",
     "keep_schedule",
     "measure_paging_overhead",
+    "paging_sample",
     "measure_program",
     "measured_costs",
 ]

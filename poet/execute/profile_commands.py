@@ -96,7 +96,8 @@ def build_model(spec: str, batch_size: int):
 
 
 def measure_ops(specs, batch_size: int, runs: int, warmup: int, say):
-    """OpSamples (CPU seconds per aten op, as executed) of each model, and the median free overhead."""
+    """OpSamples (busy seconds per aten op, as executed) of each model, the median free overhead, the
+    traced programs and the measured runs of each."""
     import statistics
 
     import torch
@@ -105,7 +106,7 @@ def measure_ops(specs, batch_size: int, runs: int, warmup: int, say):
     from ..hardware.profile import OpSample
     from .measure import measure_program
 
-    samples, frees, programs = [], [], []
+    samples, frees, programs, done = [], [], [], []
     for spec in specs:
         torch.manual_seed(0)
         model, loss_fn, data = build_model(spec, batch_size)
@@ -119,11 +120,12 @@ def measure_ops(specs, batch_size: int, runs: int, warmup: int, say):
             samples.append(OpSample(u.op, u.flops, t.node_busy_s[v], t.node_spread[v]))
         frees.append(t.free_busy_s)
         programs.append(prog)
+        done.append(t.runs)
         say(
             f"{spec}: {len(prog.groups)} ops, step {t.iteration_busy_s * 1e3:.2f} ms busy "
             f"({t.iteration_wall_s * 1e3:.2f} ms wall), median of {t.runs} runs"
         )
-    return samples, statistics.median(frees), programs
+    return samples, statistics.median(frees), programs, done
 
 
 def cmd_profile(a) -> int:
@@ -157,6 +159,7 @@ def _measure(a, say) -> int:
     from ..hardware.device import load_device
     from ..hardware.profile import (
         HostProfile,
+        OpSample,
         choose_power,
         fit_families,
         profile_device,
@@ -173,14 +176,14 @@ def _measure(a, say) -> int:
     torch.set_num_threads(a.threads)
     try:
         e0, c0 = rapl_energy_j(), time.perf_counter()
-        samples, free_s, programs = measure_ops(specs, a.batch_size, runs, warmup, say)
+        samples, free_s, programs, runs_done = measure_ops(specs, a.batch_size, runs, warmup, say)
         e1, c1 = rapl_energy_j(), time.perf_counter()
         rapl_w = (e1 - e0) / (c1 - c0) if e0 is not None and e1 is not None and e1 > e0 else None
         power = choose_power(rapl_w, a.power_w, a.storage_power_w)
         directory = a.dir or tempfile.gettempdir()
         say(f"storage: files in {directory}")
         storage = profile_storage(directory, QUICK_SIZES if a.quick else FULL_SIZES, 2 if a.quick else 5, progress=say)
-        fams, rate = fit_families(samples)
+        fams, rate = fit_families(samples)  # refitted below with the calibration's keep-everything runs
         hp = HostProfile(
             name=a.name or "host",
             threads=a.threads,
@@ -192,14 +195,29 @@ def _measure(a, say) -> int:
             models=specs,
             command="poet " + " ".join(sys.argv[1:]),
         )
-        over = measure_paging_overhead(programs[0], profile_device(hp), runs=2 if a.quick else 5, paging_dir=directory)
-        hp.page_overhead_s = over.seconds
+        # paging calibration: alternated with keep-everything runs of the first model, whose per-op
+        # times join that model's samples (the fits then average over a longer stretch of the load)
+        cal = measure_paging_overhead(programs[0], profile_device(hp), runs=runs, paging_dir=directory, progress=say)
+        n0 = len(programs[0].groups)
+        w = runs_done[0] / (runs_done[0] + cal.keep.runs)
+        for v in range(n0):
+            s = samples[v]
+            samples[v] = OpSample(s.op, s.flops, w * s.seconds + (1 - w) * cal.keep.node_busy_s[v], s.spread)
+        fams, rate = fit_families(samples)
+        hp.families, hp.flops_per_s = fams, rate
+        fit = cal.fit
+        hp.page_in_overhead_s, hp.page_out_overhead_s = fit.page_in_s, fit.page_out_s
         hp.page_overhead_note = (
-            f"{specs[0]}, paging all but every 3rd forward output: {over.page_ops} "
-            f"page-ins/outs, {over.measured_s * 1e3:.2f} ms busy measured vs "
-            f"{over.predicted_s * 1e3:.2f} ms predicted from the fits"
+            f"{specs[0]}, paging all but every 3rd forward output ({cal.page_ins} page-ins, {cal.page_outs} "
+            f"page-outs), {fit.runs} runs alternated with keep-everything runs: per page-in "
+            f"{fit.page_in_direct_s * 1e6:.0f} us and per page-out {fit.page_out_direct_s * 1e6:.0f} us beyond the "
+            f"storage fit, computes after them {fit.other_per_page_s * 1e6:+.0f} us per page-in/out; run "
+            f"{cal.measured_s * 1e3:.2f} ms busy vs {cal.predicted_s * 1e3:.2f} ms without the overhead (medians)"
         )
-        say(f"paging overhead {over.seconds * 1e6:.0f} us per page-in/out ({hp.page_overhead_note})")
+        say(
+            f"paging overhead: page-in +{hp.page_in_overhead_s * 1e6:.0f} us, page-out "
+            f"+{hp.page_out_overhead_s * 1e6:.0f} us ({hp.page_overhead_note})"
+        )
     finally:
         torch.set_num_threads(threads0)
     hp.seconds = time.perf_counter() - t0
@@ -210,7 +228,8 @@ def _measure(a, say) -> int:
         f"storage write {storage.write.latency_s * 1e3:.3f} ms + {storage.write.bytes_per_s / 1e6:.1f} MB/s "
         f"(fit error median {storage.write.median_rel_error:.0%}), read {storage.read.latency_s * 1e3:.3f} ms + "
         f"{storage.read.bytes_per_s / 1e6:.1f} MB/s (median {storage.read.median_rel_error:.0%}), "
-        f"{hp.page_overhead_s * 1e6:.0f} us more per page-in/out when executed; "
+        f"page-in +{hp.page_in_overhead_s * 1e6:.0f} us, page-out +{hp.page_out_overhead_s * 1e6:.0f} us when "
+        f"executed; "
         f"power {power.compute_w:.3g} W ({power.source}); {hp.seconds:.0f} s"
     )
     for f in fams:

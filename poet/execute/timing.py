@@ -63,13 +63,20 @@ def timing_rows(predicted: dict, wall: dict, busy: dict) -> list[TimingRow]:
     return rows
 
 
+def steady_results(results) -> list:
+    """The steps a median is taken over: all but the first when there are at least three (the first
+    step allocates gradient buffers and optimizer state and runs with cold caches)."""
+    return list(results[1:]) if len(results) >= 3 else list(results)
+
+
 def median_rows(results) -> list[TimingRow]:
-    """Per kind, the median over executed steps (``RunResult``s of one schedule) of the measured seconds."""
+    """Per kind, the median over executed steps (``RunResult``s of one schedule, the first left out
+    when there are three or more: :func:`steady_results`) of the measured seconds."""
     import statistics
 
     if not results:
         return []
-    per = [r.timing for r in results]
+    per = [r.timing for r in steady_results(results)]
     rows = []
     for i, first in enumerate(per[0]):
         m = statistics.median(p[i].measured_s for p in per)
@@ -101,4 +108,13 @@ def timing_table(rows: list[TimingRow]) -> str:
     return "\n".join(out)
 
 
-__all__ = ["KINDS", "RunQueueClock", "TimingRow", "busy_seconds", "median_rows", "timing_rows", "timing_table"]
+__all__ = [
+    "KINDS",
+    "RunQueueClock",
+    "TimingRow",
+    "busy_seconds",
+    "median_rows",
+    "steady_results",
+    "timing_rows",
+    "timing_table",
+]

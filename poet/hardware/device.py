@@ -47,7 +47,9 @@ class Device:
     free_overhead_s: float = 0.0  # executor cost of one `free`, folded into compute and page-in
     threads: int = 0  # torch threads the profile was measured with (0: not measured)
     paging_sync: bool = False  # pages fsync'd and dropped from the page cache, as measured
-    page_overhead_s: float = 0.0  # executing one page-in/out beyond the storage fit (cold caches after I/O)
+    # executing one page-in / page-out beyond the storage fit (the executor's work, cold caches after I/O)
+    page_in_overhead_s: float = 0.0
+    page_out_overhead_s: float = 0.0
 
     @property
     def joules_per_flop(self) -> float:
@@ -145,15 +147,20 @@ def _measured(d: dict, path: Path) -> dict:
         raise DeviceError(f"{path}: [compute] threads must be a positive integer, got {threads!r}")
     if not isinstance(s["sync"], bool):
         raise DeviceError(f"{path}: [storage] sync must be true or false, got {s['sync']!r}")
-    over = s.get("page_overhead_s", 0.0)
-    if isinstance(over, bool) or not isinstance(over, (int, float)) or not math.isfinite(over) or over < 0:
-        raise DeviceError(f"{path}: [storage] page_overhead_s must be a finite non-negative number, got {over!r}")
+    over = {}
+    # page_overhead_s: one figure for both, as profiles before the split wrote it
+    for key in ("page_overhead_s", "page_in_overhead_s", "page_out_overhead_s"):
+        v = s.get(key, over.get("page_overhead_s", 0.0))
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
+            raise DeviceError(f"{path}: [storage] {key} must be a finite non-negative number (seconds), got {v!r}")
+        over[key] = float(v)
     return {
         "families": tuple(families),
         "free_overhead_s": float(free),
         "threads": threads,
         "paging_sync": s["sync"],
-        "page_overhead_s": float(over),
+        "page_in_overhead_s": over["page_in_overhead_s"],
+        "page_out_overhead_s": over["page_out_overhead_s"],
     }
 
 

@@ -103,6 +103,52 @@ def fit_families(samples: list[OpSample]) -> tuple[list[FamilyFit], float]:
     return fits, rate
 
 
+# ---------------------------------------------------------------- paging overhead
+@dataclass(frozen=True)
+class PagingSample:
+    """One executed paging schedule next to a keep-everything run of the same program (busy seconds).
+
+    ``page_in_excess_s`` / ``page_out_excess_s``: summed over the run's page-ins / page-outs, what each
+    took beyond the storage fit for its bytes.  ``other_excess_s``: what the run's computes and frees
+    took beyond the same nodes' computes and frees in the keep-everything run beside it (the caches a
+    storage wait left cold; negative when the smaller footprint made them faster).
+    """
+
+    page_in_excess_s: float
+    page_out_excess_s: float
+    other_excess_s: float
+    page_ins: int
+    page_outs: int
+
+
+@dataclass(frozen=True)
+class PagingOverheadFit:
+    page_in_s: float  # added to every page-in (>= 0)
+    page_out_s: float  # added to every page-out (>= 0)
+    page_in_direct_s: float  # median per page-in, measured on the instruction itself
+    page_out_direct_s: float
+    other_per_page_s: float  # median compute/free excess per page-in or page-out
+    runs: int
+
+
+def fit_paging_overhead(samples: list[PagingSample]) -> PagingOverheadFit:
+    """Per page-in and per page-out overhead from calibration runs: each kind's own excess over the
+    storage fit (median over runs), plus an equal share per paging instruction of the computes' excess
+    (a plan prices a node's compute once, whatever ran before it, so the slowdown of computes after a
+    storage wait can only be charged to the storage instructions).  Each result is kept >= 0."""
+    good = [s for s in samples if s.page_ins > 0 and s.page_outs > 0]
+    if not good:
+        raise ValueError("no calibration run with both page-ins and page-outs")
+    for s in good:
+        vals = (s.page_in_excess_s, s.page_out_excess_s, s.other_excess_s)
+        if not all(math.isfinite(x) for x in vals):
+            raise ValueError(f"non-finite paging sample {s}")
+    d_in = statistics.median(s.page_in_excess_s / s.page_ins for s in good)
+    d_out = statistics.median(s.page_out_excess_s / s.page_outs for s in good)
+    other = statistics.median(s.other_excess_s / (s.page_ins + s.page_outs) for s in good)
+    return PagingOverheadFit(max(0.0, d_in + other), max(0.0, d_out + other), d_in, d_out, other, len(good))
+
+
 # ------------------------------------------------------------------------- power
 def rapl_energy_j() -> float | None:
     """Sum of the package energy counters (joules) under /sys/class/powercap, or None if unreadable."""
@@ -164,7 +210,8 @@ class HostProfile:
         default_factory=lambda: tuple(os.getloadavg()) if hasattr(os, "getloadavg") else ()
     )
     seconds: float = 0.0
-    page_overhead_s: float = 0.0  # per page-in/out beyond the storage fit (poet.execute.measure)
+    page_in_overhead_s: float = 0.0  # per page-in beyond the storage fit (fit_paging_overhead)
+    page_out_overhead_s: float = 0.0  # per page-out beyond the storage fit
     page_overhead_note: str = ""
 
 
@@ -187,7 +234,8 @@ def profile_device(p: HostProfile) -> Device:
         free_overhead_s=p.free_overhead_s,
         threads=p.threads,
         paging_sync=True,
-        page_overhead_s=p.page_overhead_s,
+        page_in_overhead_s=p.page_in_overhead_s,
+        page_out_overhead_s=p.page_out_overhead_s,
     )
 
 
@@ -284,7 +332,8 @@ def profile_toml(p: HostProfile) -> str:
             "power_w": p.power.storage_w,
             "power_source": p.power.source,
             "sync": True,
-            "page_overhead_s": p.page_overhead_s,
+            "page_in_overhead_s": p.page_in_overhead_s,
+            "page_out_overhead_s": p.page_out_overhead_s,
             "page_overhead_source": p.page_overhead_note,
             "medium": f"files in {st.directory}: fsync'd writes, reads "
             + ("after posix_fadvise(DONTNEED)" if st.cache_dropped else "(page cache not dropped)"),
@@ -306,9 +355,12 @@ __all__ = [
     "FamilyFit",
     "HostProfile",
     "OpSample",
+    "PagingOverheadFit",
+    "PagingSample",
     "PowerReading",
     "choose_power",
     "fit_families",
+    "fit_paging_overhead",
     "fit_sum_preserving",
     "profile_device",
     "profile_toml",

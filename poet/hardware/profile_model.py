@@ -101,8 +101,8 @@ def paging_seconds(dev: Device, nbytes: int, free_s: float | None = None) -> tup
     """(page-in, page-out) seconds of ``nbytes`` from the storage fit; a page-in's later free is included
     (``free_s``, default the profile's ``free_overhead_s``)."""
     free = dev.free_overhead_s if free_s is None else free_s
-    t_in = dev.read_latency_s + nbytes / dev.read_bytes_per_s + free + dev.page_overhead_s
-    t_out = dev.write_latency_s + nbytes / dev.write_bytes_per_s + dev.page_overhead_s
+    t_in = dev.read_latency_s + nbytes / dev.read_bytes_per_s + free + dev.page_in_overhead_s
+    t_out = dev.write_latency_s + nbytes / dev.write_bytes_per_s + dev.page_out_overhead_s
     return t_in, t_out
 
 
