@@ -37,7 +37,7 @@ import math
 from dataclasses import dataclass
 
 from .core import BACKWARD, FORWARD, Graph, GraphError, Node, Tile
-from .tiling_attention import attention_backward, attention_forward
+from .tiling_attention import attention_backward, attention_forward, head_label
 from .tiling_ranges import (
     STATS_FLOPS_PER_ELEM,
     WEIGHTED,
@@ -64,6 +64,10 @@ from .zoo import (
     model_layers,
 )
 
+# counts[f"{context}{HEADS_KEY}"]: heads per attention tile of the attention whose context layer is ``context``
+# (default 1: one head per tile); Q, K, V and the context are split by groups of that many heads
+HEADS_KEY = ":heads"
+
 
 @dataclass(frozen=True)
 class TiledBuild:
@@ -74,20 +78,54 @@ class TiledBuild:
     counts: dict[str, int]  # layer name -> tiles of its output (only layers split in 2 or more)
 
 
+@dataclass(frozen=True)
+class TiledNodes:
+    """The nodes of a tiled graph in creation order, before they are put in streaming order.
+
+    What the tiling planner measures between rounds (a :class:`Graph` and its checks are
+    built once, for the plan it returns)."""
+
+    builder: Builder
+    counts: dict[str, int]
+    meta: dict
+
+
 def build_tiled(model: str | ModelLayers, counts: dict[str, int], batch_size: int = 1) -> TiledBuild:
     """The training graph of ``model`` with layer ``name`` split into ``counts[name]`` tiles.
 
     Counts above a layer's rows are clipped to its rows; layers that cannot be
     split (flat vectors, attention matmuls, softmax over scores) stay whole.
     """
+    tn = tiled_nodes(model, counts, batch_size)
+    bd, used, meta = tn.builder, tn.counts, tn.meta
+    name = meta["model"]
+    if not used:
+        edges = [(u, v) for v, ps in enumerate(bd.preds) for u in ps]
+        return TiledBuild(Graph(name, tuple(bd.nodes), tuple(edges), meta), tuple(bd.owner), {})
+    order = streaming_order(bd.preds)
+    pos = {v: k for k, v in enumerate(order)}
+    nodes = tuple(bd.nodes[v] for v in order)
+    edges = [(pos[u], pos[v]) for v, ps in enumerate(bd.preds) for u in ps]
+    meta["tiles"] = used
+    return TiledBuild(Graph(name, nodes, tuple(edges), meta), tuple(bd.owner[v] for v in order), used)
+
+
+def tiled_nodes(model: str | ModelLayers, counts: dict[str, int], batch_size: int = 1) -> TiledNodes:
+    """The nodes and inputs of :func:`build_tiled`'s graph, in the order they are created."""
     ml = model_layers(model) if isinstance(model, str) else model
     b = check_batch_size(batch_size)
     layers = ml.layers
     L = len(layers)
-    unknown = sorted(set(counts) - {lay.name for lay in layers})
+    contexts = {lay.name for lay in layers if lay.op == "matmul" and lay.heads and len(lay.shape) == 2}
+    unknown = sorted(set(counts) - {lay.name for lay in layers} - {c + HEADS_KEY for c in contexts})
     if unknown:
         raise GraphError(f"tile counts name layers that {ml.name} does not have: {', '.join(unknown[:5])}")
     n_of = []
+    for key, n in counts.items():
+        if key.endswith(HEADS_KEY):
+            heads = next(lay.heads for lay in layers if lay.name == key[: -len(HEADS_KEY)])
+            if not isinstance(n, int) or n < 1 or heads % n:
+                raise GraphError(f"{key}: heads per attention tile must divide the {heads} heads, got {n!r}")
     for lay in layers:
         n = counts.get(lay.name, 1)
         if not isinstance(n, int) or n < 1:
@@ -99,7 +137,8 @@ def build_tiled(model: str | ModelLayers, counts: dict[str, int], batch_size: in
 
     # attention split into tiles: context layer -> scores layer; Q/K/V projections and contexts split by head too
     attention: dict[int, int] = {}
-    col_split: dict[int, int] = {}
+    col_split: dict[int, int] = {}  # layer -> number of head groups its pieces are split into
+    per_of: dict[int, int] = {}  # layer -> heads per group
     for i, lay in enumerate(layers):
         if not (
             lay.op == "matmul" and lay.heads and len(lay.shape) == 3 and i + 2 < L and max(n_of[i], n_of[i + 1]) > 1
@@ -118,8 +157,10 @@ def build_tiled(model: str | ModelLayers, counts: dict[str, int], batch_size: in
             n_of[i] = n_of[i + 1] = 1
             continue
         attention[i + 2] = i
+        per = counts.get(cx.name + HEADS_KEY, 1)
         for x in (*qkv, i + 2):
-            col_split[x] = lay.heads
+            col_split[x] = lay.heads // per
+            per_of[x] = per
     skipped = {s for s in attention.values()} | {s + 1 for s in attention.values()}
 
     def in_shape(x: int) -> tuple[int, ...]:
@@ -138,10 +179,12 @@ def build_tiled(model: str | ModelLayers, counts: dict[str, int], batch_size: in
         nb = nbytes(in_shape(x), p.lo, p.hi)
         return nb if p.clo is None else nb * (p.chi - p.clo) // col_split[x]
 
-    def span_tile(of: str, t: int, n: int, shape, p: Piece, **kw) -> Tile:
+    def span_tile(of: str, t: int, n: int, shape, p: Piece, x: int, **kw) -> Tile:
+        """Tile metadata of piece ``p`` of layer ``x``'s tensor (heads in head units, not groups)."""
         if p.clo is None:
             return Tile(of, t, n, axis_of(shape), start=(p.lo,), stop=(p.hi,), **kw)
-        return Tile(of, t, n, "tokens,heads", start=(p.lo, p.clo), stop=(p.hi, p.chi), **kw)
+        per = per_of[x]
+        return Tile(of, t, n, "tokens,heads", start=(p.lo, p.clo * per), stop=(p.hi, p.chi * per), **kw)
 
     bd = Builder()
     out: list[list[Piece]] = []
@@ -179,6 +222,7 @@ def build_tiled(model: str | ModelLayers, counts: dict[str, int], batch_size: in
                     b,
                     DTYPE_BYTES,
                     (attention[i], attention[i] + 1),
+                    per_of[i],
                 )
             )
             continue
@@ -192,13 +236,13 @@ def build_tiled(model: str | ModelLayers, counts: dict[str, int], batch_size: in
                     p = Piece(lo, hi, -1, h, h + 1)
                     v = bd.add(
                         Node(
-                            f"{lay.name}[{lo}:{hi},h{h}]",
+                            f"{lay.name}[{lo}:{hi},{head_label(h, per_of[i])}]",
                             FORWARD,
                             nbytes(lay.shape, lo, hi) // heads,
                             flops * (hi - lo) / R / heads,
                             params if t == 0 else 0,
                             lay.op,
-                            span_tile(lay.name, t, len(ranges) * heads, lay.shape, p),
+                            span_tile(lay.name, t, len(ranges) * heads, lay.shape, p, i),
                         ),
                         [u for x in xs for u in overlap(out[x], lo, hi)],
                         i,
@@ -366,6 +410,7 @@ def build_tiled(model: str | ModelLayers, counts: dict[str, int], batch_size: in
                 b,
                 DTYPE_BYTES,
                 (attention[i], attention[i] + 1),
+                per_of[i],
             )
             grad_out[q].append(dq)
             grad_out[k].append(dk)
@@ -437,7 +482,7 @@ def build_tiled(model: str | ModelLayers, counts: dict[str, int], batch_size: in
                     reads += overlap(own, dlo, dhi)
                 if lay.op == "batchnorm" and own_tiled:
                     reads += [fwd_stats[i], bstats]
-                tile = span_tile(name, t, len(xp), in_shape(x), p, halo=halo_of(lay))
+                tile = span_tile(name, t, len(xp), in_shape(x), p, x, halo=halo_of(lay))
                 nb = piece_bytes(x, p) if len(xp) > 1 else nbytes(in_shape(x))
                 nm = name if len(targets) == 1 else f"{name}@{layers[x].name}"
                 v = bd.add(
@@ -463,7 +508,7 @@ def build_tiled(model: str | ModelLayers, counts: dict[str, int], batch_size: in
                 for x in xs:
                     a, z = input_rows(lay, p.lo, p.hi, rows_of(in_shape(x)))
                     reads += overlap(out[x], a, z)
-                tile = span_tile(name, t, len(own), lay.shape, p, halo=halo_of(lay), part="weight_grad")
+                tile = span_tile(name, t, len(own), lay.shape, p, i, halo=halo_of(lay), part="weight_grad")
                 nm = f"{name}.wgrad[{t}/{len(own)}]" if len(own) > 1 else f"{name}.wgrad"
                 bd.add(
                     Node(
@@ -477,6 +522,7 @@ def build_tiled(model: str | ModelLayers, counts: dict[str, int], batch_size: in
                     ),
                     reads,
                     None,
+                    extent=i,  # its rows are the layer's output tile's
                 )
 
     names = [nd.name for nd in bd.nodes]
@@ -496,15 +542,7 @@ def build_tiled(model: str | ModelLayers, counts: dict[str, int], batch_size: in
         and bd.nodes[out[i][0].node].tile is not None
         and bd.nodes[out[i][0].node].tile.part == "output"
     }
-    if not used:
-        edges = [(u, v) for v, ps in enumerate(bd.preds) for u in ps]
-        return TiledBuild(Graph(ml.name, tuple(bd.nodes), tuple(edges), meta), tuple(bd.owner), {})
-    order = streaming_order(bd.preds)
-    pos = {v: k for k, v in enumerate(order)}
-    nodes = tuple(bd.nodes[v] for v in order)
-    edges = [(pos[u], pos[v]) for v, ps in enumerate(bd.preds) for u in ps]
-    meta["tiles"] = used
-    return TiledBuild(Graph(ml.name, nodes, tuple(edges), meta), tuple(bd.owner[v] for v in order), used)
+    return TiledNodes(bd, used, meta)
 
 
 def streaming_order(preds: list[list[int]]) -> list[int]:

@@ -26,8 +26,22 @@ from .tiling_ranges import Builder, Piece, Pieces, overlap, split
 AXIS = "heads,queries,keys"
 
 
-def _tile(of: str, k: int, n: int, h: int, a: tuple[int, int], b: tuple[int, int], last: bool) -> Tile:
-    return Tile(of, k, n, AXIS, part="output" if last else "partial", start=(h, a[0], b[0]), stop=(h + 1, a[1], b[1]))
+def _tile(of: str, k: int, n: int, h: int, a: tuple[int, int], b: tuple[int, int], last: bool, per: int) -> Tile:
+    """Block ``k`` of ``n``: heads ``[h*per, (h+1)*per)`` (group ``h``), queries ``a``, keys ``b``."""
+    return Tile(
+        of,
+        k,
+        n,
+        AXIS,
+        part="output" if last else "partial",
+        start=(h * per, a[0], b[0]),
+        stop=((h + 1) * per, a[1], b[1]),
+    )
+
+
+def head_label(g: int, per: int) -> str:
+    """Name of head group ``g`` of ``per`` heads: ``h3`` for one head, ``h4:8`` for heads 4..7."""
+    return f"h{g}" if per == 1 else f"h{g * per}:{(g + 1) * per}"
 
 
 def attention_forward(
@@ -42,11 +56,14 @@ def attention_forward(
     batch: int,
     dtype_bytes: int,
     owners: tuple[int, int],
+    per: int = 1,
 ) -> list[Piece]:
     """Context tiles ``[a, h]`` of a tiled attention; ``counts``: (query tiles, key tiles) per head;
-    ``owners``: the layers whose counts those are (for the tiling planner)."""
-    heads, seq = scores.heads, scores.shape[1]
-    d = context.shape[1] // heads
+    ``owners``: the layers whose counts those are (for the tiling planner); ``per``: heads per tile
+    (pieces of Q, K, V and the context are numbered by group of ``per`` heads)."""
+    seq = scores.shape[1]
+    heads = scores.heads // per
+    d = per * context.shape[1] // scores.heads
     ranges, kranges = split(seq, counts[0]), split(seq, counts[1])
     n = heads * len(ranges) * len(kranges)
     total = batch * (scores.flops + softmax.flops + context.flops)
@@ -55,7 +72,8 @@ def attention_forward(
         for a in ranges:
             prev = None
             for j, bk in enumerate(kranges):
-                reads = overlap(q, *a, h, h + 1) + overlap(k, *bk, h, h + 1) + overlap(v, *bk, h, h + 1)
+                kv = overlap(k, *bk, h, h + 1) + overlap(v, *bk, h, h + 1)
+                reads = overlap(q, *a, h, h + 1) + kv
                 if prev is not None:
                     reads.append(prev)
                 rows = a[1] - a[0]
@@ -63,16 +81,17 @@ def attention_forward(
                 last = j == len(kranges) - 1
                 prev = bd.add(
                     Node(
-                        f"{context.name}[h{h},q{a[0]}:{a[1]},k{bk[0]}:{bk[1]}]",
+                        f"{context.name}[{head_label(h, per)},q{a[0]}:{a[1]},k{bk[0]}:{bk[1]}]",
                         FORWARD,
-                        dtype_bytes * batch * rows * (d + 2),
+                        dtype_bytes * batch * rows * (d + 2 * per),
                         total * frac,
                         0,
                         "attention",
-                        _tile(context.name, idx, n, h, a, bk, last),
+                        _tile(context.name, idx, n, h, a, bk, last, per),
                     ),
                     reads,
                     owners[0],
+                    dict.fromkeys(kv, owners[1]),  # key tiles set what a step reads of K and V
                 )
                 idx += 1
             out.append(Piece(a[0], a[1], prev, h, h + 1))
@@ -93,10 +112,12 @@ def attention_backward(
     batch: int,
     dtype_bytes: int,
     owners: tuple[int, int],
+    per: int = 1,
 ) -> tuple[list[Piece], list[Piece], list[Piece]]:
-    """(dQ, dK, dV) tiles by head, from the context's gradient tiles ``d_out``."""
-    heads, seq = scores.heads, scores.shape[1]
-    d = context.shape[1] // heads
+    """(dQ, dK, dV) tiles by head group, from the context's gradient tiles ``d_out``."""
+    seq = scores.shape[1]
+    heads = scores.heads // per
+    d = per * context.shape[1] // scores.heads
     qranges, kranges = split(seq, counts[0]), split(seq, counts[1])
     n = heads * len(qranges) * len(kranges)
     recompute = batch * (scores.flops + softmax.flops)  # each chain rebuilds the block's P
@@ -107,10 +128,11 @@ def attention_backward(
     work = {"dq": recompute + d_p + d_s + d_qk, "dk": recompute + d_p + d_s + d_qk, "dv": recompute + d_v}
 
     def block_reads(h, a, bk):
-        r = overlap(q, *a, h, h + 1) + overlap(k, *bk, h, h + 1) + overlap(v, *bk, h, h + 1)
+        """(what a block reads of the query side, of K and V)"""
+        r = overlap(q, *a, h, h + 1)
         r += overlap(ctx, *a, h, h + 1)  # O and the row statistics (logsumexp) of the forward
         r += [u for src in d_out for u in overlap(src, *a, h, h + 1)]
-        return r
+        return r, overlap(k, *bk, h, h + 1) + overlap(v, *bk, h, h + 1)
 
     result = {"dq": [], "dk": [], "dv": []}
     for which in ("dv", "dk", "dq"):
@@ -121,10 +143,13 @@ def attention_backward(
                 prev = None
                 for j, inner in enumerate(inners):
                     a, bk = (outer, inner) if which == "dq" else (inner, outer)
-                    reads = block_reads(h, a, bk) + ([prev] if prev is not None else [])
+                    qside, kv = block_reads(h, a, bk)
+                    reads = qside + kv + ([prev] if prev is not None else [])
+                    # which count sets what the step reads: query tiles for the query side, key tiles for K, V
+                    other = dict.fromkeys(kv, owners[1]) if which == "dq" else dict.fromkeys(qside, owners[0])
                     frac = (a[1] - a[0]) * (bk[1] - bk[0]) / (seq * seq * heads)
                     last = j == len(inners) - 1
-                    name = f"bwd.{context.name}.{which}[h{h},q{a[0]}:{a[1]},k{bk[0]}:{bk[1]}]"
+                    name = f"bwd.{context.name}.{which}[{head_label(h, per)},q{a[0]}:{a[1]},k{bk[0]}:{bk[1]}]"
                     prev = bd.add(
                         Node(
                             name,
@@ -133,10 +158,11 @@ def attention_backward(
                             work[which] * frac,
                             0,
                             "attention",
-                            _tile(f"bwd.{context.name}.{which}", idx, n, h, a, bk, last),
+                            _tile(f"bwd.{context.name}.{which}", idx, n, h, a, bk, last, per),
                         ),
                         reads,
                         owner,
+                        other,
                     )
                     idx += 1
                 result[which].append(Piece(outer[0], outer[1], prev, h, h + 1))

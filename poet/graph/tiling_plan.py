@@ -13,12 +13,13 @@ that sets it.
 
 from __future__ import annotations
 
+import re
 import time
 from dataclasses import dataclass, field
 
 from .core import Graph, GraphError
-from .tiling import build_tiled, rows_of, tileable
-from .zoo import build_model, model_layers
+from .tiling import HEADS_KEY, build_tiled, rows_of, tileable, tiled_nodes
+from .zoo import ModelLayers, build_model, model_layers
 
 TILE_OFF = "off"
 TILE_AUTO = "auto"
@@ -105,21 +106,28 @@ def _limit_text(g: Graph, ws: list[int], fixed: int) -> str:
 
 
 def plan_tiling(
-    model: str, budget_bytes: int, *, batch_size: int = 1, fixed_ram_bytes: int = 0, tile: str | int = TILE_AUTO
+    model: str | ModelLayers,
+    budget_bytes: int,
+    *,
+    batch_size: int = 1,
+    fixed_ram_bytes: int = 0,
+    tile: str | int = TILE_AUTO,
 ) -> TilingPlan:
-    """The graph of zoo ``model`` to schedule within ``budget_bytes`` of RAM.
+    """The graph of zoo ``model`` (a name, or its layer list) to schedule within ``budget_bytes`` of RAM.
 
     ``tile="auto"``: untiled when it fits, else only the layers that must be
     split, as coarsely as fits; ``"off"``: never tiled; an integer ``N``: every
-    layer that can be split is split into ``min(N, its rows)`` tiles.
+    layer that can be split is split into ``min(N, its rows)`` tiles.  A model of
+    four or more identical blocks is planned on its first two, every block getting
+    the same counts (:func:`repeated_blocks`).
     """
     mode = parse_tile_option(tile)
-    ml = model_layers(model)
-    g0 = build_model(model, batch_size)
+    ml = model_layers(model) if isinstance(model, str) else model
+    g0 = build_model(model, batch_size) if isinstance(model, str) else build_tiled(ml, {}, batch_size).graph
     ws0 = working_sets(g0)
     untiled_min = fixed_ram_bytes + max(ws0)
     base = {
-        "model": model,
+        "model": ml.name,
         "budget_bytes": int(budget_bytes),
         "fixed_ram_bytes": fixed_ram_bytes,
         "mode": mode,
@@ -154,53 +162,249 @@ def plan_tiling(
         n = int(mode)
         tb = build_tiled(ml, {lay.name: n for lay in layers if tileable(lay)}, batch_size)
         return done(tb.graph, tb.counts, working_sets(tb.graph))
-    counts: dict[str, int] = {}
-    best = None
-    capped = False
     t0 = time.perf_counter()
     cap = budget_bytes - fixed_ram_bytes
-    for _ in range(MAX_ROUNDS):
-        tb = build_tiled(ml, counts, batch_size)
-        g = tb.graph
-        ws = working_sets(g)
-        top = max(ws)
-        if best is None or top < best[0]:
-            best = (top, tb, ws)
-        if top <= cap:
-            break
-        if len(g) > MAX_NODES or time.perf_counter() - t0 > MAX_PLAN_SECONDS:
-            capped = True
-            break
-        size = [nd.output_bytes for nd in g.nodes]
-        grow = set()
-        for v, w in enumerate(ws):
-            if w <= cap:
-                continue
-            cands = [
-                (size[u], tb.owner[u])
-                for u in (v, *g.preds[v])
-                if tb.owner[u] is not None
-                and counts.get(layers[tb.owner[u]].name, 1) < rows_of(layers[tb.owner[u]].shape)
-                and tileable(layers[tb.owner[u]])
-            ]
-            if cands:
-                grow.add(max(cands)[1])
-        if not grow:
-            break
-        for li in grow:
-            # doubling keeps the tiles of neighbouring layers aligned (rows and tokens are mostly powers
-            # of two), so a tile reads one tile of its input plus the halo, not two straddled ones
-            c = counts.get(layers[li].name, 1)
-            counts[layers[li].name] = min(rows_of(layers[li].shape), 2 * c)
-    _, tb, ws = best
-    plan = done(tb.graph, tb.counts, ws)
-    if capped and not plan.fits:
+    blocks = repeated_blocks(ml)
+    stopped = ""
+    if blocks is not None:
+        # identical blocks get identical counts: plan on the first two (the first reads the data and
+        # feeds a block like itself, the second is fed by one and feeds the loss: with equal counts
+        # every neighbourhood of every block is there), then check the whole model
+        short = ModelLayers(ml.name, ml.input_shape, ml.layers[: 2 * blocks.length])
+        counts, stopped = _double_until_fit(short, {}, cap, batch_size, t0, blocks)
+        if not stopped:
+            counts = _coarsen(short, counts, cap, batch_size, t0, blocks)
+        counts = blocks.expand(counts, len(ml.layers) // blocks.length)
+        if not stopped:
+            tb = build_tiled(ml, counts, batch_size)
+            ws = working_sets(tb.graph)
+            if max(ws) <= cap:
+                return done(tb.graph, tb.counts, ws)
+    else:
+        counts = {}
+    if not stopped:
+        counts, stopped = _double_until_fit(ml, counts, cap, batch_size, t0, None)
+        if not stopped:
+            counts = _coarsen(ml, counts, cap, batch_size, t0, None)
+    tb = build_tiled(ml, counts, batch_size)
+    plan = done(tb.graph, tb.counts, working_sets(tb.graph))
+    if stopped and not plan.fits:
         plan = TilingPlan(
             **{
                 **plan.__dict__,
-                "limit": f"the graph's size: auto tiling stops past {MAX_NODES:,} "
-                f"nodes or {MAX_PLAN_SECONDS:.0f} s of planning (largest "
-                f"working set so far: {plan.limit}; --tile N splits finer)",
+                "limit": f"the graph's size: auto tiling stopped at {stopped} (largest working set so far: "
+                f"{plan.limit}; --tile N splits finer)",
             }
         )
     return plan
+
+
+@dataclass(frozen=True)
+class Blocks:
+    """A model made of identical blocks ``block0.*``, ``block1.*``, ... of ``length`` layers each."""
+
+    length: int
+
+    @staticmethod
+    def key(name: str) -> str:
+        """A layer's name with its block number dropped: the same key for the same layer of every block."""
+        return _BLOCK.sub("block*.", name, count=1)
+
+    def expand(self, counts: dict[str, int], nblocks: int) -> dict[str, int]:
+        """Counts of the layers of the first blocks given to the same layer of every block."""
+        by_key = {self.key(k): v for k, v in counts.items()}
+        return {f"block{b}.{k[len('block*.') :]}": v for k, v in by_key.items() for b in range(nblocks)}
+
+
+_BLOCK = re.compile(r"^block\d+\.")
+
+
+def repeated_blocks(ml: ModelLayers) -> Blocks | None:
+    """The model's repeated blocks, when it is four or more identical blocks and nothing else.
+
+    Identical: the same ops, shapes and costs in the same order, each reading the same layers of its
+    own block and the previous block's last output (the first block reads the data)."""
+    layers = ml.layers
+    names = [lay.name for lay in layers]
+    if not names or not all(_BLOCK.match(n) for n in names):
+        return None
+    n0 = sum(1 for n in names if n.startswith("block0."))
+    if n0 == 0 or len(layers) % n0 or len(layers) // n0 < 4:
+        return None
+    for k in range(len(layers) // n0):
+        base = k * n0
+        for j in range(n0):
+            a, b = layers[j], layers[base + j]
+            if b.name != f"block{k}.{a.name[len('block0.') :]}" or (a.op, a.shape, a.flops, a.params, a.heads) != (
+                b.op,
+                b.shape,
+                b.flops,
+                b.params,
+                b.heads,
+            ):
+                return None
+            for x, y in zip(a.inputs, b.inputs, strict=False):
+                if len(a.inputs) != len(b.inputs) or (x >= 0 and y - base != x) or (x < 0 and k and y != base - 1):
+                    return None
+                if x < 0 and k == 0 and y != x:
+                    return None
+    return Blocks(n0)
+
+
+def _double_until_fit(ml, counts, cap, batch_size, t0, blocks) -> tuple[dict[str, int], str]:
+    """Double the counts of the layers :func:`_layers_to_split` picks until every working set fits
+    ``cap`` or nothing more can be split; (the counts with the smallest largest working set, what
+    stopped it early or "")."""
+    counts = dict(counts)
+    layers = ml.layers
+    best = None
+    for _ in range(MAX_ROUNDS):
+        tn = tiled_nodes(ml, counts, batch_size)
+        bd = tn.builder
+        size = [nd.output_bytes for nd in bd.nodes]
+        ws = [size[v] + sum(size[u] for u in ps) for v, ps in enumerate(bd.preds)]
+        top = max(ws)
+        if best is None or top < best[0]:
+            best = (top, dict(counts))
+        if top <= cap:
+            return counts, ""
+        if len(ws) > MAX_NODES:
+            return best[1], f"{len(ws):,} nodes, past the planner's cap of {MAX_NODES:,}"
+        if time.perf_counter() - t0 > MAX_PLAN_SECONDS:
+            return best[1], f"{MAX_PLAN_SECONDS:.0f} s of planning (its time cap)"
+        grow = _layers_to_split(bd, size, ws, cap, counts, layers)
+        if not grow:
+            return best[1], ""  # nothing that is too big can be split further: best[0] is the tiled minimum
+        names = {layers[li].name for li in grow}
+        if blocks is not None:
+            keys = {blocks.key(n) for n in names}
+            names = {lay.name for lay in layers if blocks.key(lay.name) in keys}
+        shape = {lay.name: lay.shape for lay in layers}
+        for name in names:
+            # doubling keeps the tiles of neighbouring layers aligned (rows and tokens are mostly powers
+            # of two), so a tile reads one tile of its input plus the halo, not two straddled ones
+            counts[name] = min(rows_of(shape[name]), 2 * counts.get(name, 1))
+    return best[1], f"{MAX_ROUNDS} rounds of doubling"
+
+
+def _coarsen(ml, counts, cap, batch_size, t0, blocks) -> dict[str, int]:
+    """Halve counts again where everything still fits ``cap``.
+
+    Doubling several layers in one round can split one more than needed (a node over the cap
+    shrinks once any of them halves).  Undoing that: a layer (with ``blocks``, the same layer of
+    every block) whose halving is predicted to keep every working set within the cap (its
+    charged bytes doubled, :func:`_charges`) is tried, the one owning the most nodes first, and
+    kept if the rebuilt graph fits.  Stops at the planning time cap (what fits is kept either way).
+    """
+    counts = dict(counts)
+    index = {lay.name: i for i, lay in enumerate(ml.layers)}
+    # attention tiles of several heads each: one step then does the work of several for the same reads
+    # of its neighbours' tiles (Q, K, V projections and the context are split by groups of heads too)
+    for i, lay in enumerate(ml.layers):
+        if not (lay.op == "matmul" and lay.heads and len(lay.shape) == 3 and i + 2 < len(ml.layers)):
+            continue
+        if blocks is not None and not lay.name.startswith("block0."):
+            continue
+        if max(counts.get(lay.name, 1), counts.get(ml.layers[i + 1].name, 1)) < 2:
+            continue  # attention is not tiled
+        key = ml.layers[i + 2].name + HEADS_KEY
+        names = (
+            [key] if blocks is None else [n + HEADS_KEY for n in index if blocks.key(n + HEADS_KEY) == blocks.key(key)]
+        )
+        per = counts.get(key, 1)
+        nodes = len(_measure(ml, counts, batch_size)[2])
+        while lay.heads % (2 * per) == 0 and time.perf_counter() - t0 <= MAX_PLAN_SECONDS:
+            # twice the heads per tile; what no longer fits is split further, kept if the graph shrinks
+            trial, stopped = _double_until_fit(
+                ml, {**counts, **dict.fromkeys(names, 2 * per)}, cap, batch_size, t0, blocks
+            )
+            ws = _measure(ml, trial, batch_size)[2]
+            if stopped or max(ws) > cap or len(ws) >= nodes:
+                break
+            counts, per, nodes = trial, 2 * per, len(ws)
+    index.update({k: -1 for k in counts if k.endswith(HEADS_KEY)})
+    group_of = {name: (blocks.key(name) if blocks is not None else name) for name in index}
+    failed: set[str] = {group_of[k] for k in counts if k.endswith(HEADS_KEY)}  # heads per tile only grow
+    bd, size, ws = _measure(ml, counts, batch_size)
+    while time.perf_counter() - t0 <= MAX_PLAN_SECONDS:
+        after: dict[str, int] = {}  # group -> predicted largest working set once its counts halve
+        owned: dict[str, int] = {}
+        for v in range(len(ws)):
+            if bd.owner[v] is not None:
+                gk = group_of[ml.layers[bd.owner[v]].name]
+                owned[gk] = owned.get(gk, 0) + 1
+            for li, c in _charges(bd, size, v).items():
+                gk = group_of[ml.layers[li].name]
+                after[gk] = max(after.get(gk, 0), ws[v] + c)
+        cands = sorted(
+            (gk for gk in {group_of[n] for n, c in counts.items() if c > 1} - failed if after.get(gk, 0) <= cap),
+            key=lambda gk: -owned.get(gk, 0),
+        )
+        if not cands:
+            break
+        gk = cands[0]
+        trial = {n: (max(1, c // 2) if group_of[n] == gk else c) for n, c in counts.items()}
+        m = _measure(ml, trial, batch_size)
+        if max(m[2]) <= cap:
+            counts, (bd, size, ws) = trial, m
+        else:
+            failed.add(gk)
+    return {k: v for k, v in counts.items() if v > 1}
+
+
+def _measure(ml, counts, batch_size):
+    """(the nodes, their output bytes, their working sets) of ``ml`` tiled by ``counts``."""
+    bd = tiled_nodes(ml, counts, batch_size).builder
+    size = [nd.output_bytes for nd in bd.nodes]
+    return bd, size, [size[v] + sum(size[u] for u in ps) for v, ps in enumerate(bd.preds)]
+
+
+def _charges(bd, size: list[int], v: int) -> dict[int, int]:
+    """Node ``v``'s working set, byte by byte charged to the layer whose tile count sets it.
+
+    Its output goes to its owner; an input read as one tile of a coarser producer to the producer
+    (finer producer tiles would shrink it); an input gathered from several tiles of one tensor to
+    the reader (its own tile decides how many rows it reads).  Tensors of fixed size (statistics,
+    running sums) are charged to no one."""
+    owner, nodes = bd.owner, bd.nodes
+    charge: dict[int, int] = {}
+    if owner[v] is not None:
+        charge[owner[v]] = size[v]
+    by_tensor: dict[tuple[int, str], list[int]] = {}
+    for u in bd.preds[v]:
+        if owner[u] is not None and size[u]:
+            t = nodes[u].tile
+            by_tensor.setdefault((owner[u], t.of if t is not None else nodes[u].name), []).append(u)
+    ro = bd.read_owner.get(v, {})
+    for (x, _), us in by_tensor.items():
+        who = x
+        if len(us) > 1:
+            who = ro.get(us[0], bd.extent[v])
+            if who is None:
+                who = x
+        charge[who] = charge.get(who, 0) + sum(size[u] for u in us)
+    return charge
+
+
+def _layers_to_split(bd, size: list[int], ws: list[int], cap: int, counts: dict[str, int], layers) -> list[int]:
+    """The layers whose tile counts to double this round, so that working sets over ``cap`` shrink.
+
+    Each node over the cap, the largest first, asks for the layer that can still be split and is
+    charged the most of its working set (:func:`_charges`), unless a layer already chosen carries
+    enough of its excess (halving that layer's share brings the node under the cap).
+    """
+
+    def splittable(li) -> bool:
+        lay = layers[li]
+        return tileable(lay) and counts.get(lay.name, 1) < rows_of(lay.shape)
+
+    grow: dict[int, None] = {}
+    for v in sorted((v for v in range(len(ws)) if ws[v] > cap), key=lambda v: -ws[v]):
+        charge = _charges(bd, size, v)
+        excess = ws[v] - cap
+        if any(charge.get(li, 0) / 2 >= excess for li in grow):
+            continue
+        cands = [(c, li) for li, c in charge.items() if splittable(li)]
+        if cands:
+            grow[max(cands)[1]] = None
+    return list(grow)

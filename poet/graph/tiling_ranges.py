@@ -104,15 +104,31 @@ class Piece:
 
 
 class Builder:
+    """Nodes, their inputs, and for the tiling planner which layer's tile count sets each node's size."""
+
     def __init__(self):
         self.nodes: list[Node] = []
         self.preds: list[list[int]] = []
         self.owner: list[int | None] = []  # layer whose tile count sets the node's size
+        # per node, the layer whose count sets how much of an input it reads, where that is not its owner
+        # (an attention step: its query tiles set what it reads of Q, its key tiles what it reads of K and V)
+        self.read_owner: dict[int, dict[int, int]] = {}
+        self.extent: list[int | None] = []  # layer whose count sets which rows the node reads (default: owner)
 
-    def add(self, node: Node, reads, owner: int | None) -> int:
+    def add(
+        self,
+        node: Node,
+        reads,
+        owner: int | None,
+        read_owner: dict[int, int] | None = None,
+        extent: int | None = None,
+    ) -> int:
         self.nodes.append(node)
         self.preds.append(sorted(set(reads)))
         self.owner.append(owner)
+        self.extent.append(owner if extent is None else extent)
+        if read_owner:
+            self.read_owner[len(self.nodes) - 1] = read_owner
         return len(self.nodes) - 1
 
 
@@ -120,10 +136,28 @@ class Pieces(list):
     """Pieces of one tensor, sorted by rows (then heads), so lookups can bisect."""
 
     his: list[int] | None = None
+    heads: dict | None = None  # head -> that head's pieces (a Pieces), built on the first lookup by head
+
+
+def _one_head(pieces: Pieces, h: int) -> Pieces:
+    if pieces.heads is None or sum(map(len, pieces.heads.values())) != len(pieces):
+        pieces.heads = {}
+        for p in pieces:
+            pieces.heads.setdefault(p.clo, Pieces()).append(p)
+    return pieces.heads.get(h, Pieces())
 
 
 def overlap(pieces: list[Piece], lo: int, hi: int, clo: int | None = None, chi: int | None = None) -> list[int]:
     """Nodes of ``pieces`` that hold any of rows ``[lo, hi)`` (and of heads ``[clo, chi)`` when given)."""
+    if (
+        clo is not None
+        and chi == clo + 1
+        and isinstance(pieces, Pieces)
+        and pieces
+        and all(p.clo is not None and p.chi == p.clo + 1 for p in (pieces[0], pieces[-1]))
+    ):
+        # split by single heads: look in that head's pieces only (a lookup per head and tile stays short)
+        pieces, clo = _one_head(pieces, clo), None
     if isinstance(pieces, Pieces):
         if pieces.his is None or len(pieces.his) != len(pieces):
             pieces.his = [p.hi for p in pieces]

@@ -1,0 +1,99 @@
+"""Tiling at scale: identical blocks planned once, attention tiles of several heads, the streaming page rule."""
+
+import math
+
+import pytest
+
+from poet.graph.core import GraphError
+from poet.graph.tiling import HEADS_KEY, build_tiled, tileable
+from poet.graph.tiling_plan import plan_tiling, repeated_blocks, working_sets
+from poet.graph.zoo import ModelLayers, build_model, model_layers
+from poet.hardware.cost import linear_cost_model
+from poet.schedule.validate import validate
+from poet.solve import tiled as tiled_mod
+from poet.solve.api import SolveOptions, costed_graph, make_budget
+from poet.solve.tiled import solve_tiled, stream_page_plan, tiled_problem
+
+
+def _encoder(blocks: int) -> ModelLayers:
+    """The first ``blocks`` encoder blocks of bert (each block: 14 layers, the first reads the data)."""
+    ml = model_layers("bert")
+    return ModelLayers(f"bert{blocks}", ml.input_shape, ml.layers[: 14 * blocks])
+
+
+def test_repeated_blocks_are_found_only_where_they_are():
+    assert repeated_blocks(model_layers("bert")).length == 14
+    assert repeated_blocks(_encoder(4)).length == 14
+    assert repeated_blocks(model_layers("transformer")) is None  # one block: nothing to share
+    assert repeated_blocks(model_layers("resnet18_cifar")) is None
+
+
+def test_identical_blocks_get_identical_counts_and_the_whole_model_fits():
+    budget = 2 * 1024 * 1024
+    p = plan_tiling(_encoder(4), budget)
+    assert p.fits and p.tiled and max(working_sets(p.graph)) == p.tiled_min_bytes <= budget
+    per_block = [{k.split(".", 1)[1]: v for k, v in p.counts.items() if k.startswith(f"block{b}.")} for b in range(4)]
+    assert per_block[0] and all(c == per_block[0] for c in per_block)
+
+
+def test_attention_tiles_of_several_heads_cover_every_entry_once_and_cost_the_same():
+    ml = model_layers("transformer")
+    counts = {lay.name: 4 for lay in ml.layers if tileable(lay)}
+    one = build_tiled(ml, counts).graph
+    two = build_tiled(ml, {**counts, "block0.attn.context" + HEADS_KEY: 2}).graph
+    heads = next(lay.heads for lay in ml.layers if lay.heads)
+    seq = ml.input_shape[0]
+    for of in ("block0.attn.context", "bwd.block0.attn.context.dk"):
+        blocks = [nd.tile for nd in two.nodes if nd.tile is not None and nd.tile.of == of]
+        assert len(blocks) == heads // 2 * 4 * 4
+        assert all(t.stop[0] - t.start[0] == 2 for t in blocks)  # two heads each
+        area = sum((t.stop[0] - t.start[0]) * (t.stop[1] - t.start[1]) * (t.stop[2] - t.start[2]) for t in blocks)
+        assert area == heads * seq * seq
+    assert math.isclose(one.total_flops, two.total_flops, rel_tol=1e-12)
+    assert len(two) < len(one)
+    # a step reads the Q, K and V pieces of exactly its own two heads
+    step = next(i for i, nd in enumerate(two.nodes) if nd.tile and nd.tile.of == "block0.attn.context")
+    h = two.nodes[step].tile.start[0]
+    qkv = [two.nodes[u].tile for u in two.preds[step] if two.nodes[u].tile.axis == "tokens,heads"]
+    assert qkv and all((t.start[1], t.stop[1]) == (h, h + 2) for t in qkv)
+    with pytest.raises(GraphError, match="must divide"):
+        build_tiled(ml, {**counts, "block0.attn.context" + HEADS_KEY: 5})
+
+
+def test_stream_page_rule_replays_valid_within_the_budget():
+    p = plan_tiling("resnet18_cifar", 262144)
+    g = linear_cost_model(p.graph, "m4")
+    budget = make_budget(costed_graph("resnet18_cifar", "m4"), 262144, "3x")
+    plan = stream_page_plan(g, budget)
+    assert plan is not None and all(plan.comp[t] == [t] for t in range(len(g)))  # every node once
+    from poet.solve.stage.emit import emit
+
+    t = validate(g, emit(g, plan), budget)
+    assert t.peak_ram_bytes <= 262144 and t.energy_j >= g.plain_energy_j * (1 - 1e-12)
+    # a budget below the tiled minimum has no page-rule plan
+    assert stream_page_plan(g, make_budget(g, p.tiled_min_bytes - 1, None)) is None
+
+
+def test_large_tiled_graphs_go_to_the_stream_page_rule(monkeypatch):
+    monkeypatch.setattr(tiled_mod, "PORTFOLIO_MAX_NODES", 100)
+    p = tiled_problem("resnet18_cifar", "m0", memory=262144, runtime="3x")
+    assert len(p.graph) > 100
+    s = solve_tiled(p, "poet", SolveOptions(time_limit_s=30))
+    assert s.steps and s.status in ("feasible", "optimal") and s.report.method == "streaming page rule"
+    t = validate(s.graph, s.steps, s.budget)
+    assert t.peak_ram_bytes <= 262144
+    assert s.report.bound_energy_j == pytest.approx(p.graph.plain_energy_j)
+    assert s.report.gap == pytest.approx((t.energy_j - p.graph.plain_energy_j) / t.energy_j)
+    assert "nodes" in s.report.message
+
+
+def test_below_the_tiled_minimum_the_large_graph_path_answers_with_it(monkeypatch):
+    monkeypatch.setattr(tiled_mod, "PORTFOLIO_MAX_NODES", 100)
+    p = tiled_problem("resnet18_cifar", "m0", memory=16384, runtime=None)
+    s = solve_tiled(p, "poet", SolveOptions(time_limit_s=30))
+    assert s.status == "infeasible" and s.report.min_budgets.ram_bytes_lower_bound == p.plan.tiled_min_bytes
+
+
+def test_plan_of_a_layer_list_matches_the_zoo_name():
+    assert plan_tiling(model_layers("vgg16_cifar"), 32768).counts == plan_tiling("vgg16_cifar", 32768).counts
+    assert build_tiled(model_layers("vgg16_cifar"), {}).graph.nodes == build_model("vgg16_cifar").nodes
