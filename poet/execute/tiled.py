@@ -29,6 +29,8 @@ import torch.fx
 from ..graph.core import Graph, Tile
 from ..graph.torch_export import TorchProgram, program_from_joint_graph
 from . import tiled_ops as K
+from .tiled_attention import Elided
+from .tiled_attention_match import find_attention
 from .tiled_rules import RULES as SPATIAL_RULES
 from .tiled_tokens import RULES as TOKEN_RULES
 from .tiled_values import Layout, Tiled, TilingError, TupleVal, even_bounds
@@ -104,7 +106,14 @@ def parameter_difference(params, reference) -> float:
 class Rewriter:
     """Builds the tiled joint graph op by op (the rules in :mod:`tiled_rules` call its helpers)."""
 
-    def __init__(self, program: TorchProgram, count: int, threshold: int, min_split: int = MIN_SPLIT_BYTES):
+    def __init__(
+        self,
+        program: TorchProgram,
+        count: int,
+        threshold: int,
+        min_split: int = MIN_SPLIT_BYTES,
+        stream_attention: bool = True,
+    ):
         self.p = program
         self.count = count
         self.threshold = max(threshold, min_split)
@@ -119,6 +128,7 @@ class Rewriter:
             ws[u.fx_name] = u.bytes + sum(program.units[q].bytes for q in u.preds)
         self.working_set = ws
         self.unit_flops = {u.fx_name: u.flops for u in program.units}
+        self.attention = find_attention(program.gm.graph) if stream_attention else {}
 
     # ---------------------------------------------------------------- values
     def value(self, a):
@@ -134,6 +144,8 @@ class Rewriter:
         if not isinstance(a, torch.fx.Node):
             return a
         v = self.env[a]
+        if isinstance(v, Elided):
+            raise TilingError(f"{a.name}: inside a streamed attention, never made, but read by another op")
         if isinstance(v, Tiled):
             key = id(v)
             if key not in self.assembled:
@@ -233,6 +245,14 @@ class Rewriter:
             return True
         return any(self.is_tiled(a) for a in n.all_input_nodes)
 
+    def _forget_unread(self) -> None:
+        """No "not tiled" line for ops only a streamed attention read (its causal mask): they are gone."""
+        gone: set = set()
+        for n in reversed(list(self.p.gm.graph.nodes)):
+            if n.users and all(isinstance(self.env.get(u), Elided) or u in gone for u in n.users):
+                gone.add(n)
+                self.report.untiled.pop(n.name, None)
+
     def run(self) -> torch.fx.GraphModule:
         for n in self.p.gm.graph.nodes:
             if n.op == "placeholder":
@@ -248,6 +268,8 @@ class Rewriter:
                         self.env[n] = src.items[n.args[1]]
                     continue
                 self.env[n] = self.g.node_copy(n, lambda a: self.full(a))
+            elif n in self.attention and self.attention[n].visit(self, n):
+                continue  # a streamed attention's op: rewritten (or elided) by its group
             elif n.op == "call_function":
                 done = None
                 tiled_in = any(self.is_tiled(a) for a in n.all_input_nodes)
@@ -278,6 +300,7 @@ class Rewriter:
                 self.env[n] = done
             else:
                 self.env[n] = self.g.node_copy(n, lambda a: self.full(a))
+        self._forget_unread()
         outs = [self.full(b.fx_node, "a graph output (loss, gradient or buffer update)") for b in self.p.bindings]
         self.g.output(outs)
         self.g.eliminate_dead_code()
@@ -285,17 +308,24 @@ class Rewriter:
 
 
 def tile_program(
-    program: TorchProgram, count: int, threshold: int = 0, min_split: int = MIN_SPLIT_BYTES
+    program: TorchProgram,
+    count: int,
+    threshold: int = 0,
+    min_split: int = MIN_SPLIT_BYTES,
+    *,
+    stream_attention: bool = True,
 ) -> tuple[TorchProgram, TilingReport]:
     """``program`` with ops whose working set exceeds ``threshold`` bytes split into ``count`` tiles.
 
     Ops whose working set is at most ``min_split`` bytes are split only when they read a tiled tensor.
+    Attention streams key/value tiles (:mod:`poet.execute.tiled_attention`); ``stream_attention=False``
+    tiles it by queries only, each query tile reading the whole keys and values (for comparison).
     """
     if program.granularity != "aten":
         raise TilingError("tiling needs the aten-level program (granularity 'aten'), not a coarsened one")
     if count < 2:
         raise TilingError(f"a tile count must be at least 2, got {count}")
-    rw = Rewriter(program, count, threshold, min_split)
+    rw = Rewriter(program, count, threshold, min_split, stream_attention)
     gm = rw.run()
     tiled = program_from_joint_graph(gm, program, name=program.name, flops=rw.flops)
     nodes = []

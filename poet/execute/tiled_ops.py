@@ -291,3 +291,75 @@ def tile_nll_combine(partials, reduction, dtype):
         s = s + p
     loss = s[0] / s[1] if reduction == 1 else s[0]
     return (loss.to(dtype), s[1].to(dtype))
+
+
+# ------------------------------------------------------------------ attention (online softmax)
+def _attention_scores(q, kt, scale, causal, q0: int, k0: int):
+    """One block's scores ``Q[a] K[b]^T`` scaled as the traced ops do, causal mask applied (-inf)."""
+    s = torch.bmm(q, kt)
+    for op, c in scale:
+        s = s * c if op == "mul" else s / c
+    if causal is not None and (k0 + kt.shape[2] - 1) - q0 > causal:  # some key of the block is masked
+        rows = torch.arange(q0, q0 + q.shape[1]).unsqueeze(1)
+        cols = torch.arange(k0, k0 + kt.shape[2]).unsqueeze(0)
+        s = s.masked_fill((cols - rows) > causal, float("-inf"))
+    return s
+
+
+def _finite(m):
+    """Row maxima with -inf (every key so far masked) replaced by 0, so ``exp(s - m)`` stays 0, not NaN."""
+    return torch.where(torch.isneginf(m), torch.zeros_like(m), m)
+
+
+def tile_attention_step(o, m, l, q, kt, v, scale, causal, q0, k0, last):
+    """One key tile of a query tile (online softmax): the running ``(O, rowmax, rowsum)`` updated.
+
+    ``o``/``m``/``l`` are None at the first key tile.  The last step returns the
+    normalised context tile and the rows' log-sum-exp ``L`` (what backward needs).
+    """
+    s = _attention_scores(q, kt, scale, causal, q0, k0)
+    m_new = s.amax(-1, keepdim=True) if m is None else torch.maximum(m, s.amax(-1, keepdim=True))
+    m_safe = _finite(m_new)
+    p = torch.exp(s - m_safe)
+    if o is None:
+        l_new, o_new = p.sum(-1, keepdim=True), torch.bmm(p, v)
+    else:
+        alpha = torch.exp(m - m_safe)
+        l_new, o_new = alpha * l + p.sum(-1, keepdim=True), alpha * o + torch.bmm(p, v)
+    if last:
+        return (_own(o_new / l_new), _own(m_safe + torch.log(l_new)))
+    return (o_new, m_new, l_new)
+
+
+def tile_attention_grad_stats(do, o, lse):
+    """A query tile's row statistics for backward: ``[L, rowsum(dO * O)]`` (BH x rows x 2)."""
+    d = (do.double() * o.double()).sum(-1, keepdim=True).to(o.dtype)
+    return torch.cat([lse, d], -1)
+
+
+def _attention_block_grads(q, kt, v, do, stats, scale, causal, q0, k0):
+    """A block's probabilities (recomputed from ``L``) and the scaled score gradient ``dS``."""
+    p = torch.exp(_attention_scores(q, kt, scale, causal, q0, k0) - stats[..., :1])
+    ds = p * (torch.bmm(do, v.transpose(1, 2)) - stats[..., 1:])
+    for op, c in scale:
+        ds = ds * c if op == "mul" else ds / c
+    return p, ds
+
+
+def tile_attention_grad_kv(acc_kt, acc_v, q, kt, v, do, stats, scale, causal, q0, k0):
+    """``(dK^T[b], dV[b])`` accumulated over one more query tile."""
+    p, ds = _attention_block_grads(q, kt, v, do, stats, scale, causal, q0, k0)
+    dkt, dv = torch.bmm(q.transpose(1, 2), ds), torch.bmm(p.transpose(1, 2), do)
+    return (dkt if acc_kt is None else acc_kt + dkt, dv if acc_v is None else acc_v + dv)
+
+
+def tile_attention_grad_q(acc, q, kt, v, do, stats, scale, causal, q0, k0):
+    """``dQ[a]`` accumulated over one more key tile."""
+    _, ds = _attention_block_grads(q, kt, v, do, stats, scale, causal, q0, k0)
+    dq = torch.bmm(ds, kt.transpose(1, 2))
+    return dq if acc is None else acc + dq
+
+
+def tile_zeros_like_pair(a, b):
+    """Zero gradients for a key tile no query sees."""
+    return (torch.zeros_like(a, memory_format=torch.contiguous_format), torch.zeros_like(b))
