@@ -31,7 +31,8 @@ pytestmark = pytest.mark.filterwarnings("ignore")
 def _solve(cg, strategy, fractions, kind):
     """The tightest budget (of ``fractions`` of the way from the hard lower bound to the
     keep-all peak) the solver schedules; a rule-based schedule only when the solver
-    proves none of them feasible (tiny coarse graphs leave remat nothing to save)."""
+    proves none of them feasible (tiny coarse graphs leave remat nothing to save) or finds
+    none within its limit."""
     from poet.solve.baselines import keep_all_peak
 
     lo, hi = cg.min_ram_bytes(), keep_all_peak(cg)
@@ -40,7 +41,9 @@ def _solve(cg, strategy, fractions, kind):
         s = poet.solve(cg, memory=int(lo + frac * (hi - lo)), strategy=strategy, time_limit=30, gap=0.05)
         if s.feasible:
             return s
-        assert s.status == "infeasible", s.report
+        # a loaded machine may stop the search before any schedule (no_solution): the next,
+        # looser budget or the rule-based schedule still tests what matters here, exact execution
+        assert s.status in ("infeasible", "no_solution"), s.report
     return reference_schedule(cg, kind, every=3)
 
 
