@@ -199,6 +199,34 @@ def test_paging_overhead_fit_recovers_each_kind():
         fit_paging_overhead([PagingSample(float("nan"), 1e-3, 0.0, 1, 2)])
 
 
+def test_timings_taken_apart_merge_over_all_their_runs():
+    from poet.execute.measure import ProgramTiming, merge_timings
+
+    def timing(node_runs, frees, its):
+        return ProgramTiming(
+            node_busy_s=tuple(sum(x) / len(x) for x in node_runs),
+            node_wall_s=tuple(max(x) for x in node_runs),
+            node_spread=(0.0,) * len(node_runs),
+            free_busy_s=sum(frees) / len(frees),
+            runs=len(its),
+            iteration_busy_s=sorted(its)[len(its) // 2],
+            iteration_wall_s=sorted(its)[len(its) // 2],
+            node_runs_busy=node_runs,
+            frees_busy=frees,
+            iterations_busy=its,
+            iterations_wall=its,
+        )
+
+    a = timing(((1.0, 2.0, 3.0), (10.0, 10.0, 10.0)), (0.1, 0.3), (11.0, 12.0, 13.0))
+    b = timing(((6.0,), (20.0,)), (0.5,), (26.0,))
+    m = merge_timings([a, b])
+    assert m.runs == 4 and m.node_busy_s == pytest.approx((3.0, 12.5))  # over all 4 runs, not the mean of means
+    assert m.free_busy_s == pytest.approx(0.3) and m.iteration_busy_s == pytest.approx(12.5)
+    assert m.node_runs_busy[0] == (1.0, 2.0, 3.0, 6.0)
+    with pytest.raises(ValueError, match="no timings"):
+        merge_timings([])
+
+
 def test_train_timing_leaves_the_first_step_out():
     from poet.execute.timing import steady_results
 

@@ -32,6 +32,37 @@ class ProgramTiming:
     runs: int
     iteration_busy_s: float  # median busy seconds of one whole run
     iteration_wall_s: float  # median wall seconds of one whole run
+    node_runs_busy: tuple[tuple[float, ...], ...] = ()  # per node, the busy seconds of every run
+    frees_busy: tuple[float, ...] = ()  # every free's busy seconds
+    iterations_busy: tuple[float, ...] = ()  # every run's busy seconds
+    iterations_wall: tuple[float, ...] = ()
+
+
+def merge_timings(timings) -> ProgramTiming:
+    """One timing of the same program from several (runs taken at different moments): means, medians
+    and spreads over all their runs."""
+    ts = [t for t in timings if t.runs]
+    if not ts:
+        raise ValueError("no timings to merge")
+    n = len(ts[0].node_runs_busy)
+    busy = [[x for t in ts for x in t.node_runs_busy[v]] for v in range(n)]
+    wall_by_t = [t.node_wall_s for t in ts]
+    frees = [x for t in ts for x in t.frees_busy]
+    its = [x for t in ts for x in t.iterations_busy]
+    itw = [x for t in ts for x in t.iterations_wall]
+    return ProgramTiming(
+        node_busy_s=tuple(statistics.fmean(x) for x in busy),
+        node_wall_s=tuple(statistics.median(w[v] for w in wall_by_t) for v in range(n)),
+        node_spread=tuple(_quartile_spread(x) for x in busy),
+        free_busy_s=statistics.fmean(frees) if frees else 0.0,
+        runs=sum(t.runs for t in ts),
+        iteration_busy_s=statistics.median(its),
+        iteration_wall_s=statistics.median(itw),
+        node_runs_busy=tuple(tuple(x) for x in busy),
+        frees_busy=tuple(frees),
+        iterations_busy=tuple(its),
+        iterations_wall=tuple(itw),
+    )
 
 
 def _quartile_spread(xs: list[float]) -> float:
@@ -101,6 +132,10 @@ def measure_program(
         runs=done,
         iteration_busy_s=statistics.median(it_busy),
         iteration_wall_s=statistics.median(it_wall),
+        node_runs_busy=tuple(tuple(x) for x in busy),
+        frees_busy=tuple(frees),
+        iterations_busy=tuple(it_busy),
+        iterations_wall=tuple(it_wall),
     )
 
 
@@ -173,19 +208,9 @@ def measure_paging_overhead(
         preds.append(res.busy_seconds["total"] - s.page_in_excess_s - s.page_out_excess_s - s.other_excess_s)
         if progress and ((i + 1) % 5 == 0 or i + 1 == runs):
             progress(f"{program.name}: paging calibration {i + 1}/{runs}")
-    n = len(program.groups)
-    merged = ProgramTiming(
-        node_busy_s=tuple(statistics.fmean(k.node_busy_s[v] for k in keeps) for v in range(n)),
-        node_wall_s=tuple(statistics.median(k.node_wall_s[v] for k in keeps) for v in range(n)),
-        node_spread=tuple(_quartile_spread([k.node_busy_s[v] for k in keeps]) for v in range(n)),
-        free_busy_s=statistics.fmean(k.free_busy_s for k in keeps),
-        runs=len(keeps),
-        iteration_busy_s=statistics.median(k.iteration_busy_s for k in keeps),
-        iteration_wall_s=statistics.median(k.iteration_wall_s for k in keeps),
-    )
     return PagingCalibration(
         fit_paging_overhead(samples),
-        merged,
+        merge_timings(keeps),
         samples[0].page_ins,
         samples[0].page_outs,
         statistics.median(totals),
@@ -211,6 +236,7 @@ __all__ = [
     "ProgramTiming",
     "keep_schedule",
     "measure_paging_overhead",
+    "merge_timings",
     "paging_sample",
     "measure_program",
     "measured_costs",

@@ -12,6 +12,7 @@ the profile (or, with ``--graph-out``, a costed graph) from measurements taken e
 from __future__ import annotations
 
 import os
+import statistics
 import sys
 import tempfile
 import time
@@ -95,18 +96,26 @@ def build_model(spec: str, batch_size: int):
     return made
 
 
-def measure_ops(specs, batch_size: int, runs: int, warmup: int, say):
-    """OpSamples (busy seconds per aten op, as executed) of each model, the median free overhead, the
-    traced programs and the measured runs of each."""
-    import statistics
+def op_samples(programs, timings):
+    """OpSamples (busy seconds per aten op, as executed) of each program from its timing."""
+    from ..hardware.profile import OpSample
 
+    samples = []
+    for prog, t in zip(programs, timings):
+        for v, grp in enumerate(prog.groups):
+            u = prog.units[grp[0]]
+            samples.append(OpSample(u.op, u.flops, t.node_busy_s[v], t.node_spread[v]))
+    return samples
+
+
+def measure_ops(specs, batch_size: int, runs: int, warmup: int, say):
+    """Each model's traced aten-level program and the timing of its keep-everything runs."""
     import torch
 
     from ..graph.torch_export import export_training_graph
-    from ..hardware.profile import OpSample
     from .measure import measure_program
 
-    samples, frees, programs, done = [], [], [], []
+    programs, timings = [], []
     for spec in specs:
         torch.manual_seed(0)
         model, loss_fn, data = build_model(spec, batch_size)
@@ -115,17 +124,13 @@ def measure_ops(specs, batch_size: int, runs: int, warmup: int, say):
         say(f"tracing {spec}")
         prog = export_training_graph(model, inputs, loss_fn, targets)
         t = measure_program(prog, runs=runs, warmup=warmup, progress=say)
-        for v, grp in enumerate(prog.groups):
-            u = prog.units[grp[0]]
-            samples.append(OpSample(u.op, u.flops, t.node_busy_s[v], t.node_spread[v]))
-        frees.append(t.free_busy_s)
         programs.append(prog)
-        done.append(t.runs)
+        timings.append(t)
         say(
             f"{spec}: {len(prog.groups)} ops, step {t.iteration_busy_s * 1e3:.2f} ms busy "
             f"({t.iteration_wall_s * 1e3:.2f} ms wall), median of {t.runs} runs"
         )
-    return samples, statistics.median(frees), programs, done
+    return programs, timings
 
 
 def cmd_profile(a) -> int:
@@ -159,7 +164,6 @@ def _measure(a, say) -> int:
     from ..hardware.device import load_device
     from ..hardware.profile import (
         HostProfile,
-        OpSample,
         choose_power,
         fit_families,
         profile_device,
@@ -167,7 +171,8 @@ def _measure(a, say) -> int:
         rapl_energy_j,
     )
     from ..hardware.profile_storage import FULL_SIZES, QUICK_SIZES, profile_storage
-    from .measure import measure_paging_overhead
+    from .executor import Executor
+    from .measure import keep_schedule, measure_paging_overhead, measure_program, merge_timings
 
     t0 = time.perf_counter()
     specs = [s.strip() for s in a.model.split(",") if s.strip()] if a.model else list(STANDARD_MODELS)
@@ -176,35 +181,42 @@ def _measure(a, say) -> int:
     torch.set_num_threads(a.threads)
     try:
         e0, c0 = rapl_energy_j(), time.perf_counter()
-        samples, free_s, programs, runs_done = measure_ops(specs, a.batch_size, runs, warmup, say)
+        programs, timings = measure_ops(specs, a.batch_size, runs, warmup, say)
         e1, c1 = rapl_energy_j(), time.perf_counter()
         rapl_w = (e1 - e0) / (c1 - c0) if e0 is not None and e1 is not None and e1 > e0 else None
         power = choose_power(rapl_w, a.power_w, a.storage_power_w)
         directory = a.dir or tempfile.gettempdir()
         say(f"storage: files in {directory}")
-        storage = profile_storage(directory, QUICK_SIZES if a.quick else FULL_SIZES, 2 if a.quick else 5, progress=say)
-        fams, rate = fit_families(samples)  # refitted below with the calibration's keep-everything runs
+        # one keep-everything run of the first model after each size of the sweep: on a shared machine
+        # the speed drifts over seconds, and runs spread over the whole profile average that drift
+        meter, keep = Executor(programs[0]), keep_schedule(programs[0])
+        spread = []
+
+        def between():
+            spread.append(measure_program(programs[0], runs=1, warmup=1, executor=meter, schedule=keep))
+
+        storage = profile_storage(
+            directory, QUICK_SIZES if a.quick else FULL_SIZES, 2 if a.quick else 5, progress=say, between=between
+        )
+        fams, rate = fit_families(op_samples(programs, timings))  # refitted below with more runs
         hp = HostProfile(
             name=a.name or "host",
             threads=a.threads,
             families=fams,
             flops_per_s=rate,
-            free_overhead_s=free_s,
+            free_overhead_s=statistics.median(t.free_busy_s for t in timings),
             power=power,
             storage=storage,
             models=specs,
             command="poet " + " ".join(sys.argv[1:]),
         )
-        # paging calibration: alternated with keep-everything runs of the first model, whose per-op
-        # times join that model's samples (the fits then average over a longer stretch of the load)
+        # paging calibration, alternated with keep-everything runs of the first model, which join its samples
         cal = measure_paging_overhead(programs[0], profile_device(hp), runs=runs, paging_dir=directory, progress=say)
-        n0 = len(programs[0].groups)
-        w = runs_done[0] / (runs_done[0] + cal.keep.runs)
-        for v in range(n0):
-            s = samples[v]
-            samples[v] = OpSample(s.op, s.flops, w * s.seconds + (1 - w) * cal.keep.node_busy_s[v], s.spread)
+        timings[0] = merge_timings([timings[0], *spread, cal.keep])
+        samples = op_samples(programs, timings)
         fams, rate = fit_families(samples)
         hp.families, hp.flops_per_s = fams, rate
+        hp.free_overhead_s = statistics.median(t.free_busy_s for t in timings)
         fit = cal.fit
         hp.page_in_overhead_s, hp.page_out_overhead_s = fit.page_in_s, fit.page_out_s
         hp.page_overhead_note = (

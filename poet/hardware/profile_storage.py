@@ -118,8 +118,10 @@ def _read_file(path: str, nbytes: int) -> None:
     zlib.crc32(buf)
 
 
-def profile_storage(directory: str, sizes=FULL_SIZES, repeats: int = 3, progress=None) -> StorageProfile:
-    """Measure fsync'd writes and cache-dropped reads of real files in ``directory`` and fit both."""
+def profile_storage(directory: str, sizes=FULL_SIZES, repeats: int = 3, progress=None, between=None) -> StorageProfile:
+    """Measure fsync'd writes and cache-dropped reads of real files in ``directory`` and fit both.
+
+    ``between()``, if given, is called after each size (``poet profile`` measures compute there)."""
     if not os.path.isdir(directory):
         raise OSError(f"--dir {directory}: no such directory")
     drop = hasattr(os, "posix_fadvise")
@@ -146,6 +148,8 @@ def profile_storage(directory: str, sizes=FULL_SIZES, repeats: int = 3, progress
                     f"storage {i + 1}/{len(sizes)}: {size} B write {w_med[-1] * 1e3:.3f} ms, "
                     f"read {r_med[-1] * 1e3:.3f} ms"
                 )
+            if between is not None:
+                between()
     finally:
         clock.close()
         for p in glob.glob(glob.escape(path) + ".*"):
