@@ -36,11 +36,12 @@ BUDGETS = (32768, 262144)
 def run(models, devices, budgets, runtime: str, time_limit: float, max_solve_nodes: int, threads: int | None):
     rows = []
     for m in models:
-        plans = {}
+        plans, plan_seconds = {}, {}
         for B in budgets:
             t = time.perf_counter()
             plans[B] = plan_tiling(m, B)
             p = plans[B]
+            plan_seconds[B] = time.perf_counter() - t
             print(
                 f"{m} @ {B} B: untiled min {p.untiled_min_bytes} B, tiled min {p.tiled_min_bytes} B, "
                 f"nodes {p.nodes_before} -> {p.nodes_after}, fits {p.fits} ({time.perf_counter() - t:.1f} s plan)",
@@ -60,6 +61,8 @@ def run(models, devices, budgets, runtime: str, time_limit: float, max_solve_nod
                     "nodes_before": p.nodes_before,
                     "nodes_after": p.nodes_after,
                     "tiled": p.tiled,
+                    "plan_seconds": plan_seconds[B],
+                    "method": None,
                     "limit": p.limit,
                     "plain_energy_j": g0.plain_energy_j,
                     "plain_runtime_s": g0.plain_runtime_s,
@@ -140,7 +143,13 @@ def main(argv=None) -> int:
     ap.add_argument("--budgets", nargs="+", type=int, default=list(BUDGETS), help="RAM budgets in bytes")
     ap.add_argument("--runtime", default="3x", help="deadline (default 3x plain untiled backprop)")
     ap.add_argument("--time-limit", type=float, default=120.0, help="seconds per solve (default 120)")
-    ap.add_argument("--max-solve-nodes", type=int, default=20000)
+    ap.add_argument(
+        "--max-solve-nodes",
+        type=int,
+        default=100_000,
+        help="plan but do not solve tiled graphs larger than this (default 100,000; graphs above "
+        "poet.solve.tiled.PORTFOLIO_MAX_NODES go to the streaming page rule, linear in the graph)",
+    )
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--json", help="also write the rows as JSON here")
     a = ap.parse_args(argv)

@@ -97,3 +97,31 @@ def test_below_the_tiled_minimum_the_large_graph_path_answers_with_it(monkeypatc
 def test_plan_of_a_layer_list_matches_the_zoo_name():
     assert plan_tiling(model_layers("vgg16_cifar"), 32768).counts == plan_tiling("vgg16_cifar", 32768).counts
     assert build_tiled(model_layers("vgg16_cifar"), {}).graph.nodes == build_model("vgg16_cifar").nodes
+
+
+def test_fused_gelu_is_never_stored_and_its_gradient_reads_the_linear_tiles():
+    ml = model_layers("transformer")
+    counts = {lay.name: 4 for lay in ml.layers if tileable(lay)}
+    g = build_tiled(ml, counts).graph
+    assert g.meta["fused"] == {"block0.ffn.gelu": "block0.ffn.fc2"}
+    assert not [nd for nd in g.nodes if "gelu" in nd.name]  # no GELU tensor, no GELU backward node
+    fc1 = {i for i, nd in enumerate(g.nodes) if nd.kind == "forward" and nd.name.startswith("block0.ffn.fc1[")}
+    grads = [i for i, nd in enumerate(g.nodes) if nd.name.startswith("bwd.block0.ffn.fc2[")]
+    assert len(fc1) == 4 and len(grads) == 4
+    for v in grads:
+        t = g.nodes[v].tile
+        read = [g.nodes[u].tile for u in g.preds[v] if u in fc1]
+        # the grad-input tile of fc2 is the gradient of fc1's output: it reads fc1's tile of the same tokens
+        assert [(r.start, r.stop) for r in read] == [(t.start, t.stop)]
+        assert g.nodes[v].output_bytes == g.nodes[min(fc1)].output_bytes
+    # and fc1's backward reads those gradients (there is no GELU gradient in between)
+    bwd_fc1 = [i for i, nd in enumerate(g.nodes) if nd.name.startswith("bwd.block0.ffn.fc1")]
+    assert bwd_fc1 and all(set(g.preds[i]) & set(grads) for i in bwd_fc1)
+    # a schedule of the fused graph, at its smallest budget, replays valid
+    from poet.schedule.core import Budget
+    from poet.solve.stage.emit import emit
+
+    cg = linear_cost_model(g, "m0")
+    budget = Budget(cg.min_ram_bytes())
+    plan = stream_page_plan(cg, budget)
+    assert plan is not None and validate(cg, emit(cg, plan), budget).peak_ram_bytes <= budget.ram_bytes

@@ -162,6 +162,8 @@ def tiled_nodes(model: str | ModelLayers, counts: dict[str, int], batch_size: in
             col_split[x] = lay.heads // per
             per_of[x] = per
     skipped = {s for s in attention.values()} | {s + 1 for s in attention.values()}
+    fused = fused_activations(layers, n_of)  # GELU -> (the linear before it, the linear after it)
+    after_fused = {c: g for g, (_, c) in fused.items()}  # the linear after a fused GELU -> the GELU
 
     def in_shape(x: int) -> tuple[int, ...]:
         return ml.input_shape if x == DATA else layers[x].shape
@@ -207,6 +209,11 @@ def tiled_nodes(model: str | ModelLayers, counts: dict[str, int], batch_size: in
         if i in skipped:
             out.append(Pieces())
             continue
+        if i in fused:
+            out.append(out[fused[i][0]])  # never stored: its consumer applies it to the linear's tiles
+            continue
+        if i in after_fused:
+            flops += b * layers[after_fused[i]].flops  # the fused GELU, element by element on the fly
         if i in attention:
             sc = layers[attention[i]]
             out.append(
@@ -391,8 +398,8 @@ def tiled_nodes(model: str | ModelLayers, counts: dict[str, int], batch_size: in
         def dy(lo, hi, clo=None, chi=None, _i=i):
             return [u for src in grad_out[_i] for u in overlap(src, lo, hi, clo, chi)]
 
-        if i in skipped:
-            continue
+        if i in skipped or i in fused:
+            continue  # a fused GELU's gradient is computed by the grad-input tiles of the linear after it
         if i in attention:
             sc = layers[attention[i]]
             q, k, v = sc.inputs[0], sc.inputs[1], lay.inputs[1]
@@ -466,6 +473,9 @@ def tiled_nodes(model: str | ModelLayers, counts: dict[str, int], batch_size: in
             xr = R if lay.op == "add" else rows_of(in_shape(x))
             xp = own if lay.op == "add" else out[x]
             share = in_flops / max(1, len(targets))
+            gelu = after_fused.get(i)
+            if gelu is not None:
+                share += b * layers[gelu].bwd_flops  # dy W^T times GELU'(x), x the linear's saved tile
             gp = Pieces()
             for t, p in enumerate(xp):
                 if lay.op == "avgpool" and R == 1:
@@ -480,6 +490,8 @@ def tiled_nodes(model: str | ModelLayers, counts: dict[str, int], batch_size: in
                     reads += overlap(out[x], a, z)
                 elif saves == "output":
                     reads += overlap(own, dlo, dhi)
+                if gelu is not None:
+                    reads += overlap(out[x], p.lo, p.hi)  # GELU's input: the linear's output tiles
                 if lay.op == "batchnorm" and own_tiled:
                     reads += [fwd_stats[i], bstats]
                 tile = span_tile(name, t, len(xp), in_shape(x), p, x, halo=halo_of(lay))
@@ -496,10 +508,10 @@ def tiled_nodes(model: str | ModelLayers, counts: dict[str, int], batch_size: in
                         tile if len(xp) > 1 else None,
                     ),
                     reads,
-                    i if lay.op == "add" else x,
+                    i if lay.op == "add" else (x if gelu is None else fused[gelu][0]),
                 )
                 gp.append(Piece(p.lo, p.hi, v, p.clo, p.chi))
-            for y in xs if lay.op == "add" else [x]:
+            for y in xs if lay.op == "add" else [x if gelu is None else fused[gelu][0]]:
                 grad_out[y].append(gp)
         if lay.op in WEIGHTED:
             # weight gradient: one accumulation step per output tile (input rows with halo + grad-output rows)
@@ -509,13 +521,15 @@ def tiled_nodes(model: str | ModelLayers, counts: dict[str, int], batch_size: in
                     a, z = input_rows(lay, p.lo, p.hi, rows_of(in_shape(x)))
                     reads += overlap(out[x], a, z)
                 tile = span_tile(name, t, len(own), lay.shape, p, i, halo=halo_of(lay), part="weight_grad")
+                # a fused GELU is recomputed from the linear's tiles it reads (extra FLOPs, costed)
+                w_extra = b * layers[after_fused[i]].flops * (p.hi - p.lo) / R if i in after_fused else 0.0
                 nm = f"{name}.wgrad[{t}/{len(own)}]" if len(own) > 1 else f"{name}.wgrad"
                 bd.add(
                     Node(
                         nm,
                         BACKWARD,
                         0,
-                        w_flops * (p.hi - p.lo) / R * colfrac(i, p),
+                        w_flops * (p.hi - p.lo) / R * colfrac(i, p) + w_extra,
                         0,
                         lay.op,
                         tile if len(own) > 1 else None,
@@ -535,14 +549,49 @@ def tiled_nodes(model: str | ModelLayers, counts: dict[str, int], batch_size: in
         "dtype_bytes": DTYPE_BYTES,
         "forward_layers": L,
     }
+    if fused:
+        meta["fused"] = {layers[g].name: layers[c].name for g, (_, c) in fused.items()}
     used = {
         layers[i].name: len(out[i])
         for i in range(L)
-        if len(out[i]) > 1
+        if i not in fused
+        and len(out[i]) > 1
         and bd.nodes[out[i][0].node].tile is not None
         and bd.nodes[out[i][0].node].tile.part == "output"
     }
     return TiledNodes(bd, used, meta)
+
+
+def fused_activations(layers, n_of: list[int]) -> dict[int, tuple[int, int]]:
+    """GELUs fused into the linears around them: GELU index -> (the linear it reads, the linear reading it).
+
+    Where a sequence GELU sits between two linears that read nothing else of each other and one of
+    them is split, the GELU's output is never stored: the linear after it applies GELU to the first
+    linear's tiles element by element as it reads them (forward), its weight gradient recomputes
+    GELU the same way (extra FLOPs, costed), and its grad-input tiles multiply by GELU'(x) on the
+    way out, so they are the gradient of the first linear's output.  That removes a tensor four
+    times the hidden size per token, and GELU's backward, whose working set (three such rows) sets
+    the tiled minimum otherwise.
+    """
+    consumers: list[list[int]] = [[] for _ in layers]
+    for i, lay in enumerate(layers):
+        for x in dict.fromkeys(lay.inputs):
+            if x != DATA:
+                consumers[x].append(i)
+    fused = {}
+    for g, lay in enumerate(layers):
+        if lay.op != "gelu" or len(lay.shape) != 2 or len(lay.inputs) != 1 or lay.inputs[0] == DATA:
+            continue
+        f = lay.inputs[0]
+        if consumers[f] != [g] or len(consumers[g]) != 1:
+            continue
+        c = consumers[g][0]
+        lin = layers[f], layers[c]
+        if any(x.op != "linear" or len(x.shape) != 2 for x in lin) or layers[c].inputs != (g,):
+            continue
+        if max(n_of[f], n_of[c]) > 1:
+            fused[g] = (f, c)
+    return fused
 
 
 def streaming_order(preds: list[list[int]]) -> list[int]:

@@ -171,9 +171,10 @@ def plan_tiling(
         # feeds a block like itself, the second is fed by one and feeds the loss: with equal counts
         # every neighbourhood of every block is there), then check the whole model
         short = ModelLayers(ml.name, ml.input_shape, ml.layers[: 2 * blocks.length])
-        counts, stopped = _double_until_fit(short, {}, cap, batch_size, t0, blocks)
+        scale = len(ml.layers) / len(short.layers)
+        counts, stopped = _double_until_fit(short, {}, cap, batch_size, t0, blocks, scale)
         if not stopped:
-            counts = _coarsen(short, counts, cap, batch_size, t0, blocks)
+            counts = _coarsen(short, counts, cap, batch_size, t0, blocks, scale)
         counts = blocks.expand(counts, len(ml.layers) // blocks.length)
         if not stopped:
             tb = build_tiled(ml, counts, batch_size)
@@ -251,10 +252,11 @@ def repeated_blocks(ml: ModelLayers) -> Blocks | None:
     return Blocks(n0)
 
 
-def _double_until_fit(ml, counts, cap, batch_size, t0, blocks) -> tuple[dict[str, int], str]:
+def _double_until_fit(ml, counts, cap, batch_size, t0, blocks, scale=1.0) -> tuple[dict[str, int], str]:
     """Double the counts of the layers :func:`_layers_to_split` picks until every working set fits
     ``cap`` or nothing more can be split; (the counts with the smallest largest working set, what
-    stopped it early or "")."""
+    stopped it early or "").  ``scale``: nodes of the whole model per node of ``ml`` (the node cap
+    is the whole model's)."""
     counts = dict(counts)
     layers = ml.layers
     best = None
@@ -264,12 +266,14 @@ def _double_until_fit(ml, counts, cap, batch_size, t0, blocks) -> tuple[dict[str
         size = [nd.output_bytes for nd in bd.nodes]
         ws = [size[v] + sum(size[u] for u in ps) for v, ps in enumerate(bd.preds)]
         top = max(ws)
-        if best is None or top < best[0]:
-            best = (top, dict(counts))
+        if len(ws) * scale > MAX_NODES and best is not None:
+            # the previous round's counts, the last within the cap (fitting or not: a graph this large
+            # is not planned, and not scheduled, within minutes)
+            return best[1], f"about {len(ws) * scale:,.0f} nodes, past the planner's cap of {MAX_NODES:,}"
         if top <= cap:
             return counts, ""
-        if len(ws) > MAX_NODES:
-            return best[1], f"{len(ws):,} nodes, past the planner's cap of {MAX_NODES:,}"
+        if best is None or top < best[0]:
+            best = (top, dict(counts))
         if time.perf_counter() - t0 > MAX_PLAN_SECONDS:
             return best[1], f"{MAX_PLAN_SECONDS:.0f} s of planning (its time cap)"
         grow = _layers_to_split(bd, size, ws, cap, counts, layers)
@@ -287,7 +291,7 @@ def _double_until_fit(ml, counts, cap, batch_size, t0, blocks) -> tuple[dict[str
     return best[1], f"{MAX_ROUNDS} rounds of doubling"
 
 
-def _coarsen(ml, counts, cap, batch_size, t0, blocks) -> dict[str, int]:
+def _coarsen(ml, counts, cap, batch_size, t0, blocks, scale=1.0) -> dict[str, int]:
     """Halve counts again where everything still fits ``cap``.
 
     Doubling several layers in one round can split one more than needed (a node over the cap
@@ -316,7 +320,7 @@ def _coarsen(ml, counts, cap, batch_size, t0, blocks) -> dict[str, int]:
         while lay.heads % (2 * per) == 0 and time.perf_counter() - t0 <= MAX_PLAN_SECONDS:
             # twice the heads per tile; what no longer fits is split further, kept if the graph shrinks
             trial, stopped = _double_until_fit(
-                ml, {**counts, **dict.fromkeys(names, 2 * per)}, cap, batch_size, t0, blocks
+                ml, {**counts, **dict.fromkeys(names, 2 * per)}, cap, batch_size, t0, blocks, scale
             )
             ws = _measure(ml, trial, batch_size)[2]
             if stopped or max(ws) > cap or len(ws) >= nodes:

@@ -135,40 +135,48 @@ class Builder:
 class Pieces(list):
     """Pieces of one tensor, sorted by rows (then heads), so lookups can bisect."""
 
-    his: list[int] | None = None
-    heads: dict | None = None  # head -> that head's pieces (a Pieces), built on the first lookup by head
+    his: list[int] | None = None  # the pieces' row ends, for bisecting (rebuilt when pieces were added)
+    heads: dict | None = None  # head -> that head's pieces, when split by single heads (rebuilt likewise)
+    heads_len: int = -1
 
 
-def _one_head(pieces: Pieces, h: int) -> Pieces:
-    if pieces.heads is None or sum(map(len, pieces.heads.values())) != len(pieces):
-        pieces.heads = {}
-        for p in pieces:
-            pieces.heads.setdefault(p.clo, Pieces()).append(p)
-    return pieces.heads.get(h, Pieces())
+def _one_head(pieces: Pieces, h: int) -> Pieces | None:
+    """Pieces of head ``h`` alone, or None when the tensor is not split by single heads."""
+    if pieces.heads_len != len(pieces):
+        pieces.heads_len = len(pieces)
+        pieces.heads = None
+        if pieces and all(p.clo is not None and p.chi == p.clo + 1 for p in pieces):
+            pieces.heads = {}
+            for p in pieces:
+                pieces.heads.setdefault(p.clo, Pieces()).append(p)
+    if pieces.heads is None:
+        return None
+    return pieces.heads.get(h, _EMPTY)
+
+
+_EMPTY = Pieces()
 
 
 def overlap(pieces: list[Piece], lo: int, hi: int, clo: int | None = None, chi: int | None = None) -> list[int]:
     """Nodes of ``pieces`` that hold any of rows ``[lo, hi)`` (and of heads ``[clo, chi)`` when given)."""
-    if (
-        clo is not None
-        and chi == clo + 1
-        and isinstance(pieces, Pieces)
-        and pieces
-        and all(p.clo is not None and p.chi == p.clo + 1 for p in (pieces[0], pieces[-1]))
-    ):
-        # split by single heads: look in that head's pieces only (a lookup per head and tile stays short)
-        pieces, clo = _one_head(pieces, clo), None
-    if isinstance(pieces, Pieces):
-        if pieces.his is None or len(pieces.his) != len(pieces):
-            pieces.his = [p.hi for p in pieces]
-        k = bisect_right(pieces.his, lo)  # first piece ending after lo (his never decrease)
-    else:
-        k = 0
+    if not isinstance(pieces, Pieces):
+        return [
+            p.node
+            for p in pieces
+            if p.lo < hi and p.hi > lo and (clo is None or p.clo is None or (p.clo < chi and p.chi > clo))
+        ]
+    if clo is not None and chi == clo + 1:
+        one = _one_head(pieces, clo)
+        if one is not None:
+            # split by single heads: look in that head's pieces only (a lookup per head and tile stays short)
+            pieces, clo = one, None
+    if pieces.his is None or len(pieces.his) != len(pieces):
+        pieces.his = [p.hi for p in pieces]
     found = []
-    for j in range(k, len(pieces)):
+    for j in range(bisect_right(pieces.his, lo), len(pieces)):  # from the first piece ending after lo
         p = pieces[j]
-        if p.lo >= hi and isinstance(pieces, Pieces):
+        if p.lo >= hi:
             break
-        if p.lo < hi and p.hi > lo and (clo is None or p.clo is None or (p.clo < chi and p.chi > clo)):
+        if clo is None or p.clo is None or (p.clo < chi and p.chi > clo):
             found.append(p.node)
     return found
