@@ -26,6 +26,7 @@ GRID = {
     "strategies": "poet,remat,paging,keep-all",
     "time_limit": 30,
     "gap": 1e-6,
+    "tile": "off",  # 40% is below linear's untiled minimum: auto would tile it (tests/test_sweep_tile.py)
 }
 
 
@@ -86,6 +87,7 @@ def test_a_study_writes_one_sweep_directory_per_model_and_device(study):
             "device": s.spec.device,
             "paging_time": "serial",
             "batch_size": 1,
+            "tile": "off",
         }
         with open(out / s.name / "sweep.csv") as f:
             rows = list(csv.DictReader(f))

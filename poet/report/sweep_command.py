@@ -98,6 +98,13 @@ def register(subparsers) -> None:
         help="how paging time counts against the deadline (default %(default)s)",
     )
     s.add_argument("--batch-size", type=int, default=1)
+    s.add_argument(
+        "--tile",
+        default="auto",
+        metavar="auto|off|N",
+        help="operator tiling (docs/tiling.md): auto tiles the points whose RAM budget is below the untiled "
+        "minimum (default), off never tiles, N splits every layer that can be split into N tiles at every point",
+    )
     s.add_argument("--gap", type=float, default=1e-3, help="relative MIP gap counted as optimal")
     s.add_argument(
         "--method",
@@ -146,6 +153,7 @@ def cmd_sweep(a) -> int:
         "batch_size": a.batch_size,
         "gap": a.gap,
         "method": a.method,
+        "tile": a.tile,
     }
     backend = make_backend(a.cluster, jobs=a.jobs, threads=a.threads)
     models = parse_list(a.model, "--model", example="resnet18_cifar,bert") if a.model else []

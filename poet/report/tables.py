@@ -50,6 +50,12 @@ def sweep_markdown(doc: dict) -> str:
         "`timeout` the solver found none within the time limit.",
         "",
     ]
+    if any(r.get("tiled_nodes") for r in rows):
+        lines += [
+            f"Budgets marked *tiled* were solved on a tiled graph (--tile {ident.get('tile', 'auto')}, "
+            f"docs/tiling.md); the node count is the tiled graph's ({c['nodes']} untiled).",
+            "",
+        ]
     strategies = _strategies(rows)
     runtimes = list(dict.fromkeys(r["runtime"] for r in rows))
     by = {(r["strategy"], r["memory"], r["runtime"]): r for r in rows}
@@ -62,7 +68,10 @@ def sweep_markdown(doc: dict) -> str:
         for ram, mem in mems:
             cells = [_cell(by.get((s, mem, rt)), plain) for s in strategies]
             sav = saving(by, mem, rt)
-            lines.append(f"| {mem} ({fmt_bytes(ram)}) | " + " | ".join(cells) + f" | {sav} |")
+            here = [r for r in rows if r["memory"] == mem and r["runtime"] == rt]
+            nodes = {r["tiled_nodes"] for r in here if r.get("tiled_nodes")}
+            tiled = f"; tiled, {'/'.join(str(n) for n in sorted(nodes))} nodes" if nodes else ""
+            lines.append(f"| {mem} ({fmt_bytes(ram)}{tiled}) | " + " | ".join(cells) + f" | {sav} |")
         lines.append("")
     return "\n".join(lines)
 

@@ -49,6 +49,8 @@ COLUMNS = [
     "method",
     "reused_from",
     "schedule_file",
+    "tiled_nodes",  # nodes of the tiled graph the point was solved on (empty: not tiled)
+    "tiling",  # what was split, e.g. "5 layers split into up to 2 tiles: fc1 x2, relu1 x2, fc2 x2, ..."
     "message",
 ]
 
@@ -72,6 +74,7 @@ class SweepSpec:
     gap: float = 1e-3
     threads: int | None = None  # HiGHS threads per point (None: HiGHS decides)
     method: str = "auto"  # MILP formulation/solve variant, see poet.solve.METHODS
+    tile: str = "auto"  # auto: tile points below the untiled minimum; off: never; N: always, N tiles
 
     def identity(self) -> dict:
         """What must match for points of two runs to be comparable (and resumable)."""
@@ -80,6 +83,7 @@ class SweepSpec:
             "device": self.device,
             "paging_time": self.paging_time,
             "batch_size": self.batch_size,
+            "tile": self.tile,
         }
 
     def points(self) -> list[tuple[str, str, str]]:
@@ -124,7 +128,20 @@ def parse_list(text: str, what: str = "list", example: str = "") -> list[str]:
 
 
 def check_grid(spec: SweepSpec, strategies) -> None:
-    """Refuse unknown strategies, empty axes and grids too large to finish."""
+    """Refuse unknown strategies, empty axes, a bad --tile and grids too large to finish."""
+    from ..graph.core import GraphError
+    from ..graph.tiling_plan import TILE_AUTO, TILE_OFF, parse_tile_option
+    from ..graph.zoo import MODELS
+
+    try:
+        spec.tile = parse_tile_option(spec.tile)
+    except GraphError as e:
+        raise SweepError(str(e)) from None
+    if spec.tile not in (TILE_AUTO, TILE_OFF) and spec.model not in MODELS:
+        raise SweepError(
+            f"--tile {spec.tile} needs a built-in model (--model NAME): {spec.model} does not record the "
+            f"shapes, kernels and strides tiling needs; use --tile auto or off"
+        )
     for s in spec.strategies:
         if s not in strategies:
             raise SweepError(f"unknown strategy {s!r}; choose from {', '.join(strategies)}")
@@ -143,6 +160,17 @@ def check_size(memories: int, runtimes: int, strategies: int) -> None:
             f"{strategies:,} strategies); a sweep holds at most {MAX_POINTS:,}. Use fewer --steps "
             f"(e.g. --steps 10), deadlines or strategies"
         )
+
+
+def point_tiles(spec_d: dict, min_ram_bytes: int, ram_bytes: int) -> bool:
+    """Is a point of this RAM budget solved on a tiled graph?  ``--tile N`` always; ``auto`` below
+    the untiled minimum ``min_ram_bytes``; ``off`` (and sweeps from before ``--tile``) and graph files never."""
+    from ..graph.zoo import MODELS
+
+    mode = spec_d.get("tile", "off")
+    if spec_d["model"] not in MODELS:
+        return False  # a graph file has no layer shapes: never tiled
+    return mode not in ("auto", "off") or (mode == "auto" and ram_bytes < min_ram_bytes)
 
 
 def point_key(strategy: str, memory: str, runtime: str) -> str:

@@ -56,10 +56,14 @@ def prepare_out_dir(out: Path, spec: SweepSpec, force: bool) -> list[dict]:
             if not force:
                 raise SweepError(f"{sj} is not a readable sweep file ({e}); pass --force to overwrite it") from e
             return []
-        if d.get("identity") != spec.identity():
+        old = d.get("identity")
+        if isinstance(old, dict) and "tile" not in old:
+            old = {**old, "tile": "off"}  # sweeps from before --tile never tiled
+        if old != spec.identity():
             if not force:
+                hint = " (it was run with --tile off)" if isinstance(old, dict) and old.get("tile") != spec.tile else ""
                 raise SweepError(
-                    f"{out} holds a sweep of {d.get('identity')}, not {spec.identity()}; "
+                    f"{out} holds a sweep of {old}, not {spec.identity()}{hint}; "
                     f"choose another --out, or pass --force to start it over"
                 )
             return []

@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from .grid import COLUMNS, point_key
+from .grid import COLUMNS, point_key, point_tiles
 
 _GRAPHS: dict = {}
 
@@ -66,16 +66,58 @@ def solve_point(spec_d: dict, strategy: str, memory: str, runtime: str, graph=No
         find_min_budgets=False,
     )
     t0 = time.perf_counter()
+    plan = None
     try:
-        s = solve_costed(g, b, strategy, opts)
+        if point_tiles(spec_d, g.min_ram_bytes(), b.ram_bytes):
+            plan, s = solve_tiled_point(spec_d, g, strategy, memory, runtime, opts)
+        else:
+            s = solve_costed(g, b, strategy, opts)
     except Exception as e:  # noqa: BLE001 - a failing point must not kill the sweep; it is recorded
         row = make_row(spec_d, g, strategy, memory, runtime, b, None)
         row.update(status="error", message=f"{type(e).__name__}: {e}", solve_seconds=time.perf_counter() - t0)
         return row, None
     row = make_row(spec_d, g, strategy, memory, runtime, b, s)
+    if plan is not None and plan.tiled:
+        row.update(tiled_nodes=len(plan.graph), tiling=tiling_text(plan.counts))
     sf = solver_fields(s)
     row["solve_seconds"] = sf.solve_seconds if sf.solve_seconds is not None else time.perf_counter() - t0
     return row, (schedule_to_dict(s) if s.steps else None)
+
+
+def tiled_graph(spec_d: dict, memory: str, runtime: str):
+    """The ``TiledProblem`` of a point (``poet solve``'s automatic tiling, with the sweep's ``--tile``)."""
+    from ..solve.tiled import tiled_problem
+
+    return tiled_problem(
+        spec_d["model"],
+        spec_d["device"],
+        memory=memory,
+        runtime=None if runtime in ("none", "inf", "") else runtime,
+        paging_time=spec_d["paging_time"],
+        batch_size=spec_d["batch_size"],
+        tile=spec_d.get("tile", "auto"),
+    )
+
+
+def solve_tiled_point(spec_d: dict, g, strategy: str, memory: str, runtime: str, opts):
+    """``(tiling plan, schedule)`` of a point solved as ``poet solve`` would: on the tiled graph when
+    the plan splits something (the plan's facts go into the schedule's solver record), else on ``g``."""
+    from ..solve.api import solve_costed
+    from ..solve.tiled import solve_tiled
+
+    p = tiled_graph(spec_d, memory, runtime)
+    if p.plan is None or not p.plan.tiled:
+        return p.plan, solve_costed(g, p.budget, strategy, opts)
+    s = solve_tiled(p, strategy, opts)
+    s.report = s.report.with_(tiling=p.plan.summary())
+    return p.plan, s
+
+
+def tiling_text(counts: dict) -> str:
+    """What a tiling split, short enough for a CSV cell."""
+    items = [f"{k} x{v}" for k, v in counts.items()]
+    more = f", ... and {len(items) - 3} more" if len(items) > 3 else ""
+    return f"{len(items)} layers split into up to {max(counts.values())} tiles: " + ", ".join(items[:3]) + more
 
 
 def make_row(spec_d: dict, g, strategy: str, memory: str, runtime: str, b, s) -> dict:

@@ -19,7 +19,7 @@ from pathlib import Path
 from ..fileio import atomic_write_text
 from ..schedule.core import FEASIBLE, INFEASIBLE, NO_SOLUTION, OPTIMAL
 from ..units import fmt_energy
-from .grid import SWEEP_FORMAT, SweepSpec, check_grid, order_key, point_key
+from .grid import SWEEP_FORMAT, SweepSpec, check_grid, order_key, point_key, point_tiles
 from .io import DirLock, prepare_out_dir, rows_to_csv, schedule_file
 from .points import budget_of, make_row, set_totals
 from .reuse import pick, reusable
@@ -73,6 +73,7 @@ class SweepRun:
         self.running: set = set()
         self.lock = None
         self._graph_dict = None
+        self._tiled_dicts: dict = {}  # RAM budget -> the tiled graph (dict form) its points are solved on
 
     # -- the directory ------------------------------------------------------------------
 
@@ -163,8 +164,8 @@ class SweepRun:
                 b.paging_time,
             ):
                 why = "its budgets are not this point's"
-            elif sched.get("graph") != self._graph_dict:
-                why = "its graph is not this sweep's"
+            elif sched.get("graph") != self._point_graph(p, row):
+                why = "its graph is not this sweep's" + (" tiling for this budget" if row.get("tiled_nodes") else "")
         if why is not None:
             for k in (
                 "energy_j",
@@ -181,6 +182,19 @@ class SweepRun:
             return None
         set_totals(row, sc.totals)
         return sched
+
+    def _point_graph(self, p, row: dict) -> dict:
+        """The graph a point's schedule must carry: the sweep's, or (a tiled point) the tiling of its budget,
+        planned again here (once per budget) so that a worker's graph is checked, not trusted."""
+        if not row.get("tiled_nodes"):
+            return self._graph_dict
+        from ..graph.io import graph_to_dict
+        from .points import tiled_graph
+
+        ram = self.budgets[p[1:]].ram_bytes
+        if ram not in self._tiled_dicts:
+            self._tiled_dicts[ram] = graph_to_dict(tiled_graph(self.spec_d, p[1], p[2]).graph)
+        return self._tiled_dicts[ram]
 
     def _record(self, row: dict, sched: dict | None) -> None:
         old = self.earlier.pop(row["key"], None)
@@ -211,8 +225,11 @@ class SweepRun:
         s, m, r = p
         b = self.budgets[(m, r)]
         g = self.g
+        if point_tiles(self.spec_d, g.min_ram_bytes(), b.ram_bytes):
+            return None  # a tiled point's graph depends on its budget: solved, never filled in
         dl = math.inf if b.runtime_s is None else b.runtime_s
-        hit = reusable(s, b.ram_bytes, dl, list(self.done.values()), g.plain_energy_j)
+        untiled = [r for r in self.done.values() if not r.get("tiled_nodes")]
+        hit = reusable(s, b.ram_bytes, dl, untiled, g.plain_energy_j)
         if hit is None:
             return None
         src, status, why = hit

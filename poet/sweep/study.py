@@ -43,6 +43,7 @@ GRID_DEFAULTS = {
     "batch_size": 1,
     "gap": 1e-3,
     "method": "auto",
+    "tile": "auto",
 }
 SUMMARY_COLUMNS = [
     "model",
@@ -118,6 +119,7 @@ def spec_from(model: str, device: str | None, grid: dict, threads: int | None = 
         gap=number("gap", float),
         threads=threads,
         method=text("method"),
+        tile=str(g["tile"]) if isinstance(g["tile"], int) and not isinstance(g["tile"], bool) else text("tile"),
     )
 
 
