@@ -2,13 +2,14 @@
 
 The lower bound on RAM of any schedule is the largest working set: a node's
 output plus all its inputs, plus fixed RAM.  :func:`plan_tiling` starts from
-the untiled graph and, while some node's working set exceeds the budget, gives
-more tiles to the layer that owns the largest tensor in that working set
-(its own output, an input, or the gradient it produces), doubling its count
-each round so that neighbouring layers' tiles stay aligned.  It stops when everything fits or nothing that is too
-big can be split further; the largest working set then left is the *tiled
-minimum*, the smallest budget tiling can reach, and ``limit`` names the node
-that sets it.
+the untiled graph and doubles tile counts in rounds while some working set
+exceeds the budget, each byte of a working set charged to the layer whose count
+sets it (:func:`_charges`); then it undoes doublings that were not needed and
+groups attention heads where the graph shrinks.  A model of identical blocks is
+planned on two of them.  It stops when everything fits or nothing that is too
+big can be split further (the largest working set then left is the *tiled
+minimum*, and ``limit`` names the node that sets it), or at its node or time cap,
+saying which.
 """
 
 from __future__ import annotations

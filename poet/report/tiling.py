@@ -50,8 +50,9 @@ def tiling_text(p: TiledProblem, s: Schedule, costs: TilingCosts | None) -> str:
         lines.append(
             f"  cost against plain untiled backprop ({fmt_energy(c.plain_energy_j)}, "
             f"{fmt_seconds(c.plain_runtime_s)}): compute {fmt_energy(c.extra_compute_energy_j)} "
-            f"({_pct(c.extra_compute_energy_j, c.plain_energy_j)}: statistics passes and partial sums "
-            f"{c.graph_extra_flops:.4g} FLOP, plus recomputes), paging {fmt_energy(c.paging_energy_j)} "
+            f"({_pct(c.extra_compute_energy_j, c.plain_energy_j)}: the tiled graph's own extra work -- statistics "
+            f"passes, partial sums, attention's and fused GELU's recomputation -- {c.graph_extra_flops:.4g} FLOP, "
+            f"plus the schedule's recomputes), paging {fmt_energy(c.paging_energy_j)} "
             f"and {fmt_seconds(c.paging_time_s)} over {c.page_ops} page operations, of which "
             f"per-operation latency {fmt_energy(c.latency_energy_j)} and {fmt_seconds(c.latency_time_s)}"
         )
