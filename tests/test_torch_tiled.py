@@ -20,7 +20,7 @@ import poet  # noqa: E402
 from poet.execute import Executor, reference_schedule  # noqa: E402
 from poet.execute import tiled_ops as K  # noqa: E402
 from poet.execute.tiled import GRADIENT_BOUND, parameter_difference, relative_difference, tile_program  # noqa: E402
-from poet.execute.tiled_rules import reaching_rows, window_rows  # noqa: E402
+from poet.execute.tiled_spatial import reaching_rows, window_rows  # noqa: E402
 from poet.graph.torch_export import export_training_graph  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore")

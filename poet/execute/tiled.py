@@ -4,7 +4,9 @@
 :class:`~poet.graph.torch_export.TorchProgram`: every op whose working set
 (output plus inputs) exceeds ``threshold`` bytes, and every op that reads a
 tiled tensor, is split into ``count`` tiles when its family has a rule
-(:mod:`poet.execute.tiled_rules`).  A tiled tensor is never whole: each tile is
+(:mod:`poet.execute.tiled_rules`, :mod:`poet.execute.tiled_spatial`,
+:mod:`poet.execute.tiled_tokens`; attention streams key/value tiles,
+:mod:`poet.execute.tiled_attention`).  A tiled tensor is never whole: each tile is
 its own value (its own storage), computed by a kernel of
 :mod:`poet.execute.tiled_ops` from the rows of its inputs it needs, halo
 included, and read by the consumers' tiles as views.  The result is an ordinary
@@ -31,12 +33,13 @@ from ..graph.torch_export import TorchProgram, program_from_joint_graph
 from . import tiled_ops as K
 from .tiled_attention import Elided
 from .tiled_attention_match import find_attention
-from .tiled_rules import RULES as SPATIAL_RULES
+from .tiled_rules import RULES as ELEMENTWISE_RULES
+from .tiled_spatial import RULES as SPATIAL_RULES
 from .tiled_tokens import RULES as TOKEN_RULES
 from .tiled_values import Layout, Tiled, TilingError, TupleVal, even_bounds
 from .tiled_views import ALIAS_RULES
 
-RULES = {**SPATIAL_RULES, **TOKEN_RULES}
+RULES = {**ELEMENTWISE_RULES, **SPATIAL_RULES, **TOKEN_RULES}
 
 aten = torch.ops.aten
 
@@ -104,7 +107,8 @@ def parameter_difference(params, reference) -> float:
 
 
 class Rewriter:
-    """Builds the tiled joint graph op by op (the rules in :mod:`tiled_rules` call its helpers)."""
+    """Builds the tiled joint graph op by op (the rules in :mod:`tiled_rules`, :mod:`tiled_spatial` and
+    :mod:`tiled_tokens` call its helpers)."""
 
     def __init__(
         self,

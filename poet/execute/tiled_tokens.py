@@ -3,8 +3,10 @@
 Tokens are the leading axis of 2-D/3-D activations: positions of one sequence
 (then attention is tiled by queries, reading the whole keys and values) or
 whole sequences of a batch.  A contraction over the tiled axis (a weight
-gradient, attention's key/value gradients) is accumulated tile by tile.  See
-:mod:`poet.execute.tiled_rules` for the rule interface.
+gradient, attention's key/value gradients) is accumulated tile by tile.
+Attention whose keys and values can be streamed is rewritten whole by
+:mod:`poet.execute.tiled_attention` before these rules see its ops.  See
+:mod:`poet.execute.tiled_emit` for what rules share.
 """
 
 from __future__ import annotations
@@ -12,7 +14,18 @@ from __future__ import annotations
 import torch
 
 from . import tiled_ops as K
-from .tiled_rules import fx_value, norm_dim, tiled_layout
+from .tiled_emit import (
+    chain,
+    each_tile,
+    fx_value,
+    gradient_tuple,
+    last_tile,
+    norm_dim,
+    pair_items,
+    partials,
+    tiled_layout,
+    tiled_output,
+)
 from .tiled_values import Tiled, TilingError, TupleVal
 
 aten = torch.ops.aten
@@ -41,9 +54,7 @@ def rowwise(rw, n):
         return None
     out = fx_value(n)
     nodes = []
-    for i in range(lay.count):
-        a0, b0 = lay.rows(i)
-        t = rw.tile_of(n, i, lay)
+    for _, a0, b0, t in each_tile(rw, n, lay):
         args = [
             rw.rows_of(a, lay.dim, a0, b0, n, t)
             if isinstance(a, torch.fx.Node) and len(rw.shape(a)) == nd and rw.shape(a)[lay.dim] == shape[lay.dim]
@@ -53,7 +64,7 @@ def rowwise(rw, n):
         nodes.append(rw.emit(n.target, args, n, tile=t, flops=rw.share(n, a0, b0, shape[lay.dim])))
     if isinstance(out, (tuple, list)):
         return _split_outputs(rw, n, nodes, lay, out)
-    return Tiled(lay, nodes, tuple(out.shape), out.dtype, out)
+    return tiled_output(n, lay, nodes)
 
 
 def layer_norm_backward(rw, n):
@@ -65,9 +76,7 @@ def layer_norm_backward(rw, n):
     lay = tiled_layout(rw, n, shape, [nd - 1])
     items = {}
     gis, acc_w, acc_b = [], None, None
-    for i in range(lay.count):
-        a0, b0 = lay.rows(i)
-        t = rw.tile_of(n, i, lay)
+    for i, a0, b0, t in each_tile(rw, n, lay):
         g_i, x_i = rw.rows_of(go, lay.dim, a0, b0, n, t), rw.rows_of(x, lay.dim, a0, b0, n, t)
         m_i, r_i = rw.rows_of(mean, lay.dim, a0, b0, n, t), rw.rows_of(rstd, lay.dim, a0, b0, n, t)
         share = rw.share(n, a0, b0, shape[lay.dim]) / 2
@@ -88,15 +97,10 @@ def layer_norm_backward(rw, n):
                 tile=rw.tile_of(n, i, lay, part="partial"),
                 flops=share,
             )
-            acc_w = rw.item(acc, 0) if mask[1] else None
-            acc_b = rw.item(acc, 1) if mask[2] else None
+            acc_w, acc_b = pair_items(rw, acc, mask[1], mask[2])
     if mask[0]:
         items[0] = Tiled(lay, gis, shape, fx_value(x).dtype)
-    if mask[1]:
-        items[1] = acc_w
-    if mask[2]:
-        items[2] = acc_b
-    return TupleVal(items)
+    return gradient_tuple(items, mask, acc_w, acc_b)
 
 
 def matmul(rw, n):
@@ -110,26 +114,19 @@ def matmul(rw, n):
     va = rw.env.get(a)
     out = fx_value(n)
     if isinstance(va, Tiled) and va.layout.dim == row + 1 and bias is None:
-        lay = va.layout  # contraction over the tiled axis
-        acc = None
-        for i in range(lay.count):
-            a0, b0 = lay.rows(i)
-            t = rw.tile_of(n, i, lay, part="partial")
-            acc = rw.emit(
-                K.tile_mm_accumulate,
-                (acc, va.tiles[i], rw.rows_of(b, row, a0, b0, n, t)),
-                n,
-                tile=t,
-                flops=rw.share(n, a0, b0, va.shape[row + 1]),
-            )
-        return acc
+        return chain(  # a contraction over the tiled axis
+            rw,
+            n,
+            va.layout,
+            K.tile_mm_accumulate,
+            lambda i, lo, hi, t: (va.tiles[i], rw.rows_of(b, row, lo, hi, n, t)),
+            lambda lo, hi: rw.share(n, lo, hi, va.shape[row + 1]),
+        )
     if isinstance(va, Tiled) and va.layout.dim not in (row, 0):
         return None
     lay = va.layout if isinstance(va, Tiled) else rw.layout_for(tuple(out.shape), dim=row)
     tiles = []
-    for i in range(lay.count):
-        a0, b0 = lay.rows(i)
-        t = rw.tile_of(n, i, lay)
+    for _, a0, b0, t in each_tile(rw, n, lay):
         a_i = rw.rows_of(a, lay.dim, a0, b0, n, t)
         b_i = rw.rows_of(b, 0, a0, b0, n, t) if lay.dim == 0 and row == 1 else rw.full(b, "the whole right operand")
         args = (rw.full(bias), a_i, b_i) if bias is not None else (a_i, b_i)
@@ -143,7 +140,7 @@ def matmul(rw, n):
                 flops=rw.share(n, a0, b0, out.shape[lay.dim]),
             )
         )
-    return Tiled(lay, tiles, tuple(out.shape), out.dtype, out)
+    return tiled_output(n, lay, tiles)
 
 
 def embedding(rw, n):
@@ -152,20 +149,17 @@ def embedding(rw, n):
     lay = tiled_layout(rw, n, tuple(out.shape))
     if lay.dim >= len(rw.shape(ids)):
         return None
-    tiles = []
-    for i in range(lay.count):
-        a0, b0 = lay.rows(i)
-        t = rw.tile_of(n, i, lay)
-        tiles.append(
-            rw.emit(
-                n.target,
-                (rw.full(w), rw.rows_of(ids, lay.dim, a0, b0, n, t)) + tuple(n.args[2:]),
-                n,
-                tile=t,
-                flops=rw.share(n, a0, b0, out.shape[lay.dim]),
-            )
+    tiles = [
+        rw.emit(
+            n.target,
+            (rw.full(w), rw.rows_of(ids, lay.dim, a0, b0, n, t)) + tuple(n.args[2:]),
+            n,
+            tile=t,
+            flops=rw.share(n, a0, b0, out.shape[lay.dim]),
         )
-    return Tiled(lay, tiles, tuple(out.shape), out.dtype, out)
+        for _, a0, b0, t in each_tile(rw, n, lay)
+    ]
+    return tiled_output(n, lay, tiles)
 
 
 def embedding_backward(rw, n):
@@ -173,18 +167,14 @@ def embedding_backward(rw, n):
     v = rw.env.get(g)
     if not isinstance(v, Tiled) or v.layout.dim >= len(rw.shape(ids)):
         return None
-    lay, acc = v.layout, None
-    for i in range(lay.count):
-        a0, b0 = lay.rows(i)
-        t = rw.tile_of(n, i, lay, part="partial")
-        acc = rw.emit(
-            K.tile_embedding_grad_accumulate,
-            (acc, v.tiles[i], rw.rows_of(ids, lay.dim, a0, b0, n, t)) + tuple(n.args[2:]),
-            n,
-            tile=t,
-            flops=rw.share(n, a0, b0, v.shape[lay.dim]),
-        )
-    return acc
+    return chain(
+        rw,
+        n,
+        v.layout,
+        K.tile_embedding_grad_accumulate,
+        lambda i, lo, hi, t: (v.tiles[i], rw.rows_of(ids, v.layout.dim, lo, hi, n, t)) + tuple(n.args[2:]),
+        lambda lo, hi: rw.share(n, lo, hi, v.shape[v.layout.dim]),
+    )
 
 
 def nll_loss(rw, n):
@@ -192,24 +182,20 @@ def nll_loss(rw, n):
     v = rw.env.get(logp)
     if not isinstance(v, Tiled) or v.layout.dim != 0 or reduction not in (1, 2):
         return None
-    lay, parts = v.layout, []
-    for i in range(lay.count):
-        a0, b0 = lay.rows(i)
-        t = rw.tile_of(n, i, lay, part="partial")
-        parts.append(
-            rw.emit(
-                K.tile_nll_partial,
-                (v.tiles[i], rw.rows_of(target, 0, a0, b0, n, t), rw.full(weight), ignore),
-                n,
-                tile=t,
-                flops=rw.share(n, a0, b0, v.shape[0]),
-            )
-        )
+    lay = v.layout
+    parts = partials(
+        rw,
+        n,
+        lay,
+        K.tile_nll_partial,
+        lambda i, lo, hi, t: (v.tiles[i], rw.rows_of(target, 0, lo, hi, n, t), rw.full(weight), ignore),
+        lambda lo, hi: rw.share(n, lo, hi, v.shape[0]),
+    )
     comb = rw.emit(
         K.tile_nll_combine,
         (parts, reduction, fx_value(n)[0].dtype),
         n,
-        tile=rw.tile_of(n, lay.count - 1, lay, part="partial"),
+        tile=last_tile(rw, n, lay),
         flops=2 * lay.count,
     )
     return TupleVal({0: rw.item(comb, 0), 1: rw.item(comb, 1)})
@@ -221,29 +207,18 @@ def nll_loss_backward(rw, n):
     lay = tiled_layout(rw, n, shape, [len(shape) - 1])
     if lay is None or lay.dim != 0:
         return None
-    out = fx_value(n)
-    tiles = []
-    for i in range(lay.count):
-        a0, b0 = lay.rows(i)
-        t = rw.tile_of(n, i, lay)
-        tiles.append(
-            rw.emit(
-                n.target,
-                (
-                    rw.full(tangent),
-                    rw.rows_of(logp, 0, a0, b0, n, t),
-                    rw.rows_of(target, 0, a0, b0, n, t),
-                    rw.full(weight),
-                    reduction,
-                    ignore,
-                    rw.full(total_weight),
-                ),
-                n,
-                tile=t,
-                flops=rw.share(n, a0, b0, shape[0]),
-            )
+    tiles = [
+        rw.emit(
+            n.target,
+            (rw.full(tangent), rw.rows_of(logp, 0, a0, b0, n, t), rw.rows_of(target, 0, a0, b0, n, t))
+            + (rw.full(weight), reduction, ignore, rw.full(total_weight)),
+            n,
+            tile=t,
+            flops=rw.share(n, a0, b0, shape[0]),
         )
-    return Tiled(lay, tiles, tuple(out.shape), out.dtype, out)
+        for _, a0, b0, t in each_tile(rw, n, lay)
+    ]
+    return tiled_output(n, lay, tiles)
 
 
 RULES = {

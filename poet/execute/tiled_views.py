@@ -13,7 +13,7 @@ import operator
 
 import torch
 
-from .tiled_rules import fx_value, norm_dim
+from .tiled_emit import fx_value, norm_dim
 from .tiled_values import Layout, Tiled, TupleVal
 
 aten = torch.ops.aten
