@@ -17,6 +17,7 @@ from __future__ import annotations
 import re
 import time
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 from .core import Graph, GraphError
 from .tiling import HEADS_KEY, build_tiled, rows_of, tileable, tiled_nodes
@@ -262,10 +263,7 @@ def _double_until_fit(ml, counts, cap, batch_size, t0, blocks, scale=1.0) -> tup
     layers = ml.layers
     best = None
     for _ in range(MAX_ROUNDS):
-        tn = tiled_nodes(ml, counts, batch_size)
-        bd = tn.builder
-        size = [nd.output_bytes for nd in bd.nodes]
-        ws = [size[v] + sum(size[u] for u in ps) for v, ps in enumerate(bd.preds)]
+        bd, size, ws = _measure(ml, counts, batch_size)
         top = max(ws)
         if len(ws) * scale > MAX_NODES and best is not None:
             # the previous round's counts, the last within the cap (fitting or not: a graph this large
@@ -359,7 +357,12 @@ def _coarsen(ml, counts, cap, batch_size, t0, blocks, scale=1.0) -> dict[str, in
 
 def _measure(ml, counts, batch_size):
     """(the nodes, their output bytes, their working sets) of ``ml`` tiled by ``counts``."""
-    bd = tiled_nodes(ml, counts, batch_size).builder
+    return _measure_cached(ml, tuple(sorted(counts.items())), batch_size)
+
+
+@lru_cache(maxsize=4)  # the planner's phases measure the same counts again (the last round of one is the next's start)
+def _measure_cached(ml, counts: tuple, batch_size):
+    bd = tiled_nodes(ml, dict(counts), batch_size).builder
     size = [nd.output_bytes for nd in bd.nodes]
     return bd, size, [size[v] + sum(size[u] for u in ps) for v, ps in enumerate(bd.preds)]
 
