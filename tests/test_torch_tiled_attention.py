@@ -66,6 +66,10 @@ def test_streamed_attention_matches_autograd_and_reads_one_key_tile_per_step(gpt
     tp, rep = tile_program(prog, count, threshold=0, min_split=0)
     ops = {op for op, _, _ in rep.tiled.values()}
     assert {STREAMED_OP, STREAMED_BACKWARD_OP} <= ops
+    for fam in ("addmm", "aten.mm", "native_layer_norm.", "native_layer_norm_backward", "embedding.default"):
+        assert any(fam in op for op in ops), (fam, sorted(ops))  # every other op of the step tiled by tokens
+    for fam in ("embedding_dense_backward", "gelu.default", "nll_loss_forward", "nll_loss_backward", "_log_softmax."):
+        assert any(fam in op for op in ops), (fam, sorted(ops))
     assert not rep.assembled, rep.assembled
     # the probabilities are never a value: softmax, its backward and the attention matmuls are gone
     left = {u.op for u in tp.units}
