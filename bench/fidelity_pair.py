@@ -60,6 +60,7 @@ def one_pair(workdir: str, i: int) -> dict:
         "busy_ratio": it["busy_ratio"],
         "wall_ratio": it["ratio"],
         "kinds": {k["kind"]: k["busy_ratio"] for k in rep["per_kind"] if k["busy_ratio"] is not None},
+        "step_busy_s": rep.get("step_busy_seconds", []),
         "check": rep.get("check"),
         "peak_exact": rep["measured_peak_bytes"] == rep["predicted_peak_bytes"],
     }
@@ -80,6 +81,7 @@ def main(argv=None) -> int:
                 f"{r['predicted_s'] * 1e3:.2f} ms, busy {r['busy_s'] * 1e3:.2f} ms (x{r['busy_ratio']:.3f}), wall "
                 f"{r['wall_s'] * 1e3:.2f} ms (x{r['wall_ratio']:.3f}); busy/pred per kind "
                 + ", ".join(f"{k} {v:.2f}" for k, v in r["kinds"].items())
+                + f"; steps busy ms {[round(x * 1e3, 1) for x in r['step_busy_s']]}"
                 + f"; peak exact {r['peak_exact']}; check {r['check']}",
                 flush=True,
             )

@@ -388,7 +388,8 @@ def test_quick_profile_writes_a_complete_file_and_train_reports_prediction(tmp_p
     assert rep["torch_threads"] == 1
     assert 0 < it["busy_s"] <= it["measured_s"] * (1 + 1e-9)  # busy leaves out waits for a CPU
     assert "page_in_overhead_s" in out.read_text() and "page_out_overhead_s" in out.read_text()
-    assert rep["timed_steps"] == 2
+    assert rep["timed_steps"] == 2 and len(rep["step_busy_seconds"]) == 2
+    assert all(0 < b <= w * (1 + 1e-9) for b, w in zip(rep["step_busy_seconds"], rep["step_seconds"]))
 
 
 def test_measured_costs_price_each_node_and_write_a_graph(tmp_path, capsys):

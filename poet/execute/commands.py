@@ -240,7 +240,7 @@ def cmd_train(a) -> int:
     import torch
 
     from ..units import fmt_bytes
-    from .timing import median_rows, steady_results, timing_table
+    from .timing import busy_seconds, median_rows, steady_results, timing_table
 
     if a.json:  # stdout carries the JSON object only
         a.quiet = True
@@ -315,6 +315,7 @@ def cmd_train(a) -> int:
             "per_iteration": next(t.as_dict() for t in timing if t.kind == "total"),
             "per_kind": [t.as_dict() for t in timing if t.kind != "total"],
             "step_seconds": [r.seconds["total"] for r in results],
+            "step_busy_seconds": [busy_seconds(r.seconds, r.busy_seconds) for r in results],
             "timed_steps": timed,  # the medians above: the steps after the first (when >= 3)
         }
         if a.check:
