@@ -229,26 +229,22 @@ def test_greedy_rules_stop_at_their_time_limit_before_a_plan_exists_too():
     assert greedy_plan(g, b, time_limit=-1.0) is None
 
 
-def test_rules_that_keep_overrunning_stop_at_half_their_time_limit(monkeypatch):
+def test_rules_that_keep_overrunning_stop_at_half_their_time_limit():
     # a clock that moves one second per run: the runs stop at half the limit while every one has
     # overrun the deadline, at the whole limit once one has met it
-    from poet.solve.search import greedy as H
+    from poet.solve.search.greedy_run import greedy_run
 
     g = _aten_resnet(4, "a72")
     clock = [0.0]
-    greedy = H._greedy
 
-    def one_second(*args):
+    def one_second(*args, **kw):
         clock[0] += 1.0
-        return greedy(*args)
-
-    monkeypatch.setattr(H, "_greedy", one_second)
-    monkeypatch.setattr(H, "time", type("Clock", (), {"perf_counter": staticmethod(lambda: clock[0])}))
+        return greedy_run(*args, **kw)
 
     def runs(mult, limit):
         clock[0] = 0.0
         b = Budget(_ram(g, 0.3), mult * g.plain_runtime_s, "serial")
-        plan = H.best_greedy(g, b, closest=[], time_limit=limit)
+        plan = best_greedy(g, b, closest=[], time_limit=limit, clock=lambda: clock[0], run=one_second)
         return plan, clock[0]
 
     assert runs(1.15, None)[0] is None and runs(1.15, None)[1] > 20  # every rule overruns
@@ -258,46 +254,45 @@ def test_rules_that_keep_overrunning_stop_at_half_their_time_limit(monkeypatch):
     assert runs(2.0, 10.0)[1] == 11.0  # the first run met the deadline: the whole 10 s
 
 
-def test_runs_bound_to_overrun_are_given_up_and_the_rules_end_with_the_same_plans(monkeypatch):
+def test_runs_bound_to_overrun_are_given_up_and_the_rules_end_with_the_same_plans():
     # A run is given up once the time it has committed (compute, page-ins, page-outs already read
     # back) exceeds what it may take: exactly the runs whose whole plan would take longer.
     from poet.solve.bounds import eviction_cover
-    from poet.solve.search import greedy as H
+    from poet.solve.search.greedy import greedy_plan, rule_names
+    from poet.solve.search.greedy_run import GreedyOverrun, greedy_run
     from poet.solve.stage import drop_unread_pageouts
 
     g = _aten_resnet(4, "a72")
     b = Budget(_ram(g, 0.3), 1.1 * g.plain_runtime_s, "serial")
     lb, guide = eviction_cover(g, b)
     tried = 0
-    for rule in H.rule_names():
+    for rule in rule_names():
         for gd in (None, guide):
-            full = H.greedy_plan(g, b, prefer=rule, guide=gd)
+            full = greedy_plan(g, b, prefer=rule, guide=gd)
             if full is None:
                 continue
             tried += 1
             rt = plan_costs(g, drop_unread_pageouts(full), b.paging_time)[1]
-            assert H.greedy_plan(g, b, prefer=rule, guide=gd, give_up_above=rt * (1 + 1e-9)) is not None
-            assert H.greedy_plan(g, b, prefer=rule, guide=gd, give_up_above=rt * (1 - 1e-6)) is None
+            assert greedy_plan(g, b, prefer=rule, guide=gd, give_up_above=rt * (1 + 1e-9)) is not None
+            assert greedy_plan(g, b, prefer=rule, guide=gd, give_up_above=rt * (1 - 1e-6)) is None
     assert tried >= 5
 
-    def outcome():
+    def outcome(run):
         per_rule, closest = [], []
-        best = H.best_greedy(g, b, guide=guide, per_rule=per_rule, closest=closest)
+        best = best_greedy(g, b, guide=guide, per_rule=per_rule, closest=closest, run=run)
         return [None if p is None else (p.comp, p.keep, p.ins, p.outs) for p in [best, *per_rule, *closest]]
 
     given_up = []
-    greedy = H._greedy
 
-    def counted(*args):
+    def counted(*args, **kw):
         try:
-            return greedy(*args)
-        except H._Overrun:
-            given_up.append(args[4])
+            return greedy_run(*args, **kw)
+        except GreedyOverrun:
+            given_up.append(kw["prefer"])
             raise
 
-    monkeypatch.setattr(H, "_greedy", counted)
-    mine = outcome()
+    mine = outcome(counted)
     assert mine[0] is None and len(mine) == 2  # every rule overruns: the nearest miss comes back
     assert given_up  # and some runs were given up on the way
-    monkeypatch.setattr(H, "_greedy", lambda *args: greedy(*args[:-1], None))
-    assert outcome() == mine
+    # never giving up a run ends with the same plans
+    assert outcome(lambda *args, **kw: greedy_run(*args, **{**kw, "give_up_above": None})) == mine

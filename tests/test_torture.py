@@ -17,7 +17,7 @@ from poet.graph.core import CostedGraph, CostedNode, GraphError
 from poet.graph.generate import FAMILIES, generate
 from poet.graph.zoo import build_model
 from poet.solve.api import costed_graph
-from poet.solve.search.greedy import RECOMPUTE_DEPTH, recompute_cost
+from poet.solve.search.greedy_run import RECOMPUTE_DEPTH, recompute_cost
 
 # --- the generators -----------------------------------------------------------------------------
 

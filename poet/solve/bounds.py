@@ -9,7 +9,9 @@ this bound is returned as proven without the MILP.
 
 from __future__ import annotations
 
+import heapq
 import math
+import time
 from bisect import bisect_left, bisect_right
 
 import numpy as np
@@ -47,6 +49,10 @@ COVER_ABS_GAP = 1e-5
 # cover whose setup would take over half of its time limit by this rate (the MILP's,
 # SolvePolicy.milp_setup_s_per_nonzero) is not solved: the plain energy (runtime) is its bound.
 COVER_SETUP_S_PER_NONZERO = 2.5e-5
+# Building the ILP here takes about this long per nonzero on an idle machine (1.7e-6 measured: 4.0
+# million nonzeros in 6.9 s on the tiled resnet18_cifar/m0); slower means a loaded machine, where
+# HiGHS's setup is slower too, and the setup estimate above is scaled by as much.
+COVER_BUILD_S_PER_NONZERO = 2e-6
 
 
 def eviction_cover(
@@ -182,6 +188,21 @@ def eviction_cover(
     for v in range(n):
         below[v] = sum(1 + below[q] for q in dead_inputs[v])
     max_depth = chain_depth if sum(below[i] for i in credited) > max_links else math.inf
+    # The ILP's size, known before it is built (linear in the graph): one entry per tight moment a
+    # credited tensor spans, and per chain link of it, plus each link's few rows.  A cover HiGHS could
+    # not even set up in half of its time is not built (on a 20,000-node chain: 34 million nonzeros,
+    # 74 s to build in Python): its bound is then the moment bound (moment_bound), not the ILP's.
+    links = _links_within(dead_inputs, max_depth)
+    nonzeros = sum((b - a) * (1 + links[i]) + 3 + 6 * links[i] for i, (a, b) in span.items())
+    skip = (time_limit is not None and COVER_SETUP_S_PER_NONZERO * nonzeros > 0.5 * time_limit) or (
+        COVER_SETUP_S_PER_NONZERO * nonzeros > 1.0 and stop is not None and stop()
+    )
+    if skip:
+        if info is not None:
+            info["skipped_nonzeros"] = nonzeros
+        extra = moment_bound(g, tight, needs, span, remat=remat, paging=paging, objective=objective, budget=budget)
+        return (g.plain_runtime_s if objective == "time" else plain) + extra, {}
+    built_at = time.perf_counter()
     for i in sorted(credited):
         rows.append(({X + i: 1.0, A + i: -1.0, R + i: -1.0}, -math.inf, 0.0))  # x_i <= a_i + r_i
         rows.append(({A + i: 1.0, O + i: -1.0}, -math.inf, 0.0))  # a page-in needs a page-out
@@ -246,12 +267,20 @@ def eviction_cover(
         row_lo=np.array([r[1] for r in rows]),
         row_hi=np.array([r[2] for r in rows]),
     )
-    setup = COVER_SETUP_S_PER_NONZERO * p.num_nonzeros
+    # On a loaded machine HiGHS's setup is slower by about as much as building the ILP here was
+    built = time.perf_counter() - built_at
+    slowdown = max(1.0, built / (COVER_BUILD_S_PER_NONZERO * p.num_nonzeros)) if built > 0.2 else 1.0
+    setup = COVER_SETUP_S_PER_NONZERO * p.num_nonzeros * slowdown
     # asked to stop: a small cover still runs (it may prove the budgets infeasible at once), a large one not
-    if (time_limit is not None and setup > 0.5 * time_limit) or (setup > 1.0 and stop is not None and stop()):
+    if (time_limit is not None and setup > 0.5 * max(0.0, time_limit - built)) or (
+        setup > 1.0 and stop is not None and stop()
+    ):
         if info is not None:
             info["skipped_nonzeros"] = p.num_nonzeros
-        return plain_obj, {}
+        extra = moment_bound(g, tight, needs, span, remat=remat, paging=paging, objective=objective, budget=budget)
+        return plain_obj + extra, {}
+    if time_limit is not None:
+        time_limit = max(0.1, time_limit - built)
     r = solve_highs(p, time_limit=time_limit, gap=1e-6, options={"mip_abs_gap": abs_gap}, stop=stop)
     if r.status == "infeasible":
         return math.inf, {}  # no eviction set fits every moment (within the runtime budget)
@@ -265,3 +294,82 @@ def eviction_cover(
             if r.x[X + i] > 0.5:
                 guide[i] = "page" if r.x[A + i] > 0.5 else "remat"
     return plain_obj + max(0.0, extra) * unit, guide
+
+
+def _links_within(dead_inputs: list[list[int]], max_depth: float) -> list[int]:
+    """Per tensor, the chain links the cover follows below it (``link``), at most ``max_depth`` deep."""
+    n = len(dead_inputs)
+    if max_depth == math.inf:
+        below = [0] * n
+        for v in range(n):
+            below[v] = sum(1 + below[q] for q in dead_inputs[v])
+        return below
+    depth = int(max_depth)
+    # within[d][v]: links below v when v itself sits d links deep (none from depth max_depth on)
+    within = [[0] * n for _ in range(depth + 1)]
+    for d in range(depth - 1, 0, -1):
+        row, deeper = within[d], within[d + 1]
+        for v in range(n):
+            if dead_inputs[v]:
+                row[v] = sum(1 + deeper[q] for q in dead_inputs[v])
+    top = within[1]  # a root's inputs are links at depth 1
+    return [sum(1 + top[q] for q in dead_inputs[v]) for v in range(n)]
+
+
+def moment_bound(
+    g: CostedGraph,
+    tight: list[int],
+    needs: list[float],
+    span: dict[int, tuple[int, int]],
+    *,
+    remat: bool,
+    paging: bool,
+    objective: str,
+    budget: Budget,
+) -> float:
+    """A lower bound on the extra energy (runtime) of any schedule, from one tight moment at a time,
+    in O((n + edges) log n): the cover's ILP with every row but one dropped and its columns relaxed.
+
+    At tight moment k some alive tensors (not inputs of the node computed) are absent, freeing at
+    least ``need_k`` bytes; an absent tensor i costs at least ``c_i``, the cheaper of its page-out plus
+    page-in and its recomputation.  So every schedule pays at least ``need_k * min c_i / bytes_i``
+    over the tensors alive there, and the largest of these over the moments is a bound.  It is what
+    the pipeline uses where the full cover is too large to solve in time.
+    """
+    nd, m = g.nodes, g.ram
+    serial = budget.paging_time == PAGING_SERIAL
+    ratio: dict[int, float] = {}
+    for i in span:
+        costs = []
+        if paging:
+            costs.append(
+                (nd[i].pagein_time_s + nd[i].pageout_time_s if serial else 0.0)
+                if objective == "time"
+                else nd[i].pagein_energy_j + nd[i].pageout_energy_j
+            )
+        if remat:
+            costs.append(nd[i].compute_time_s if objective == "time" else nd[i].compute_energy_j)
+        if costs:
+            ratio[i] = min(costs) / m[i]
+    starting: dict[int, list[int]] = {}
+    for i, (a, _b) in span.items():
+        if i in ratio:
+            starting.setdefault(a, []).append(i)
+    heap: list[tuple[float, int]] = []
+    best = 0.0
+    for k, (t, need) in enumerate(zip(tight, needs)):
+        for i in starting.get(k, ()):
+            heapq.heappush(heap, (ratio[i], i))
+        while heap and span[heap[0][1]][1] <= k:  # past its span
+            heapq.heappop(heap)
+        inputs = set(g.preds[t])
+        held = []
+        while heap and (heap[0][1] in inputs or span[heap[0][1]][1] <= k):
+            top = heapq.heappop(heap)
+            if span[top[1]][1] > k:
+                held.append(top)  # an input of t here, alive at later moments
+        if heap:
+            best = max(best, need * heap[0][0])
+        for top in held:
+            heapq.heappush(heap, top)
+    return best

@@ -37,7 +37,8 @@ from .search.gap_drops import gap_drop_plan
 from .search.greedy import best_greedy, checkpointed, rule_names
 from .search.guides import GuideSearch, search_guides
 from .search.pool import SearchPool, worker_count
-from .stage.plan import Plan, plan_costs
+from .search.stream import stream_schedule
+from .stage.plan import Plan, live_pairs, plan_costs
 
 
 class Pipeline(PipelineCore):
@@ -47,13 +48,13 @@ class Pipeline(PipelineCore):
 
     # -- helpers -----------------------------------------------------------------------------------
     def rules_seconds(self) -> float | None:
-        return self.policy.rules_time(self.opts.time_limit_s, self.time.elapsed())
+        return self.policy.rules_time(self.time.limit_s, self.time.elapsed())
 
     def search_seconds(self, milp_follows: bool, share: float | None = None) -> float:
-        return self.policy.search_time(self.opts.time_limit_s, self.time.elapsed(), milp_follows, share)
+        return self.policy.search_time(self.time.limit_s, self.time.elapsed(), milp_follows, share)
 
     def interval_seconds(self) -> float:
-        return self.policy.interval_time(self.opts.time_limit_s, self.time.elapsed())
+        return self.policy.interval_time(self.time.limit_s, self.time.elapsed())
 
     def tightened_guides(self, t_min: float, time_left: float | None) -> list[dict[int, str]]:
         """The energy cover's guide for a deadline stricter than the real one, as it is and checkpointed:
@@ -100,6 +101,7 @@ class Pipeline(PipelineCore):
     # -- the phases --------------------------------------------------------------------------------
     def run(self) -> Schedule:
         """The phases, in order; the best schedule found, with its gap and record."""
+        self.streaming()
         self.gap_drops()
         if not self.lower_bound():
             return self.bound_result()
@@ -126,14 +128,35 @@ class Pipeline(PipelineCore):
             return self.plan_result()
         return self.milp()
 
+    def streaming(self) -> None:
+        """Phase 0 on large graphs: the one-pass paging schedule (:mod:`poet.solve.search.stream`), linear in
+        the graph, held from the start so that the time limit or a stop always has a schedule to return,
+        whatever the phases after it can or cannot finish."""
+        if not self.paging or self.method == "faithful" or len(self.g.nodes) < self.policy.stream_min_nodes:
+            return
+        self.progress("one-pass paging schedule")
+        since = self.time.elapsed()
+        # linear (1.5 s on 20,000 nodes): it runs to its end, time limit or stop, so that both have a
+        # schedule to return however little time is left for it
+        found = stream_schedule(self.g, self.budget)
+        if found is not None:
+            self.stream = (tuple(found[0]), found[1])
+        self.record("one-pass paging", since, found=found is not None, energy_j=None if found is None else found[1])
+
     def gap_drops(self) -> None:
         """Phase 0: the idle-gap recomputation plan (:mod:`poet.solve.search.gap_drops`).  It takes little
         time and is feasible where the rules' recomputations cascade (dense DAGs, where every rule can
-        fail); held from the start, it is what a stop or the time limit returns when nothing else is."""
+        fail); held from the start, it is what a stop or the time limit returns when nothing else is.
+        Its plan holds every kept tensor at every stage: where that is more (tensor, stage) pairs than
+        ``policy.stage_pairs_max`` it is not tried (recorded as skipped)."""
         if not self.remat or self.method == "faithful":
             return
+        pairs = live_pairs(self.g)
+        if pairs > self.policy.stage_pairs_max:
+            self.record("gap drops", self.time.elapsed(), skipped=f"{pairs:,} (tensor, stage) pairs", found=False)
+            return
         self.progress("recomputation across idle gaps")
-        since, limit = self.time.elapsed(), self.opts.time_limit_s
+        since, limit = self.time.elapsed(), self.time.limit_s
         self.gap_plan = gap_drop_plan(
             self.g,
             self.budget,
@@ -169,6 +192,13 @@ class Pipeline(PipelineCore):
     def greedy_rules(self) -> None:
         """Phase 2: the greedy rules, the deadline's guides first when the cover says the deadline binds."""
         lb, since = self.lb, self.time.elapsed()
+        rules_s, need = self.rules_seconds(), self.policy.greedy_s_per_node * len(self.g.nodes)
+        if self.stream is not None and rules_s is not None and rules_s < need:
+            # not even one run would end in time (size-aware): the one-pass schedule (or gap drops) is held
+            self.record("greedy rules", since, skipped=f"{rules_s:.1f} s left, a run takes about {need:.0f} s")
+            if self.gap_plan is not None:
+                self.plan, self.plan_e, self.origin = self.gap_plan, self.energy(self.gap_plan), "gap-drops"
+            return
         # The cover's evictions take (nearly) all of the deadline's slack: the rules' plans, which
         # restore some tensors more than once, tend to overrun it (all of them on the op-level ResNets
         # on the a72 at 1.2x, minutes of runs on 4,818 nodes), so the deadline's guides go first.

@@ -66,12 +66,17 @@ class PipelineCore:
         self.g, self.budget, self.opts = g, budget, opts
         self.remat, self.paging, self.strategy, self.method = remat, paging, strategy, method
         self.incumbent_energy = incumbent_energy
-        self.time = TimeBudget(opts.time_limit_s, opts.clock)
+        # the phases' time: the limit less what emitting and validating the answer will take on a graph this size
+        limit = opts.time_limit_s
+        self.time = TimeBudget(
+            None if limit is None else limit - self.policy.finish_reserve(limit, len(g.nodes)), opts.clock
+        )
         self.plan: Plan | None = None  # the best plan held
         self.plan_e: float | None = None  # its energy
         self.origin = "greedy"  # what found the plan held: the greedy (and its guide search), "gap-drops"
         #                            or "intervals"
         self.gap_plan: Plan | None = None  # the idle-gap recomputation plan, held from the start
+        self.stream: tuple[tuple, float] | None = None  # the one-pass paging schedule's steps and energy
         self.f: Formulation | None = None  # the MILP, once built
         self.lb = 0.0  # the eviction cover's bound
         self.guide: dict[int, str] = {}  # and its evictions
@@ -111,7 +116,7 @@ class PipelineCore:
     def cover_seconds(self, share_left: float = 1.0) -> float:
         """The eviction cover's time (``policy.cover_time``), at most ``share_left`` of what the time
         limit leaves (0.5 s at least: a cover cut short still bounds validly)."""
-        t, left = self.policy.cover_time(self.opts.time_limit_s), self.time.left()
+        t, left = self.policy.cover_time(self.time.limit_s), self.time.left()
         return t if left is None else min(t, max(0.5, share_left * left))
 
     def runtime_cover(self) -> tuple[float, dict[int, str]]:
@@ -224,6 +229,8 @@ class PipelineCore:
                 message=f"feasible greedy schedule; gap {gap:.2%} to the best proven bound ({res.detail})",
             )
             return self.schedule(emit(g, plan), OPTIMAL if gap <= opts.gap else FEASIBLE)
+        if res.x is None and self.stream is not None and res.status != INFEASIBLE:
+            return self.plan_result()  # no schedule of the MILP's own: the one-pass one is held
         if res.x is None:
             if res.status == INFEASIBLE and opts.find_min_budgets:
                 self.smallest_budgets()
@@ -296,11 +303,16 @@ class PipelineCore:
         (seconds left, seconds HiGHS needs to start, nonzeros) when the MILP was not started;
         ``estimated``: those nonzeros are the estimate's, the MILP was not built."""
         budget, plan, plan_e, origin = self.budget, self.plan, self.plan_e, self.origin
+        steps = None
+        if self.stream is not None and (plan_e is None or self.stream[1] < plan_e):
+            # the one-pass paging schedule (large graphs) is the cheapest held
+            steps, plan_e, origin = self.stream[0], self.stream[1], "one-pass paging"
+            self.plan_e = plan_e
         gap = self.gap()
         proven = gap is not None and gap <= self.opts.gap
         message = (
             "no schedule found by the greedy"
-            if plan is None
+            if plan is None and steps is None
             else (
                 f"optimal: the {origin} schedule is within {gap:.2e} of the structural lower bound"
                 if proven
@@ -329,7 +341,7 @@ class PipelineCore:
                     f"it run)"
                 ),
             )
-        if plan is None:
+        if plan is None and steps is None:
             if budget.runtime_s is not None:
                 t_min = self.t_min if self.t_min is not None else self.runtime_cover()[0]
                 near = self.report.nearest_runtime_s
@@ -342,4 +354,4 @@ class PipelineCore:
                     ),
                 )
             return self.schedule((), NO_SOLUTION)
-        return self.schedule(emit(self.g, plan), OPTIMAL if proven else FEASIBLE)
+        return self.schedule(emit(self.g, plan) if steps is None else steps, OPTIMAL if proven else FEASIBLE)

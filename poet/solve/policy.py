@@ -85,6 +85,10 @@ class SolvePolicy:
     # (``capuchin_seconds`` without one): it takes a fraction of a second on the zoo but grows about
     # as the cube of the graph's size (41 s on 1,618 nodes).
     capuchin_share: float = 0.1
+    # ... and runs only on graphs of at most this many nodes: on more, its share ends before its first
+    # rounds do anything (3,218 nodes took 57 s to finish; on a 20,000-node chain its set-up alone took
+    # seconds of a 3-s limit), and the one-pass paging schedule holds a plan there anyway.
+    capuchin_max_nodes: int = 2000
     capuchin_seconds: float = 60.0
     # Each smallest-feasible-budget MILP's time without a time limit.
     min_budget_seconds: float = 120.0
@@ -92,6 +96,23 @@ class SolvePolicy:
     # may take, before the cover: under a second on 250-node layered DAGs, 5-13 s on 1,000 nodes for
     # all of its covers on a loaded machine; it stops with the best so far.
     gap_drops_share: float = 0.25
+    # Graphs of this many nodes or more get the one-pass paging schedule (poet.solve.search.stream) first:
+    # linear in the graph (0.4 s on the 2,922-node tiled resnet18_cifar, 1.5 s on 20,000-node chains), it
+    # is what a time limit returns when the phases after it cannot finish on a graph that size.
+    stream_min_nodes: int = 1000
+    # Plans in the stage form hold every kept tensor at every stage.  Where keeping every tensor until
+    # its last reader is more (tensor, stage) pairs than this (stage.plan.live_pairs; 100 million on a
+    # 20,000-node chain), the idle-gap plan, whose kept sets are about that large, is not tried.
+    stage_pairs_max: int = 5_000_000
+    # Emitting and validating the answer takes time linear in the graph after the last phase: about 40
+    # microseconds per node on an idle machine (256,563 steps of the 37,376-node tiled bert), several
+    # times that under load.  The phases share the time limit less this much per node (at most a fifth
+    # of the limit), so that the answer, not the last phase, ends within the limit.
+    finish_s_per_node: float = 1e-4
+    # A greedy rule's run takes about this long per node (0.4 ms on the 2,922-node tiled resnet18_cifar,
+    # a run of every rule about 3-4 s there).  The rules do not start when their time would not cover one
+    # run at this rate (on the tiled bert, 37,376 nodes, 15 s): the plan held is the answer then.
+    greedy_s_per_node: float = 4e-4
 
     # -- each phase's share of the time limit (``limit`` None: no limit; ``elapsed``: since the start)
     def cover_time(self, limit: float | None) -> float:
@@ -126,6 +147,10 @@ class SolvePolicy:
     def milp_setup_seconds(self, nonzeros: float) -> float:
         """About how long HiGHS takes to start on a MILP of ``nonzeros``, deaf to its time limit."""
         return self.milp_setup_s_per_nonzero * nonzeros
+
+    def finish_reserve(self, limit: float | None, nodes: int) -> float:
+        """The time kept back from the phases for emitting and validating the answer (``finish_s_per_node``)."""
+        return 0.0 if limit is None else min(0.2 * limit, self.finish_s_per_node * nodes)
 
     def estimated_milp_nonzeros(self, nodes: int) -> int:
         """The tightened MILP's size by the estimate, without building it."""

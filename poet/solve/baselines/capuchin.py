@@ -33,6 +33,7 @@ The result is a fixed-rule schedule: status ``heuristic``, no optimality claim (
 
 from __future__ import annotations
 
+import heapq
 import time
 from bisect import bisect_left, bisect_right
 from collections import defaultdict
@@ -128,12 +129,20 @@ class _Plan:
         resident: set[int] = set()
         stored: set[int] = set()
         out: list[Step] = []
+        # (last use, tensor) of every tensor put in RAM: what to free after each stage is found here, not
+        # by scanning what is resident (that made each replay quadratic: 50 s on a 20,000-node chain)
+        ending: list[tuple[int, int]] = []
+        last_use = self.last_use
+
+        def put(x: int):
+            resident.add(x)
+            heapq.heappush(ending, (last_use[x], x))
 
         def temp_back(x: int, k: int):
             """Bring x back only for the recomputation at hand; the caller frees it."""
             if x in stored:
                 out.append(Step("page_in", x, k))
-                resident.add(x)
+                put(x)
             else:
                 recompute(x, k)
 
@@ -144,7 +153,7 @@ class _Plan:
                     temp_back(p, k)
                     temps.append(p)
             out.append(Step("compute", x, k))
-            resident.add(x)
+            put(x)
             for p in temps:
                 resident.discard(p)
                 out.append(Step("free", p, k))
@@ -155,14 +164,14 @@ class _Plan:
                     continue  # already brought back as a temporary's neighbour (cannot happen in order)
                 if m == SWAP:
                     out.append(Step("page_in", i, k))
-                    resident.add(i)
+                    put(i)
                 else:
                     recompute(i, k)
             for p in g.preds[k]:
                 if p not in resident:  # defensive: plan inconsistency, fetch it anyway
                     temp_back(p, k)
             out.append(Step("compute", k, k))
-            resident.add(k)
+            put(k)
             for i, m in sorted(evicts[k]):
                 if i not in resident:
                     continue
@@ -171,10 +180,14 @@ class _Plan:
                     stored.add(i)
                 resident.discard(i)
                 out.append(Step("free", i, k))
-            for i in sorted(resident):
-                if self.last_use[i] <= k:
-                    resident.discard(i)
-                    out.append(Step("free", i, k))
+            done = set()
+            while ending and ending[0][0] <= k:
+                i = heapq.heappop(ending)[1]
+                if i in resident:
+                    done.add(i)
+            for i in sorted(done):
+                resident.discard(i)
+                out.append(Step("free", i, k))
         return out
 
 

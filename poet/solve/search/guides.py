@@ -66,7 +66,8 @@ class GuideSearch:
         self.g, self.budget, self.remat, self.paging = g, budget, remat, paging
         self.target = target_energy
         self.best = plan
-        self.cands = [v for v in range(len(g.nodes)) if g.ram[v] > 0 and g.last_reader[v] > v + 1]
+        mem, last = g.ram, g.last_reader  # (g.ram builds a list: once, not per node)
+        self.cands = [v for v in range(len(g.nodes)) if mem[v] > 0 and last[v] > v + 1]
         self.kinds = [k for k, ok in (("remat", remat), ("page", paging)) if ok] + ["keep"]
         self.deadline = budget.runtime_s if budget.runtime_s is not None else math.inf
         self.patience = max(1000, 10 * len(self.cands))  # moves without gain before it stops
@@ -149,6 +150,7 @@ class GuideSearch:
                 guide=gd,
                 guide_once=once,
                 time_limit=time_limit - (time.perf_counter() - t0),
+                stop=stop,
             )
             if p is None:
                 continue

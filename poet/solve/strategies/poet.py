@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from types import MappingProxyType
 
 from ...graph.core import CostedGraph
 from ...schedule.core import FEASIBLE, INFEASIBLE, OPTIMAL, Budget, Schedule
+from ...schedule.report import PhaseRecord
 from ...schedule.validate import ScheduleError, validate
 from ..pipeline import solve_milp
 from ..progress import report_progress
@@ -25,8 +27,18 @@ def solve_poet(g: CostedGraph, budget: Budget, opts) -> Schedule:
     if (getattr(opts, "method", "auto") or "auto") == "faithful":
         return solve_milp(g, budget, opts, remat=True, paging=True, strategy="poet")
     t0 = opts.clock()
-    report_progress(opts, "Capuchin-style schedule")
-    h = capuchin_incumbent(g, budget, opts)
+    h, skipped = None, len(g.nodes) > opts.policy.capuchin_max_nodes
+    if not skipped:
+        report_progress(opts, "Capuchin-style schedule")
+        h = capuchin_incumbent(g, budget, opts)
+    capuchin = PhaseRecord(
+        "capuchin",
+        opts.clock() - t0,
+        None if h is None else h.totals.energy_j,
+        MappingProxyType(
+            {"skipped": f"{len(g.nodes):,} nodes (policy.capuchin_max_nodes)"} if skipped else {"found": h is not None}
+        ),
+    )
     if opts.time_limit_s is not None:  # the time limit covers the heuristic too
         opts = dataclasses.replace(opts, time_limit_s=max(0.1, opts.time_limit_s - (opts.clock() - t0)))
     s = solve_milp(
@@ -39,7 +51,9 @@ def solve_poet(g: CostedGraph, budget: Budget, opts) -> Schedule:
         incumbent_energy=None if h is None else h.totals.energy_j,
     )
     s = best_of(s, h, opts)
-    s.report = s.report.with_(solve_seconds=opts.clock() - t0)  # the Capuchin-style schedule's time included
+    s.report = s.report.with_(
+        solve_seconds=opts.clock() - t0, phases=(capuchin, *s.report.phases)
+    )  # the Capuchin-style schedule's time included
     return s
 
 

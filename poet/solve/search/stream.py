@@ -1,0 +1,114 @@
+"""A paging schedule in one pass, linear in the graph: the plan every large solve holds first.
+
+The greedy rules (:mod:`poet.solve.search.greedy`) re-plan a stage's whole resident set at each of
+its evictions, and write the plan in the stage form (:class:`~poet.solve.stage.plan.Plan`), whose
+``keep`` sets hold every resident tensor at every stage: both grow as the graph's nodes times the
+tensors resident, which on a 20,000-node chain at 80% of its peak is minutes and gigabytes.
+
+This pass needs neither.  It computes the nodes in order and, when a node's missing inputs and its
+output do not fit next to what is resident, pages out the resident tensor read furthest in the future
+(Belady's rule; a tensor already on storage is just freed), then pages missing inputs back in.  It
+writes the validator's instructions directly: O((nodes + edges) log nodes) time, and memory linear in
+the graph and the schedule.  It makes no optimality claim and recomputes nothing (it needs paging);
+the pipeline (:mod:`poet.solve.pipeline`) holds it from the start on large graphs, so that a time
+limit or a stop always has a validated schedule to return, and keeps whatever beats it.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import time
+
+from ...graph.core import CostedGraph
+from ...schedule.core import PAGING_HIDDEN, PAGING_OVERLAP, Budget, Step
+from ..stage.plan import ram_cap
+
+CLOCK_EVERY = 256  # stages between two looks at the clock and the stop flag
+
+
+def stream_schedule(
+    g: CostedGraph, budget: Budget, *, time_limit: float | None = None, stop=None, clock=time.perf_counter
+) -> tuple[list[Step], float, float] | None:
+    """The pass of the module docstring: its instructions, their energy and runtime (as the validator
+    prices them; the caller validates what it returns), or None when it does not fit the budgets (some
+    node's inputs and output alone exceed the RAM, or the paging it needs overruns the deadline), or
+    when ``time_limit`` seconds pass or ``stop()`` is true first."""
+    t_end = None if time_limit is None else clock() + time_limit
+    n, m, preds, succs = len(g.nodes), g.ram, g.preds, g.succs
+    cap = ram_cap(budget.ram_bytes)
+    reader = [0] * n  # per tensor, the index in succs[x] of its next reader not yet computed
+    resident: set[int] = set()
+    stored: set[int] = set()
+    used = g.fixed_ram_bytes
+    furthest: list[tuple[int, int]] = []  # (-next use, tensor), stale entries skipped when popped
+    steps: list[Step] = []
+    nd = g.nodes
+    page_e: list[float] = []
+    page_t: list[float] = []  # per stage, the paging time in it
+
+    def next_use(x: int) -> int:
+        r = succs[x]
+        return r[reader[x]] if reader[x] < len(r) else n
+
+    for t in range(n):
+        if t % CLOCK_EVERY == 0 and ((t_end is not None and clock() > t_end) or (stop is not None and stop())):
+            return None
+        ins = set(preds[t])
+        missing = [p for p in sorted(ins) if p not in resident]
+        need = m[t] + sum(m[p] for p in missing)
+        held = []
+        stage_e: list[float] = []
+        stage_t: list[float] = []
+        while used + need > cap:
+            if not furthest:
+                return None  # what t needs alone does not fit
+            key, x = heapq.heappop(furthest)
+            if x not in resident or -key != next_use(x):
+                continue  # stale
+            if x in ins:
+                held.append((key, x))
+                continue
+            if x not in stored:
+                steps.append(Step("page_out", x, t))
+                stored.add(x)
+                stage_e.append(nd[x].pageout_energy_j)
+                stage_t.append(nd[x].pageout_time_s)
+            steps.append(Step("free", x, t))
+            resident.discard(x)
+            used -= m[x]
+        for entry in held:
+            heapq.heappush(furthest, entry)
+        for p in missing:
+            if p not in stored:
+                return None  # cannot happen: a tensor leaves RAM early only through a page-out
+            steps.append(Step("page_in", p, t))
+            stage_e.append(nd[p].pagein_energy_j)
+            stage_t.append(nd[p].pagein_time_s)
+            resident.add(p)
+            used += m[p]
+        page_e += stage_e
+        page_t.append(math.fsum(stage_t))
+        steps.append(Step("compute", t, t))
+        resident.add(t)
+        used += m[t]
+        for x in sorted(ins) + [t]:
+            r = succs[x]
+            while reader[x] < len(r) and r[reader[x]] <= t:
+                reader[x] += 1
+            if reader[x] == len(r):
+                steps.append(Step("free", x, t))
+                resident.discard(x)
+                used -= m[x]
+            elif m[x] > 0:
+                heapq.heappush(furthest, (-r[reader[x]], x))
+    energy = g.plain_energy_j + math.fsum(page_e)
+    if budget.paging_time == PAGING_HIDDEN:
+        runtime = g.plain_runtime_s
+    elif budget.paging_time == PAGING_OVERLAP:  # stage t computes node t alone
+        runtime = math.fsum(max(nd[t].compute_time_s, page_t[t]) for t in range(n))
+    else:
+        runtime = g.plain_runtime_s + math.fsum(page_t)
+    if budget.runtime_s is not None and runtime > budget.runtime_s:
+        return None  # the paging it needs overruns the deadline
+    return steps, energy, runtime

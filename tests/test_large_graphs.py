@@ -1,0 +1,123 @@
+"""Large graphs: the portfolio skips or budgets what cannot finish and still answers within its time limit.
+
+The one-pass paging schedule (``poet.solve.search.stream``), the eviction cover's size estimate and its
+moment bound (``poet.solve.bounds``), and the size-aware skips of the pipeline.  Times are checked only
+against generous bounds (the machine is shared); speed figures are in bench/large_graphs.py.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from poet.schedule.core import Budget
+from poet.schedule.validate import validate
+from poet.solve.api import costed_graph, make_budget, solve_costed
+from poet.solve.bounds import eviction_cover
+from poet.solve.options import SolveOptions
+from poet.solve.policy import SolvePolicy
+from poet.solve.search.stream import stream_schedule
+
+
+@pytest.mark.parametrize("spec", ["layered:60:1", "unet:60:2", "fan:60:1", "resnet18_cifar"])
+def test_moment_bound_never_exceeds_the_cover_nor_falls_below_plain(spec):
+    # The moment bound is the cover's ILP with all rows but one dropped and its columns relaxed: never
+    # above the cover's own bound (up to the cover's 1e-6 tolerance), never below plain
+    for device, frac, runtime in (("m4", "40%", None), ("a72", "60%", "1.3x")):
+        g = costed_graph(spec, device)
+        b = make_budget(g, frac, runtime)
+        for remat, paging, objective in ((1, 1, "energy"), (1, 0, "energy"), (0, 1, "time"), (1, 1, "time")):
+            plain = g.plain_runtime_s if objective == "time" else g.plain_energy_j
+            kw = dict(remat=bool(remat), paging=bool(paging), objective=objective)
+            full, _ = eviction_cover(g, b, time_limit=30, **kw)
+            info: dict = {}
+            moment, guide = eviction_cover(g, b, time_limit=1e-9, info=info, **kw)
+            assert "skipped_nonzeros" in info and guide == {}
+            assert plain <= moment <= full + 2e-6 * plain
+
+
+def test_moment_bound_is_above_plain_where_ram_is_short():
+    g = costed_graph("unet:60:2", "m4")
+    b = make_budget(g, "40%")
+    moment, _ = eviction_cover(g, b, time_limit=1e-9)
+    assert moment > g.plain_energy_j * (1 + 1e-6)
+
+
+def test_the_cover_size_is_known_before_it_is_built():
+    # the estimate is what decides to skip; it is within 1% of the ILP actually built
+    g = costed_graph("layered:120:1", "a72")
+    b = make_budget(g, "60%")
+    estimated: dict = {}
+    eviction_cover(g, b, time_limit=1e-9, info=estimated)
+    from poet.solve import bounds
+
+    built: dict = {}
+    # a time limit the estimate lets through, a setup rate that makes the built ILP skip
+    rate = bounds.COVER_SETUP_S_PER_NONZERO
+    try:
+        bounds.COVER_SETUP_S_PER_NONZERO = 0.5 / estimated["skipped_nonzeros"]
+        eviction_cover(g, b, time_limit=1.0 + 1e-9, info=built)
+    finally:
+        bounds.COVER_SETUP_S_PER_NONZERO = rate
+    if "skipped_nonzeros" in built:  # the build itself was slow (loaded machine): skipped after building
+        assert built["skipped_nonzeros"] == pytest.approx(estimated["skipped_nonzeros"], rel=0.01)
+
+
+@pytest.mark.parametrize("spec", ["layered:120:1", "unet:80:1", "tiny-huge:80:1", "diamond:80:1", "resnet18_cifar"])
+def test_one_pass_paging_schedule_validates_within_the_budget(spec):
+    g = costed_graph(spec, "m4")
+    for frac in ("30%", "60%", "90%"):
+        b = make_budget(g, frac)
+        if b.ram_bytes < g.min_ram_bytes():
+            assert stream_schedule(g, b) is None  # some node's inputs and output alone do not fit
+            continue
+        found = stream_schedule(g, b)
+        assert found is not None
+        steps, energy, runtime = found
+        t = validate(g, steps, b)
+        assert t.peak_ram_bytes <= b.ram_bytes and t.energy_j >= g.plain_energy_j
+        assert t.energy_j == pytest.approx(energy, rel=1e-12) and t.runtime_s == pytest.approx(runtime, rel=1e-12)
+    for mode in ("hidden", "overlap"):  # the runtime as the validator counts it in each paging model
+        b = Budget(make_budget(g, "60%").ram_bytes, None, mode)
+        steps, energy, runtime = stream_schedule(g, b)
+        assert validate(g, steps, b).runtime_s == pytest.approx(runtime, rel=1e-12)
+
+
+def test_one_pass_paging_schedule_refuses_what_it_cannot_meet():
+    g = costed_graph("unet:80:1", "a72")
+    short = make_budget(g, "30%", "1.0x")  # no time for any page-in
+    assert stream_schedule(g, short) is None
+    assert stream_schedule(g, Budget(g.min_ram_bytes() - 1)) is None
+    assert stream_schedule(g, make_budget(g, "30%"), time_limit=-1.0) is None  # out of time at once
+
+
+def test_a_20000_node_chain_gets_a_validated_schedule_within_its_time_limit():
+    g = costed_graph("chain:20000:1", "a72")
+    b = make_budget(g, "80%")
+    t0 = time.perf_counter()
+    s = solve_costed(g, b, "poet", SolveOptions(time_limit_s=3.0))
+    assert time.perf_counter() - t0 < 60  # generous: 3-6 s alone
+    assert s.steps and s.status in ("feasible", "optimal")
+    t = validate(g, s.steps, b)
+    assert t.energy_j >= s.report.bound_energy_j * (1 - 1e-9) >= g.plain_energy_j * (1 - 1e-9)
+    phases = {p.name: p.facts for p in s.report.phases}
+    assert phases["one-pass paging"]["found"]
+    assert "skipped" in phases["gap drops"]  # 55 million (tensor, stage) pairs
+    assert phases["lower bound"]["skipped_nonzeros"] > 10**7  # the ILP was not built
+
+
+def test_the_idle_gap_plan_is_skipped_by_size_and_says_so():
+    g = costed_graph("layered:60:1", "a72")
+    b = make_budget(g, "80%")
+    s = solve_costed(g, b, "remat", SolveOptions(time_limit_s=4, policy=SolvePolicy(stage_pairs_max=0)))
+    phases = {p.name: p.facts for p in s.report.phases}
+    assert "pairs" in phases["gap drops"]["skipped"]
+    assert s.steps  # the rules still find a plan
+    validate(g, s.steps, b)
+
+
+def test_small_graphs_do_not_run_the_one_pass_schedule():
+    g = costed_graph("layered:60:1", "a72")
+    s = solve_costed(g, make_budget(g, "80%"), "poet", SolveOptions(time_limit_s=4))
+    assert "one-pass paging" not in {p.name for p in s.report.phases}
