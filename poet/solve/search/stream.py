@@ -28,12 +28,19 @@ CLOCK_EVERY = 256  # stages between two looks at the clock and the stop flag
 
 
 def stream_schedule(
-    g: CostedGraph, budget: Budget, *, time_limit: float | None = None, stop=None, clock=time.perf_counter
+    g: CostedGraph,
+    budget: Budget,
+    *,
+    time_limit: float | None = None,
+    stop=None,
+    clock=time.perf_counter,
+    info: dict | None = None,
 ) -> tuple[list[Step], float, float] | None:
     """The pass of the module docstring: its instructions, their energy and runtime (as the validator
     prices them; the caller validates what it returns), or None when it does not fit the budgets (some
     node's inputs and output alone exceed the RAM, or the paging it needs overruns the deadline), or
-    when ``time_limit`` seconds pass or ``stop()`` is true first."""
+    when ``time_limit`` seconds pass or ``stop()`` is true first.  ``info``, if given, receives
+    ``runtime_s``, the runtime of its steps, when that is what overruns the deadline."""
     t_end = None if time_limit is None else clock() + time_limit
     n, m, preds, succs = len(g.nodes), g.ram, g.preds, g.succs
     cap = ram_cap(budget.ram_bytes)
@@ -110,5 +117,7 @@ def stream_schedule(
     else:
         runtime = g.plain_runtime_s + math.fsum(page_t)
     if budget.runtime_s is not None and runtime > budget.runtime_s:
+        if info is not None:
+            info["runtime_s"] = runtime
         return None  # the paging it needs overruns the deadline
     return steps, energy, runtime
