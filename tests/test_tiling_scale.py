@@ -125,3 +125,15 @@ def test_fused_gelu_is_never_stored_and_its_gradient_reads_the_linear_tiles():
     budget = Budget(cg.min_ram_bytes())
     plan = stream_page_plan(cg, budget)
     assert plan is not None and validate(cg, emit(cg, plan), budget).peak_ram_bytes <= budget.ram_bytes
+
+
+def test_planner_says_when_its_node_cap_stopped_it(monkeypatch):
+    import poet.graph.tiling_plan as tp
+
+    monkeypatch.setattr(tp, "MAX_NODES", 300)
+    p = plan_tiling("resnet18_cifar", 32768)
+    assert not p.fits and p.nodes_after <= 300
+    assert "past the planner's cap of 300" in p.limit and p.tiled_min_bytes == max(working_sets(p.graph))
+    # with repeated blocks the cap is the whole model's, estimated from the two blocks planned
+    q = plan_tiling(_encoder(4), 262144)
+    assert not q.fits and q.nodes_after <= 300 and "past the planner's cap" in q.limit
