@@ -7,6 +7,8 @@ solve time, and energy / time overhead against plain untiled backprop (every nod
     PYTHONPATH=. python bench/tiling.py                      # the docs/tiling.md table (long: one solve per cell)
     PYTHONPATH=. python bench/tiling.py --models resnet18_cifar --devices m0 --time-limit 60
     PYTHONPATH=. python bench/tiling.py --json out.json
+    PYTHONPATH=. python bench/tiling.py --models transformer --devices m0 --budgets 32768 \
+        --max-plan-nodes 2000000 --max-plan-seconds 600 --max-solve-nodes 300000  # ~200,000 nodes, minutes
 
 Cells whose tiled graph has more than ``--max-solve-nodes`` nodes are planned but not solved (said so in the
 table); a budget below the tiled minimum is reported with that minimum, not solved.
@@ -151,8 +153,26 @@ def main(argv=None) -> int:
         "poet.solve.tiled.PORTFOLIO_MAX_NODES go to the streaming page rule, linear in the graph)",
     )
     ap.add_argument("--threads", type=int, default=None)
+    ap.add_argument(
+        "--max-plan-nodes",
+        type=int,
+        default=None,
+        help="lift auto tiling's node cap (poet.graph.tiling_plan.MAX_NODES, 60,000) for this run",
+    )
+    ap.add_argument(
+        "--max-plan-seconds",
+        type=float,
+        default=None,
+        help="lift auto tiling's planning time cap (poet.graph.tiling_plan.MAX_PLAN_SECONDS, 60 s) for this run",
+    )
     ap.add_argument("--json", help="also write the rows as JSON here")
     a = ap.parse_args(argv)
+    import poet.graph.tiling_plan as tiling_plan
+
+    if a.max_plan_nodes is not None:
+        tiling_plan.MAX_NODES = a.max_plan_nodes
+    if a.max_plan_seconds is not None:
+        tiling_plan.MAX_PLAN_SECONDS = a.max_plan_seconds
     rows = run(a.models, a.devices, a.budgets, a.runtime, a.time_limit, a.max_solve_nodes, a.threads)
     print(table(rows))
     if a.json:
