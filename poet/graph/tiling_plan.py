@@ -254,11 +254,13 @@ def repeated_blocks(ml: ModelLayers) -> Blocks | None:
     return Blocks(n0)
 
 
-def _double_until_fit(ml, counts, cap, batch_size, t0, blocks, scale=1.0) -> tuple[dict[str, int], str]:
+def _double_until_fit(
+    ml, counts, cap, batch_size, t0, blocks, scale=1.0, frozen=frozenset()
+) -> tuple[dict[str, int], str]:
     """Double the counts of the layers :func:`_layers_to_split` picks until every working set fits
     ``cap`` or nothing more can be split; (the counts with the smallest largest working set, what
     stopped it early or "").  ``scale``: nodes of the whole model per node of ``ml`` (the node cap
-    is the whole model's)."""
+    is the whole model's); layers named in ``frozen`` keep their counts."""
     counts = dict(counts)
     layers = ml.layers
     best = None
@@ -275,7 +277,7 @@ def _double_until_fit(ml, counts, cap, batch_size, t0, blocks, scale=1.0) -> tup
             best = (top, dict(counts))
         if time.perf_counter() - t0 > MAX_PLAN_SECONDS:
             return best[1], f"{MAX_PLAN_SECONDS:.0f} s of planning (its time cap)"
-        grow = _layers_to_split(bd, size, ws, cap, counts, layers)
+        grow = _layers_to_split(bd, size, ws, cap, counts, layers, frozen)
         if not grow:
             return best[1], ""  # nothing that is too big can be split further: best[0] is the tiled minimum
         names = {layers[li].name for li in grow}
@@ -352,6 +354,20 @@ def _coarsen(ml, counts, cap, batch_size, t0, blocks, scale=1.0) -> dict[str, in
             counts, (bd, size, ws) = trial, m
         else:
             failed.add(gk)
+    # a halving that breaks the budget can still pay: the layers owning the most nodes are halved
+    # once more and what no longer fits is split again (they stay as halved), kept if the graph shrinks
+    nodes = len(ws)
+    for gk in sorted(
+        {group_of[n] for n, c in counts.items() if c > 1 and not n.endswith(HEADS_KEY)}, key=lambda k: -owned.get(k, 0)
+    )[:3]:
+        if time.perf_counter() - t0 > MAX_PLAN_SECONDS:
+            break
+        names = frozenset(n for n in counts if group_of[n] == gk)
+        trial = {n: (max(1, c // 2) if n in names else c) for n, c in counts.items()}
+        repaired, stopped = _double_until_fit(ml, trial, cap, batch_size, t0, blocks, scale, names)
+        m = _measure(ml, repaired, batch_size)
+        if not stopped and max(m[2]) <= cap and len(m[2]) < nodes:
+            counts, nodes = repaired, len(m[2])
     return {k: v for k, v in counts.items() if v > 1}
 
 
@@ -394,7 +410,9 @@ def _charges(bd, size: list[int], v: int) -> dict[int, int]:
     return charge
 
 
-def _layers_to_split(bd, size: list[int], ws: list[int], cap: int, counts: dict[str, int], layers) -> list[int]:
+def _layers_to_split(
+    bd, size: list[int], ws: list[int], cap: int, counts: dict[str, int], layers, frozen=frozenset()
+) -> list[int]:
     """The layers whose tile counts to double this round, so that working sets over ``cap`` shrink.
 
     Each node over the cap, the largest first, asks for the layer that can still be split and is
@@ -404,7 +422,7 @@ def _layers_to_split(bd, size: list[int], ws: list[int], cap: int, counts: dict[
 
     def splittable(li) -> bool:
         lay = layers[li]
-        return tileable(lay) and counts.get(lay.name, 1) < rows_of(lay.shape)
+        return tileable(lay) and counts.get(lay.name, 1) < rows_of(lay.shape) and lay.name not in frozen
 
     grow: dict[int, None] = {}
     for v in sorted((v for v in range(len(ws)) if ws[v] > cap), key=lambda v: -ws[v]):
