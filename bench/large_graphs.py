@@ -46,7 +46,7 @@ def load() -> str:
         return "?"
 
 
-def run_case(case: str, limit: float, strategy: str) -> dict:
+def run_case(case: str, limit: float, strategy: str, kill_after: float) -> dict:
     model, device, memory, runtime = case.split(",")
     cmd = [sys.executable, "-m", "poet", "solve"]
     cmd += ["--graph", model] if model.endswith(".json") else ["--model", model, "--device", device]
@@ -56,9 +56,15 @@ def run_case(case: str, limit: float, strategy: str) -> dict:
     env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
     before = load()
     t0 = time.perf_counter()
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT)
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT, timeout=kill_after)
+    except subprocess.TimeoutExpired:
+        proc = None
     wall = time.perf_counter() - t0
     row = {"case": case, "limit_s": limit, "wall_s": round(wall, 1), "load_before": before, "load_after": load()}
+    if proc is None:
+        row["error"] = [f"killed after {kill_after:g} s without an answer"]
+        return row
     try:
         d = json.loads(proc.stdout)
     except json.JSONDecodeError:
@@ -101,10 +107,11 @@ def main() -> int:
     ap.add_argument("--limit", type=float, default=60.0, help="--time-limit of every solve (s)")
     ap.add_argument("--strategy", default="poet")
     ap.add_argument("--json", help="append one JSON line per case to this file")
+    ap.add_argument("--kill-after", type=float, default=300.0, help="end a case that runs this long (s)")
     a = ap.parse_args()
     rows = []
     for case in a.cases or DEFAULT_CASES:
-        row = run_case(case, a.limit, a.strategy)
+        row = run_case(case, a.limit, a.strategy, a.kill_after)
         rows.append(row)
         print(json.dumps(row), file=sys.stderr, flush=True)
         if a.json:
