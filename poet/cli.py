@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 
 from .console import OutputPathError, Progress, check_out_path, ctrl_c_stops_the_solve, warn_uncached
 from .execute import commands as execute_commands
@@ -74,6 +75,7 @@ def cmd_solve(a) -> int:
     fixed = _fixed_ram(a.fixed_ram, g)
     paging_time = "hidden" if a.paging_overlap else a.paging_time
     # the budgets are read against the untiled graph; tiling happens only when its minimum does not fit
+    planning_from = time.perf_counter()
     problem = tiled_problem(
         a.graph or a.model,
         a.device,
@@ -93,10 +95,16 @@ def cmd_solve(a) -> int:
     time_limit = a.time_limit
     if time_limit is None and problem.plan is not None and problem.plan.tiled:
         time_limit = TILED_TIME_LIMIT_S  # a tiled graph has thousands of nodes: answer within minutes
+    planning_s = time.perf_counter() - planning_from
+    solve_limit = time_limit
+    if time_limit is not None and problem.plan is not None and problem.plan.tiled:
+        # planning the tiles is part of answering (seconds to tens of seconds on large models): it comes
+        # out of the time limit, the solve keeps at least a quarter of it
+        solve_limit = max(0.25 * time_limit, time_limit - planning_s)
     try:
         with ctrl_c_stops_the_solve() as stop:
             opts = SolveOptions(
-                time_limit_s=time_limit,
+                time_limit_s=solve_limit,
                 threads=a.threads,
                 gap=a.gap,
                 method=a.method,
@@ -142,6 +150,8 @@ def cmd_solve(a) -> int:
         extra = tiling_text(problem, s, costs)
         if time_limit != a.time_limit:
             extra += f"\nThe tiled graph was solved with a {time_limit:.0f}-s time limit (--time-limit S to change)"
+        if solve_limit != time_limit:
+            extra += f"\nPlanning the tiles took {planning_s:.1f} s of the limit, the solve had {solve_limit:.1f} s."
         if extra:
             print(extra)
         if a.out and s.feasible:
