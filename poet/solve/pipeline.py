@@ -147,6 +147,7 @@ class Pipeline(PipelineCore):
             clock=self.opts.clock,
             info=info,
         )
+        self.resident_pairs = info.get("resident_pairs", 0)
         if found is not None:
             self.stream = (tuple(found[0]), found[1])
         elif "runtime_s" in info:  # it overran the deadline: the nearest miss so far
@@ -203,7 +204,8 @@ class Pipeline(PipelineCore):
     def greedy_rules(self) -> None:
         """Phase 2: the greedy rules, the deadline's guides first when the cover says the deadline binds."""
         lb, since = self.lb, self.time.elapsed()
-        rules_s, need = self.rules_seconds(), self.policy.greedy_s_per_node * len(self.g.nodes)
+        policy, rules_s = self.policy, self.rules_seconds()
+        need = max(policy.greedy_s_per_node * len(self.g.nodes), policy.greedy_s_per_pair * self.resident_pairs)
         if self.stream is not None and rules_s is not None and rules_s < need:
             # not even one run would end in time (size-aware): the one-pass schedule (or gap drops) is held
             self.record("greedy rules", since, skipped=f"{rules_s:.1f} s left, a run takes about {need:.0f} s")

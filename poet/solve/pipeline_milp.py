@@ -77,6 +77,7 @@ class PipelineCore:
         #                            or "intervals"
         self.gap_plan: Plan | None = None  # the idle-gap recomputation plan, held from the start
         self.stream: tuple[tuple, float] | None = None  # the one-pass paging schedule's steps and energy
+        self.resident_pairs = 0  # its tensors resident summed over the nodes (the greedy runs' size)
         self.f: Formulation | None = None  # the MILP, once built
         self.lb = 0.0  # the eviction cover's bound
         self.guide: dict[int, str] = {}  # and its evictions

@@ -109,10 +109,14 @@ class SolvePolicy:
     # times that under load.  The phases share the time limit less this much per node (at most a fifth
     # of the limit), so that the answer, not the last phase, ends within the limit.
     finish_s_per_node: float = 1e-4
-    # A greedy rule's run takes about this long per node (0.4 ms on the 2,922-node tiled resnet18_cifar,
-    # a run of every rule about 3-4 s there).  The rules do not start when their time would not cover one
-    # run at this rate (on the tiled bert, 37,376 nodes, 15 s): the plan held is the answer then.
-    greedy_s_per_node: float = 4e-4
+    # A greedy rule's run takes about this long per node and per (tensor, stage) pair resident under the
+    # budget (counted by the one-pass schedule): the page rule took 0.13 s on the 2,922-node tiled
+    # resnet18_cifar/m0 (9,899 pairs; 4.3e-5 s per node), 1.2-4.0 s on 1,500-3,000-node generated graphs
+    # at 30-80% of their peak (370,000-1,000,000 pairs; 2e-6 to 7e-6 s per pair), load 4.  Where a
+    # schedule is held, the rules do not start when their time would not cover one run by the larger
+    # estimate (on a 20,000-node chain at 80%: 44 million pairs, minutes): the plan held is the answer.
+    greedy_s_per_node: float = 4e-5
+    greedy_s_per_pair: float = 5e-6
 
     # -- each phase's share of the time limit (``limit`` None: no limit; ``elapsed``: since the start)
     def cover_time(self, limit: float | None) -> float:

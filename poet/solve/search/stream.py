@@ -40,7 +40,9 @@ def stream_schedule(
     prices them; the caller validates what it returns), or None when it does not fit the budgets (some
     node's inputs and output alone exceed the RAM, or the paging it needs overruns the deadline), or
     when ``time_limit`` seconds pass or ``stop()`` is true first.  ``info``, if given, receives
-    ``runtime_s``, the runtime of its steps, when that is what overruns the deadline."""
+    ``resident_pairs``, the tensors resident summed over the nodes (what a stage plan of the same
+    budget holds, and what a greedy run's time grows with), and ``runtime_s``, the runtime of its
+    steps, when that is what overruns the deadline."""
     t_end = None if time_limit is None else clock() + time_limit
     n, m, preds, succs = len(g.nodes), g.ram, g.preds, g.succs
     cap = ram_cap(budget.ram_bytes)
@@ -58,7 +60,9 @@ def stream_schedule(
         r = succs[x]
         return r[reader[x]] if reader[x] < len(r) else n
 
+    pairs = 0
     for t in range(n):
+        pairs += len(resident)
         if t % CLOCK_EVERY == 0 and ((t_end is not None and clock() > t_end) or (stop is not None and stop())):
             return None
         ins = set(preds[t])
@@ -109,6 +113,8 @@ def stream_schedule(
                 used -= m[x]
             elif m[x] > 0:
                 heapq.heappush(furthest, (-r[reader[x]], x))
+    if info is not None:
+        info["resident_pairs"] = pairs
     energy = g.plain_energy_j + math.fsum(page_e)
     if budget.paging_time == PAGING_HIDDEN:
         runtime = g.plain_runtime_s
