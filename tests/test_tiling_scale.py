@@ -137,3 +137,26 @@ def test_planner_says_when_its_node_cap_stopped_it(monkeypatch):
     # with repeated blocks the cap is the whole model's, estimated from the two blocks planned
     q = plan_tiling(_encoder(4), 262144)
     assert not q.fits and q.nodes_after <= 300 and "past the planner's cap" in q.limit
+
+
+def test_the_plan_is_the_same_in_every_process():
+    """Sweep workers re-plan a point's tiling and the writer checks it: string hashing differs per process."""
+    import os
+    import subprocess
+    import sys
+
+    code = (
+        "from poet.graph.tiling_plan import plan_tiling\n"
+        "print([sorted(plan_tiling(m, b).counts.items()) for m, b in (('linear', 819), ('vgg16_cifar', 525123))])"
+    )
+    runs = {
+        subprocess.run(
+            [sys.executable, "-c", code],
+            env={**os.environ, "PYTHONHASHSEED": seed},
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        for seed in ("1", "2")
+    }
+    assert len(runs) == 1 and "fc1" in runs.pop()

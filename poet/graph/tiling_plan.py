@@ -255,22 +255,25 @@ def repeated_blocks(ml: ModelLayers) -> Blocks | None:
 
 
 def _double_until_fit(
-    ml, counts, cap, batch_size, t0, blocks, scale=1.0, frozen=frozenset()
+    ml, counts, cap, batch_size, t0, blocks, scale=1.0, frozen=frozenset(), node_cap=None
 ) -> tuple[dict[str, int], str]:
     """Double the counts of the layers :func:`_layers_to_split` picks until every working set fits
     ``cap`` or nothing more can be split; (the counts with the smallest largest working set, what
     stopped it early or "").  ``scale``: nodes of the whole model per node of ``ml`` (the node cap
-    is the whole model's); layers named in ``frozen`` keep their counts."""
+    is the whole model's); layers named in ``frozen`` keep their counts; ``node_cap``: stop past this
+    many (whole-model) nodes instead of :data:`MAX_NODES` (doubling never removes nodes, so a trial that
+    must end smaller than a known plan stops as soon as it is not)."""
+    node_cap = MAX_NODES if node_cap is None else node_cap
     counts = dict(counts)
     layers = ml.layers
     best = None
     for _ in range(MAX_ROUNDS):
         bd, size, ws = _measure(ml, counts, batch_size)
         top = max(ws)
-        if len(ws) * scale > MAX_NODES and best is not None:
+        if len(ws) * scale > node_cap and best is not None:
             # the previous round's counts, the last within the cap (fitting or not: a graph this large
             # is not planned, and not scheduled, within minutes)
-            return best[1], f"about {len(ws) * scale:,.0f} nodes, past the planner's cap of {MAX_NODES:,}"
+            return best[1], f"about {len(ws) * scale:,.0f} nodes, past the planner's cap of {node_cap:,.0f}"
         if top <= cap:
             return counts, ""
         if best is None or top < best[0]:
@@ -321,7 +324,14 @@ def _coarsen(ml, counts, cap, batch_size, t0, blocks, scale=1.0) -> dict[str, in
         while lay.heads % (2 * per) == 0 and time.perf_counter() - t0 <= MAX_PLAN_SECONDS:
             # twice the heads per tile; what no longer fits is split further, kept if the graph shrinks
             trial, stopped = _double_until_fit(
-                ml, {**counts, **dict.fromkeys(names, 2 * per)}, cap, batch_size, t0, blocks, scale
+                ml,
+                {**counts, **dict.fromkeys(names, 2 * per)},
+                cap,
+                batch_size,
+                t0,
+                blocks,
+                scale,
+                node_cap=nodes * scale,
             )
             ws = _measure(ml, trial, batch_size)[2]
             if stopped or max(ws) > cap or len(ws) >= nodes:
@@ -343,7 +353,7 @@ def _coarsen(ml, counts, cap, batch_size, t0, blocks, scale=1.0) -> dict[str, in
                 after[gk] = max(after.get(gk, 0), ws[v] + c)
         cands = sorted(
             (gk for gk in {group_of[n] for n, c in counts.items() if c > 1} - failed if after.get(gk, 0) <= cap),
-            key=lambda gk: -owned.get(gk, 0),
+            key=lambda gk: (-owned.get(gk, 0), gk),  # the name breaks ties: the same plan in every process
         )
         if not cands:
             break
@@ -358,13 +368,14 @@ def _coarsen(ml, counts, cap, batch_size, t0, blocks, scale=1.0) -> dict[str, in
     # once more and what no longer fits is split again (they stay as halved), kept if the graph shrinks
     nodes = len(ws)
     for gk in sorted(
-        {group_of[n] for n, c in counts.items() if c > 1 and not n.endswith(HEADS_KEY)}, key=lambda k: -owned.get(k, 0)
+        {group_of[n] for n, c in counts.items() if c > 1 and not n.endswith(HEADS_KEY)},
+        key=lambda k: (-owned.get(k, 0), k),
     )[:3]:
         if time.perf_counter() - t0 > MAX_PLAN_SECONDS:
             break
         names = frozenset(n for n in counts if group_of[n] == gk)
         trial = {n: (max(1, c // 2) if n in names else c) for n, c in counts.items()}
-        repaired, stopped = _double_until_fit(ml, trial, cap, batch_size, t0, blocks, scale, names)
+        repaired, stopped = _double_until_fit(ml, trial, cap, batch_size, t0, blocks, scale, names, nodes * scale)
         m = _measure(ml, repaired, batch_size)
         if not stopped and max(m[2]) <= cap and len(m[2]) < nodes:
             counts, nodes = repaired, len(m[2])
