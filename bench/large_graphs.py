@@ -8,7 +8,7 @@ times scale with it.
 
     python bench/large_graphs.py                                  # the default cases below, 60-s limit
     python bench/large_graphs.py --limit 30 --cases chain:40000:1,a72,80%,- --cases unet:20000:1,m4,50%,-
-    python bench/large_graphs.py --cases /work/shared-graphs/bert_m4_262144.json,-,262144,3x --json out.jsonl
+    python bench/large_graphs.py --cases bert_m4_262144.json,-,262144,3x --json out.jsonl
 
 A case is ``MODEL,DEVICE,MEMORY,RUNTIME``: MODEL a zoo name (tiled automatically when the memory is below its
 untiled minimum), a generated spec (``chain:20000:1``) or a ``poet-graph/1`` file (DEVICE ``-``); RUNTIME ``-``

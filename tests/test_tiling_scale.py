@@ -12,7 +12,8 @@ from poet.hardware.cost import linear_cost_model
 from poet.schedule.validate import validate
 from poet.solve import tiled as tiled_mod
 from poet.solve.api import SolveOptions, costed_graph, make_budget
-from poet.solve.tiled import solve_tiled, stream_page_plan, tiled_problem
+from poet.solve.search.stream import stream_schedule
+from poet.solve.tiled import solve_tiled, tiled_problem
 
 
 def _encoder(blocks: int) -> ModelLayers:
@@ -64,14 +65,14 @@ def test_stream_page_rule_replays_valid_within_the_budget():
     p = plan_tiling("resnet18_cifar", 262144)
     g = linear_cost_model(p.graph, "m4")
     budget = make_budget(costed_graph("resnet18_cifar", "m4"), 262144, "3x")
-    plan = stream_page_plan(g, budget)
-    assert plan is not None and all(plan.comp[t] == [t] for t in range(len(g)))  # every node once
-    from poet.solve.stage.emit import emit
-
-    t = validate(g, emit(g, plan), budget)
+    found = stream_schedule(g, budget)
+    assert found is not None
+    computed = [st.node for st in found[0] if st.op == "compute"]
+    assert computed == list(range(len(g)))  # every node once, in streaming order
+    t = validate(g, found[0], budget)
     assert t.peak_ram_bytes <= 262144 and t.energy_j >= g.plain_energy_j * (1 - 1e-12)
     # a budget below the tiled minimum has no page-rule plan
-    assert stream_page_plan(g, make_budget(g, p.tiled_min_bytes - 1, None)) is None
+    assert stream_schedule(g, make_budget(g, p.tiled_min_bytes - 1, None)) is None
 
 
 def test_large_tiled_graphs_go_to_the_stream_page_rule(monkeypatch):
@@ -119,12 +120,11 @@ def test_fused_gelu_is_never_stored_and_its_gradient_reads_the_linear_tiles():
     assert bwd_fc1 and all(set(g.preds[i]) & set(grads) for i in bwd_fc1)
     # a schedule of the fused graph, at its smallest budget, replays valid
     from poet.schedule.core import Budget
-    from poet.solve.stage.emit import emit
 
     cg = linear_cost_model(g, "m0")
     budget = Budget(cg.min_ram_bytes())
-    plan = stream_page_plan(cg, budget)
-    assert plan is not None and validate(cg, emit(cg, plan), budget).peak_ram_bytes <= budget.ram_bytes
+    found = stream_schedule(cg, budget)
+    assert found is not None and validate(cg, found[0], budget).peak_ram_bytes <= budget.ram_bytes
 
 
 def test_planner_says_when_its_node_cap_stopped_it(monkeypatch):

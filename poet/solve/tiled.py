@@ -27,7 +27,7 @@ from ..graph.tiling_plan import (
 )
 from ..schedule.core import FEASIBLE, NO_SOLUTION, OPTIMAL, PAGING_SERIAL, Budget, Schedule
 from .api import costed_graph, make_budget
-from .stage.plan import Plan, ram_cap
+from .search.stream import stream_schedule
 
 
 @dataclass(frozen=True)
@@ -141,102 +141,16 @@ FALLBACK_SECONDS = 60.0
 PORTFOLIO_MAX_NODES = 12_000
 
 
-class _NoPlan(Exception):
-    pass
-
-
-def stream_page_plan(g: CostedGraph, budget: Budget, *, time_limit: float | None = None, stop=None) -> Plan | None:
-    """The page rule in streaming order, in time linear in the graph (times the tensors resident at once).
-
-    Every node is computed once, in id order (a tiled graph's streaming order).  Before node t runs,
-    its inputs not in RAM are paged in; if the tensors kept from before do not fit beside them, the
-    ones needed furthest in the future (Belady's rule) are paged out (once: a stored copy is
-    reused) and dropped.  Returns None when a node's inputs and output alone do not fit, when
-    paging breaks the deadline, or past ``time_limit`` seconds / once ``stop()`` is true.
-    """
-    try:
-        return _stream_page(g, budget, time_limit, stop)
-    except _NoPlan:
-        return None
-
-
-def _stream_page(g: CostedGraph, budget: Budget, time_limit, stop) -> Plan:
-
-    n = len(g.nodes)
-    preds, succs, mem, nodes = g.preds, g.succs, g.ram, g.nodes
-    cap = ram_cap(budget.ram_bytes) - g.fixed_ram_bytes
-    serial = budget.paging_time != "hidden"
-    deadline = budget.runtime_s if budget.runtime_s is not None else math.inf
-    runtime = g.plain_runtime_s
-    t_stop = None if time_limit is None else time.perf_counter() + time_limit
-    nxt = [0] * n  # per tensor, index into succs of its next reader
-    plan = Plan.empty(n)
-    resident: set[int] = set()
-    stored: set[int] = set()
-
-    def next_use(i: int, t: int) -> int:
-        s, k = succs[i], nxt[i]
-        while k < len(s) and s[k] <= t:
-            k += 1
-        nxt[i] = k
-        return s[k] if k < len(s) else -1
-
-    for t in range(n):
-        if t % 256 == 0 and ((t_stop is not None and time.perf_counter() > t_stop) or (stop is not None and stop())):
-            raise _NoPlan
-        need = set(preds[t])
-        ins = sorted(need - resident)
-        for i in ins:
-            if i not in stored:
-                raise _NoPlan  # cannot happen: a tensor leaves RAM only once stored or no longer read
-            runtime += nodes[i].pagein_time_s if serial else 0.0
-        base = sum(mem[i] for i in need) + mem[t]
-        if base > cap:
-            raise _NoPlan
-        # tensors kept through stage t that it does not read: furthest next use leaves first
-        others = []
-        for i in resident - need:
-            u = next_use(i, t)
-            if u >= 0:
-                others.append((u, mem[i], i))
-        others.sort()
-        kept = sum(m for _, m, _ in others)
-        outs = set()
-        while base + kept > cap:
-            _, m, i = others.pop()
-            kept -= m
-            if i not in stored:
-                outs.add(i)
-                stored.add(i)
-                runtime += nodes[i].pageout_time_s if serial else 0.0
-        if runtime > deadline * (1 + 1e-9):
-            raise _NoPlan
-        plan.keep[t] = set(resident)
-        plan.comp[t] = [t]
-        if ins:
-            plan.ins[t][t] = ins
-        plan.outs[t] = outs
-        # carried into stage t+1: the kept ones, and the inputs and output of t that are read later
-        nxt_res = {i for _, _, i in others}
-        nxt_res.update(i for i in need if next_use(i, t) >= 0)
-        if next_use(t, t) >= 0:
-            nxt_res.add(t)
-        resident = nxt_res
-    plan.keep[n] = set()
-    return plan
-
-
 def stream_page_schedule(p: TiledProblem, strategy: str, opts, why: str) -> Schedule:
     """The streaming page rule's schedule for the problem, validated, with its gap to plain backprop
     energy (every node once, nothing paged: a lower bound of any schedule); ``why`` it was used."""
     from ..schedule.report import SolveReport
     from .result import checked, relative_gap
-    from .stage.emit import emit
 
     t0 = time.perf_counter()
-    plan = stream_page_plan(p.graph, p.budget, time_limit=opts.time_limit_s, stop=opts.stop)
+    found = stream_schedule(p.graph, p.budget, time_limit=opts.time_limit_s, stop=opts.stop)
     bound = p.graph.plain_energy_j
-    if plan is None:
+    if found is None:
         return Schedule(
             graph=p.graph,
             budget=p.budget,
@@ -252,9 +166,7 @@ def stream_page_schedule(p: TiledProblem, strategy: str, opts, why: str) -> Sche
                 time_limit_s=opts.time_limit_s,
             ),
         )
-    s = checked(
-        Schedule(graph=p.graph, budget=p.budget, steps=tuple(emit(p.graph, plan)), status=FEASIBLE, strategy=strategy)
-    )
+    s = checked(Schedule(graph=p.graph, budget=p.budget, steps=tuple(found[0]), status=FEASIBLE, strategy=strategy))
     gap = relative_gap(s.totals.energy_j, bound)
     s.status = OPTIMAL if gap <= opts.gap else FEASIBLE
     s.report = SolveReport(
@@ -274,7 +186,8 @@ def solve_tiled(p: TiledProblem, strategy: str, opts) -> Schedule:
     """``solve_costed`` on the problem's graph, with the streaming page rule for large tiled graphs.
 
     A tiled graph above :data:`PORTFOLIO_MAX_NODES` nodes goes to the streaming page rule
-    (:func:`stream_page_plan`) alone: validated, reported as what it is, with its gap to plain
+    (:func:`~poet.solve.search.stream.stream_schedule`, the portfolio's one-pass paging schedule)
+    alone: validated, reported as what it is, with its gap to plain
     backprop energy.  A smaller one goes to the portfolio; when that ends its time without a
     schedule (it can spend a short limit on its lower bound and guided rules), the page rule is
     tried as well and reported as ``streaming page rule (tiling fallback)``, with its gap to the
