@@ -148,9 +148,10 @@ def cmd_solve(a) -> int:
     else:
         print(summary_text(s))
         extra = tiling_text(problem, s, costs)
-        if time_limit != a.time_limit:
+        solved = problem.plan is None or problem.plan.fits  # below the tiled minimum nothing is solved
+        if solved and time_limit != a.time_limit:
             extra += f"\nThe tiled graph was solved with a {time_limit:.0f}-s time limit (--time-limit S to change)"
-        if solve_limit != time_limit:
+        if solved and solve_limit != time_limit:
             extra += f"\nPlanning the tiles took {planning_s:.1f} s of the limit, the solve had {solve_limit:.1f} s."
         if extra:
             print(extra)
