@@ -272,6 +272,21 @@ def toml_value(v) -> str:
     return f'"{s}"'
 
 
+def family_table(f: FamilyFit, *, spread: bool = True) -> list[str]:
+    """The ``[compute.families.NAME]`` table of one fitted family (``spread``: write its measured spread,
+    which imported rows do not have)."""
+    values = {
+        "latency_s": f.fit.latency_s,
+        "flops_per_s": f.fit.bytes_per_s,
+        "ops": f.ops,
+        "fit_median_rel_error": round(f.fit.median_rel_error, 4),
+        "fit_max_rel_error": round(f.fit.max_rel_error, 4),
+    }
+    if spread:
+        values["spread"] = round(f.spread, 4)
+    return toml_table(f"compute.families.{f.name}", values)
+
+
 def toml_table(name: str, items: dict) -> list[str]:
     return [f"\n[{name}]"] + [f"{k} = {toml_value(v)}" for k, v in items.items()]
 
@@ -311,17 +326,7 @@ def profile_toml(p: HostProfile) -> str:
         },
     )
     for f in p.families:
-        lines += toml_table(
-            f"compute.families.{f.name}",
-            {
-                "latency_s": f.fit.latency_s,
-                "flops_per_s": f.fit.bytes_per_s,
-                "ops": f.ops,
-                "fit_median_rel_error": round(f.fit.median_rel_error, 4),
-                "fit_max_rel_error": round(f.fit.max_rel_error, 4),
-                "spread": round(f.spread, 4),
-            },
-        )
+        lines += family_table(f)
     lines += toml_table(
         "storage",
         {
@@ -353,6 +358,7 @@ def profile_toml(p: HostProfile) -> str:
 __all__ = [
     "PROFILE_FORMAT",
     "FamilyFit",
+    "family_table",
     "HostProfile",
     "OpSample",
     "PagingOverheadFit",

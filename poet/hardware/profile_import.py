@@ -23,7 +23,7 @@ from pathlib import Path
 
 from ..graph.core import BACKWARD, FORWARD, CostedGraph, CostedNode
 from .device import DeviceError, load_device
-from .profile import PROFILE_FORMAT, OpSample, choose_power, fit_families, toml_table, toml_value
+from .profile import PROFILE_FORMAT, OpSample, choose_power, family_table, fit_families, toml_table, toml_value
 from .profile_storage import LinearFit, fit_latency_bandwidth
 
 REQUIRED = ("name", "kind", "bytes", "time_s")
@@ -187,16 +187,7 @@ def imported_profile_toml(
         },
     )
     for f in fams:
-        lines += toml_table(
-            f"compute.families.{f.name}",
-            {
-                "latency_s": f.fit.latency_s,
-                "flops_per_s": f.fit.bytes_per_s,
-                "ops": f.ops,
-                "fit_median_rel_error": round(f.fit.median_rel_error, 4),
-                "fit_max_rel_error": round(f.fit.max_rel_error, 4),
-            },
-        )
+        lines += family_table(f, spread=False)
     lines += toml_table(
         "storage",
         {
