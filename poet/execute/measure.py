@@ -50,18 +50,25 @@ def merge_timings(timings) -> ProgramTiming:
     frees = [x for t in ts for x in t.frees_busy]
     its = [x for t in ts for x in t.iterations_busy]
     itw = [x for t in ts for x in t.iterations_wall]
+    node_wall = [statistics.median(w[v] for w in wall_by_t) for v in range(n)]
+    return _timing(busy, node_wall, frees, its, itw, sum(t.runs for t in ts))
+
+
+def _timing(busy, node_wall, frees, it_busy, it_wall, runs: int) -> ProgramTiming:
+    """The timing of ``runs`` runs from their raw samples: per node every run's busy seconds (``busy``)
+    and its wall seconds already reduced (``node_wall``), every free's and every run's seconds."""
     return ProgramTiming(
         node_busy_s=tuple(statistics.fmean(x) for x in busy),
-        node_wall_s=tuple(statistics.median(w[v] for w in wall_by_t) for v in range(n)),
+        node_wall_s=tuple(node_wall),
         node_spread=tuple(_quartile_spread(x) for x in busy),
         free_busy_s=statistics.fmean(frees) if frees else 0.0,
-        runs=sum(t.runs for t in ts),
-        iteration_busy_s=statistics.median(its),
-        iteration_wall_s=statistics.median(itw),
+        runs=runs,
+        iteration_busy_s=statistics.median(it_busy),
+        iteration_wall_s=statistics.median(it_wall),
         node_runs_busy=tuple(tuple(x) for x in busy),
         frees_busy=tuple(frees),
-        iterations_busy=tuple(its),
-        iterations_wall=tuple(itw),
+        iterations_busy=tuple(it_busy),
+        iterations_wall=tuple(it_wall),
     )
 
 
@@ -124,19 +131,7 @@ def measure_program(
             progress(f"{program.name}: run {done}/{runs}")
         if max_seconds is not None and done >= 3 and time.perf_counter() - t_start > max_seconds:
             break
-    return ProgramTiming(
-        node_busy_s=tuple(statistics.fmean(x) for x in busy),
-        node_wall_s=tuple(statistics.median(x) for x in wall),
-        node_spread=tuple(_quartile_spread(x) for x in busy),
-        free_busy_s=statistics.fmean(frees) if frees else 0.0,
-        runs=done,
-        iteration_busy_s=statistics.median(it_busy),
-        iteration_wall_s=statistics.median(it_wall),
-        node_runs_busy=tuple(tuple(x) for x in busy),
-        frees_busy=tuple(frees),
-        iterations_busy=tuple(it_busy),
-        iterations_wall=tuple(it_wall),
-    )
+    return _timing(busy, [statistics.median(x) for x in wall], frees, it_busy, it_wall, done)
 
 
 def paging_sample(result, keep: ProgramTiming, device, graph):
