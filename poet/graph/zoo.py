@@ -1,7 +1,8 @@
 """Benchmark networks as layer-level training graphs.
 
 Each model is described once, layer by layer, with a tiny shape-tracking
-builder; :func:`build_model` then turns the layer list into a :class:`Graph`:
+builder (:mod:`poet.graph.zoo_layers`); :func:`build_model` then turns the
+layer list into a :class:`Graph`:
 
 * one forward node per layer, in layer order (node ids ``0 .. L-1``),
 * a loss node (``L``) reading the logits,
@@ -31,14 +32,27 @@ gives an identical graph.
 
 from __future__ import annotations
 
-import math
 import operator
 from dataclasses import dataclass
 
 from .core import BACKWARD, FORWARD, Graph, GraphError, Node
+from .zoo_layers import DATA, Layer, NetBuilder, numel
+
+__all__ = [
+    "DATA",
+    "DTYPE_BYTES",
+    "MODELS",
+    "SAVES",
+    "Layer",
+    "ModelLayers",
+    "build_model",
+    "check_batch_size",
+    "list_models",
+    "loss_flops",
+    "model_layers",
+]
 
 DTYPE_BYTES = 4
-DATA = -1  # pseudo layer id of the model input (not a node, never scheduled)
 
 # Which forward tensors a layer's backward reads, besides the incoming gradient.
 SAVES = {
@@ -57,213 +71,13 @@ SAVES = {
     "avgpool": "none",
 }
 
-# Forward / backward FLOPs per element of the output (forward) or of the input
-# (backward) for layers without weights.  Rough but shape-proportional.
-_ELEMWISE = {
-    "relu": (1, 1),
-    "add": (1, 1),
-    "dropout": (2, 1),
-    "batchnorm": (4, 6),
-    "layernorm": (5, 8),
-    "gelu": (8, 10),
-    "softmax": (3, 3),
-    "flatten": (0, 0),
-}
-
-
-@dataclass(frozen=True)
-class Layer:
-    """One layer as the builder tracks it (public so graph rewrites such as tiling can read shapes)."""
-
-    name: str
-    op: str
-    inputs: tuple[int, ...]  # layer ids read, DATA for the model input
-    shape: tuple[int, ...]  # per-sample output shape
-    flops: float  # per-sample forward FLOPs
-    params: int  # number of parameters (weights + biases)
-    bwd_flops: float  # per-sample backward FLOPs
-    grad_numel: int  # per-sample elements of the gradient w.r.t. node inputs
-    bwd_weight_flops: float = 0.0  # the part of bwd_flops that computes the weight gradient
-    kernel: int = 1  # conv / pooling window along rows (1 for everything else)
-    stride: int = 1
-    pad: int = 0
-    heads: int = 0  # attention matmuls: number of heads
-
-
-def _numel(shape) -> int:
-    return int(math.prod(shape))
-
-
-class _Net:
-    """Shape-tracking layer list; methods return the new layer's id."""
-
-    def __init__(self, input_shape: tuple[int, ...]):
-        self.input_shape = tuple(input_shape)
-        self.layers: list[Layer] = []
-
-    # -- helpers ---------------------------------------------------------
-    def shape(self, x: int) -> tuple[int, ...]:
-        return self.input_shape if x == DATA else self.layers[x].shape
-
-    def _add(self, name, op, inputs, shape, flops, params, bwd_weight, bwd_input_per_input, **window):
-        """bwd_weight: weight-gradient FLOPs; bwd_input_per_input: FLOPs for each node input's grad;
-        window: kernel / stride / pad (conv, pooling) or heads (attention), kept for graph rewrites."""
-        inputs = tuple(inputs)
-        node_inputs = [x for x in inputs if x != DATA]
-        if op == "add":  # the same gradient tensor flows to both summands
-            grad_numel = _numel(shape) if node_inputs else 0
-        else:
-            grad_numel = sum(_numel(self.shape(x)) for x in dict.fromkeys(node_inputs))
-        bwd = bwd_weight + sum(bwd_input_per_input(x) for x in node_inputs)
-        if any(l.name == name for l in self.layers):
-            raise AssertionError(f"duplicate layer name {name}")
-        self.layers.append(
-            Layer(
-                name,
-                op,
-                inputs,
-                tuple(shape),
-                float(flops),
-                int(params),
-                float(bwd),
-                int(grad_numel),
-                float(bwd_weight),
-                **window,
-            )
-        )
-        return len(self.layers) - 1
-
-    def _elementwise(self, name, op, x, shape=None):
-        shape = self.shape(x) if shape is None else shape
-        f, b = _ELEMWISE[op]
-        n_in = _numel(self.shape(x))
-        return self._add(name, op, [x], shape, f * _numel(shape), 0, 0, lambda _x: b * n_in)
-
-    # -- layers ----------------------------------------------------------
-    def conv(self, name, x, cout, k, stride=1, pad=0, bias=False):
-        cin, h, w = self.shape(x)
-        ho, wo = (h + 2 * pad - k) // stride + 1, (w + 2 * pad - k) // stride + 1
-        macs = k * k * cin * cout * ho * wo
-        fwd = 2 * macs + (cout * ho * wo if bias else 0)
-        params = k * k * cin * cout + (cout if bias else 0)
-        return self._add(
-            name,
-            "conv2d",
-            [x],
-            (cout, ho, wo),
-            fwd,
-            params,
-            2 * macs + (cout * ho * wo if bias else 0),
-            lambda _x: 2 * macs,
-            kernel=k,
-            stride=stride,
-            pad=pad,
-        )
-
-    def linear(self, name, x, out, bias=True):
-        *rows, fin = self.shape(x)
-        r = _numel(rows)
-        macs = r * fin * out
-        fwd = 2 * macs + (r * out if bias else 0)
-        params = fin * out + (out if bias else 0)
-        return self._add(
-            name, "linear", [x], (*rows, out), fwd, params, 2 * macs + (r * out if bias else 0), lambda _x: 2 * macs
-        )
-
-    def batchnorm(self, name, x):
-        c = self.shape(x)[0]
-        i = self._elementwise(name, "batchnorm", x)
-        self.layers[i] = _replace_params(self.layers[i], 2 * c)
-        return i
-
-    def layernorm(self, name, x):
-        d = self.shape(x)[-1]
-        i = self._elementwise(name, "layernorm", x)
-        self.layers[i] = _replace_params(self.layers[i], 2 * d)
-        return i
-
-    def relu(self, name, x):
-        return self._elementwise(name, "relu", x)
-
-    def gelu(self, name, x):
-        return self._elementwise(name, "gelu", x)
-
-    def softmax(self, name, x):
-        return self._elementwise(name, "softmax", x)
-
-    def dropout(self, name, x):
-        return self._elementwise(name, "dropout", x)
-
-    def flatten(self, name, x):
-        return self._elementwise(name, "flatten", x, shape=(_numel(self.shape(x)),))
-
-    def maxpool(self, name, x, k, stride, pad=0):
-        c, h, w = self.shape(x)
-        ho, wo = (h + 2 * pad - k) // stride + 1, (w + 2 * pad - k) // stride + 1
-        n_in = c * h * w
-        return self._add(
-            name,
-            "maxpool",
-            [x],
-            (c, ho, wo),
-            k * k * c * ho * wo,
-            0,
-            0,
-            lambda _x: n_in,
-            kernel=k,
-            stride=stride,
-            pad=pad,
-        )
-
-    def avgpool(self, name, x, k):
-        c, h, w = self.shape(x)
-        ho, wo = (h - k) // k + 1, (w - k) // k + 1
-        n_in = c * h * w
-        return self._add(name, "avgpool", [x], (c, ho, wo), n_in, 0, 0, lambda _x: n_in, kernel=k, stride=k)
-
-    def add(self, name, a, b):
-        if self.shape(a) != self.shape(b):
-            raise AssertionError(f"{name}: cannot add {self.shape(a)} and {self.shape(b)}")
-        n = _numel(self.shape(a))
-        return self._add(name, "add", [a, b], self.shape(a), n, 0, 0, lambda _x: n / 2)
-
-    def attention_scores(self, name, q, k, heads):
-        """Q K^T per head: (S, H*D) x (S, H*D) -> (H, S, S)."""
-        s, hd = self.shape(q)
-        d = hd // heads
-        macs = heads * s * s * d
-        return self._add(name, "matmul", [q, k], (heads, s, s), 2 * macs, 0, 0, lambda _x: 2 * macs, heads=heads)
-
-    def attention_context(self, name, p, v):
-        """P V per head: (H, S, S) x (S, H*D) -> (S, H*D)."""
-        heads, s, _ = self.shape(p)
-        _, hd = self.shape(v)
-        macs = heads * s * s * (hd // heads)
-        return self._add(name, "matmul", [p, v], (s, hd), 2 * macs, 0, 0, lambda _x: 2 * macs, heads=heads)
-
-
-def _replace_params(layer: Layer, params: int) -> Layer:
-    # Affine normalization: the (gamma, beta) gradient costs ~2 FLOPs per element on top.
-    return Layer(
-        layer.name,
-        layer.op,
-        layer.inputs,
-        layer.shape,
-        layer.flops,
-        params,
-        layer.bwd_flops + 2 * _numel(layer.shape),
-        layer.grad_numel,
-        layer.bwd_weight_flops + 2 * _numel(layer.shape),
-    )
-
-
 # --------------------------------------------------------------------------
 # architectures
 # --------------------------------------------------------------------------
 
 
-def _linear_net() -> _Net:
-    net = _Net((784,))
+def _linear_net() -> NetBuilder:
+    net = NetBuilder((784,))
     dims = [784, 128, 128, 64, 32, 10]
     x = DATA
     for i, out in enumerate(dims[1:], start=1):
@@ -276,8 +90,8 @@ def _linear_net() -> _Net:
 _VGG16_CFG = [64, 64, "M", 128, 128, "M", 256, 256, 256, "M", 512, 512, 512, "M", 512, 512, 512, "M"]
 
 
-def _vgg16(input_hw: int, num_classes: int) -> _Net:
-    net = _Net((3, input_hw, input_hw))
+def _vgg16(input_hw: int, num_classes: int) -> NetBuilder:
+    net = NetBuilder((3, input_hw, input_hw))
     x = DATA
     block, conv_i, pool_i = 1, 1, 1
     for v in _VGG16_CFG:
@@ -301,13 +115,13 @@ def _vgg16(input_hw: int, num_classes: int) -> _Net:
     return net
 
 
-def _conv_bn(net: _Net, p: str, i: int, x: int, out: int, k: int, stride: int, pad: int, relu: bool) -> int:
+def _conv_bn(net: NetBuilder, p: str, i: int, x: int, out: int, k: int, stride: int, pad: int, relu: bool) -> int:
     """Layer i of a residual block: conv{i} -> bn{i} (-> relu{i})."""
     y = net.batchnorm(f"{p}.bn{i}", net.conv(f"{p}.conv{i}", x, out, k, stride, pad))
     return net.relu(f"{p}.relu{i}", y) if relu else y
 
 
-def _basic_block(net: _Net, p: str, x: int, planes: int, stride: int) -> int:
+def _basic_block(net: NetBuilder, p: str, x: int, planes: int, stride: int) -> int:
     cin = net.shape(x)[0]
     y = _conv_bn(net, p, 1, x, planes, 3, stride, 1, relu=True)
     y = _conv_bn(net, p, 2, y, planes, 3, 1, 1, relu=False)
@@ -315,7 +129,7 @@ def _basic_block(net: _Net, p: str, x: int, planes: int, stride: int) -> int:
     return net.relu(f"{p}.relu2", y)
 
 
-def _bottleneck(net: _Net, p: str, x: int, planes: int, stride: int) -> int:
+def _bottleneck(net: NetBuilder, p: str, x: int, planes: int, stride: int) -> int:
     cin = net.shape(x)[0]
     out = planes * 4
     y = _conv_bn(net, p, 1, x, planes, 1, 1, 0, relu=True)
@@ -325,7 +139,7 @@ def _bottleneck(net: _Net, p: str, x: int, planes: int, stride: int) -> int:
     return net.relu(f"{p}.relu3", y)
 
 
-def _shortcut(net: _Net, p: str, x: int, cin: int, out: int, stride: int) -> int:
+def _shortcut(net: NetBuilder, p: str, x: int, cin: int, out: int, stride: int) -> int:
     """The identity, or a 1x1 conv + BN where the block changes shape."""
     if stride == 1 and cin == out:
         return x
@@ -333,8 +147,8 @@ def _shortcut(net: _Net, p: str, x: int, cin: int, out: int, stride: int) -> int
     return net.batchnorm(f"{p}.downsample.bn", sc)
 
 
-def _resnet(block, depths, input_hw: int, num_classes: int, cifar_stem: bool) -> _Net:
-    net = _Net((3, input_hw, input_hw))
+def _resnet(block, depths, input_hw: int, num_classes: int, cifar_stem: bool) -> NetBuilder:
+    net = NetBuilder((3, input_hw, input_hw))
     if cifar_stem:
         x = net.conv("conv1", DATA, 64, 3, 1, 1)
         x = net.batchnorm("bn1", x)
@@ -354,7 +168,7 @@ def _resnet(block, depths, input_hw: int, num_classes: int, cifar_stem: bool) ->
     return net
 
 
-def _encoder_block(net: _Net, p: str, x: int, heads: int) -> int:
+def _encoder_block(net: NetBuilder, p: str, x: int, heads: int) -> int:
     """Post-LN BERT encoder layer (attention + feed-forward, dropout omitted)."""
     hidden = net.shape(x)[-1]
     q = net.linear(f"{p}.attn.query", x, hidden)
@@ -373,8 +187,8 @@ def _encoder_block(net: _Net, p: str, x: int, heads: int) -> int:
     return net.layernorm(f"{p}.ffn.ln", y)
 
 
-def _encoder(blocks: int, seq: int = 512, hidden: int = 768, heads: int = 12) -> _Net:
-    net = _Net((seq, hidden))
+def _encoder(blocks: int, seq: int = 512, hidden: int = 768, heads: int = 12) -> NetBuilder:
+    net = NetBuilder((seq, hidden))
     x = DATA
     for b in range(blocks):
         x = _encoder_block(net, f"block{b}", x, heads)
@@ -409,11 +223,11 @@ def list_models() -> list[str]:
 
 
 def loss_flops(logits_shape: tuple[int, ...]) -> tuple[float, float]:
-    n = _numel(logits_shape)
+    n = numel(logits_shape)
     return 4.0 * n, 2.0 * n  # forward (log-softmax + pick), backward (softmax - onehot)
 
 
-def _to_graph(name: str, net: _Net, batch: int) -> Graph:
+def _to_graph(name: str, net: NetBuilder, batch: int) -> Graph:
     layers = net.layers
     L = len(layers)
     b = batch
@@ -431,9 +245,7 @@ def _to_graph(name: str, net: _Net, batch: int) -> Graph:
     edges: list[tuple[int, int]] = []
     for i, lay in enumerate(layers):
         nodes.append(
-            Node(
-                lay.name, FORWARD, DTYPE_BYTES * b * _numel(lay.shape), b * lay.flops, DTYPE_BYTES * lay.params, lay.op
-            )
+            Node(lay.name, FORWARD, DTYPE_BYTES * b * numel(lay.shape), b * lay.flops, DTYPE_BYTES * lay.params, lay.op)
         )
         edges.extend((x, i) for x in dict.fromkeys(lay.inputs) if x != DATA)
 
@@ -442,7 +254,7 @@ def _to_graph(name: str, net: _Net, batch: int) -> Graph:
     # per-sample loss values (reduced to the mean inside the loss backward)
     nodes.append(Node("loss", FORWARD, DTYPE_BYTES * b, b * lf, 0, "cross_entropy"))
     edges.append((logits, loss_id))
-    nodes.append(Node("bwd.loss", BACKWARD, DTYPE_BYTES * b * _numel(layers[logits].shape), b * lb, 0, "cross_entropy"))
+    nodes.append(Node("bwd.loss", BACKWARD, DTYPE_BYTES * b * numel(layers[logits].shape), b * lb, 0, "cross_entropy"))
     edges += [(loss_id, loss_bwd), (logits, loss_bwd)]
 
     for i in reversed(range(L)):
@@ -486,6 +298,7 @@ def model_layers(name: str) -> ModelLayers:
 
 
 def check_batch_size(batch_size) -> int:
+    """``batch_size`` as an int, or a clear :class:`GraphError` when it is not a positive integer."""
     try:
         if isinstance(batch_size, bool):
             raise TypeError
@@ -508,12 +321,4 @@ def build_model(name: str, batch_size: int = 1) -> Graph:
         return generate(name, batch_size if isinstance(batch_size, int) and batch_size >= 1 else 1)
     if not isinstance(name, str) or name not in _BUILDERS:
         raise GraphError(f"unknown model {name!r}; known models: {', '.join(list_models())}")
-    try:
-        if isinstance(batch_size, bool):
-            raise TypeError
-        b = operator.index(batch_size)
-    except TypeError:
-        raise GraphError(f"batch_size must be a positive integer (>= 1), got {batch_size!r}") from None
-    if b < 1:
-        raise GraphError(f"batch_size must be a positive integer (>= 1), got {batch_size!r}")
-    return _to_graph(name, _BUILDERS[name](), b)
+    return _to_graph(name, _BUILDERS[name](), check_batch_size(batch_size))
