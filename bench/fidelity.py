@@ -113,7 +113,7 @@ def one_round(prog, steps_by_kind: dict, directory: str, runs: int, paging_dir: 
             node_sum = [a + b for a, b in zip(node_sum, t.node_busy_s)]
             free_sum += t.free_busy_s
             if pages:
-                calib_samples.append(paging_sample(ex.run(calib, apply=False), t, storage_dev, calib.graph))
+                calib_samples.append(paging_sample(ex.run(calib, apply=False).records, t, storage_dev, calib.graph))
             res = ex.run(s, apply=False)
             walls.append(res.seconds["total"])
             busys.append(res.busy_seconds["total"])
@@ -136,7 +136,7 @@ def one_round(prog, steps_by_kind: dict, directory: str, runs: int, paging_dir: 
             storage=storage,
             models=[prog.name],
         )
-        if pages:  # as measure_paging_overhead, on the alternated runs
+        if pages:  # as calibrate_paging, on the alternated runs
             over = fit_paging_overhead(calib_samples)
             hp.page_in_overhead_s, hp.page_out_overhead_s = over.page_in_s, over.page_out_s
         dev = profile_device(hp)

@@ -199,6 +199,46 @@ def test_paging_overhead_fit_recovers_each_kind():
         fit_paging_overhead([PagingSample(float("nan"), 1e-3, 0.0, 1, 2)])
 
 
+def test_paging_calibration_prices_runs_against_the_keep_timing():
+    from types import SimpleNamespace
+
+    from poet.execute.executor import InstructionRecord
+    from poet.execute.measure import PagingRuns, ProgramTiming, calibrate_paging
+
+    # two nodes of 1000 B; the storage fit: read 0.1 ms + 1000 B at 10 MB/s, write 0.3 ms + the same
+    dev = SimpleNamespace(read_latency_s=1e-4, read_bytes_per_s=1e7, write_latency_s=3e-4, write_bytes_per_s=1e7)
+    graph = SimpleNamespace(nodes=[SimpleNamespace(ram_bytes=1000), SimpleNamespace(ram_bytes=1000)])
+    keep = ProgramTiming((2e-3, 4e-3), (2e-3, 4e-3), (0.0, 0.0), 1e-5, 1, 6e-3, 6e-3)
+    read_s, write_s = 1e-4 + 1e-4, 3e-4 + 1e-4  # the storage fit for 1000 B
+
+    def run(k):  # page-in +50 us, page-out +200 us, computes 0.1 ms slower per page op (2 page ops)
+        recs = [
+            InstructionRecord("compute", 0, 0, 0, 0, busy_seconds=2e-3 + k),
+            InstructionRecord("page_out", 0, 0, 0, 0, busy_seconds=write_s + 2e-4),
+            InstructionRecord("free", 0, 0, 0, 0, busy_seconds=1e-5),
+            InstructionRecord("page_in", 0, 0, 0, 0, busy_seconds=read_s + 5e-5),
+            InstructionRecord("compute", 1, 0, 0, 0, busy_seconds=4e-3 + 2e-4 - k),
+        ]
+        return tuple(recs), sum(r.busy_seconds for r in recs)
+
+    made = [run(k) for k in (0.0, 1e-5, -1e-5)]
+    cal = calibrate_paging(PagingRuns(dev, graph, tuple(r for r, _ in made), tuple(t for _, t in made)), keep)
+    assert cal.page_ins == 1 and cal.page_outs == 1 and cal.fit.runs == 3
+    assert cal.fit.page_in_direct_s == pytest.approx(5e-5) and cal.fit.page_out_direct_s == pytest.approx(2e-4)
+    assert cal.fit.other_per_page_s == pytest.approx(1e-4)
+    assert cal.fit.page_in_s == pytest.approx(1.5e-4) and cal.fit.page_out_s == pytest.approx(3e-4)
+    # the run without its overheads is the keep timing's computes and free plus the storage fit
+    assert cal.predicted_s == pytest.approx(2e-3 + 4e-3 + 1e-5 + read_s + write_s)
+    assert cal.measured_s == pytest.approx(cal.predicted_s + 5e-5 + 2e-4 + 2e-4)
+
+
+def test_profile_refuses_a_bad_duration(capsys):
+    from poet.cli import main
+
+    assert main(["profile", "--out", "x.toml", "--seconds", "-1"]) == 2
+    assert "--seconds must be between 0 and 3600" in capsys.readouterr().err
+
+
 def test_timings_taken_apart_merge_over_all_their_runs():
     from poet.execute.measure import ProgramTiming, merge_timings
 

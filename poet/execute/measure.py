@@ -10,8 +10,8 @@ of one ``free``.
 Three users: ``poet profile`` fits operator families to the per-op times of a model's aten-level
 program (:func:`poet.hardware.profile.fit_families`); ``--costs measured`` prices a program's nodes
 from these times directly (:func:`poet.hardware.profile_model.price_measured`); the paging
-calibration (:func:`measure_paging_overhead`) alternates keep-everything runs with a paging schedule
-and fits what page-ins and page-outs cost when executed beyond the storage sweep's figures.
+calibration (:func:`run_paging_schedule`, :func:`calibrate_paging`) runs a paging schedule and fits what page-ins and
+page-outs cost when executed beyond the storage sweep's figures and the keep-everything computes.
 """
 
 from __future__ import annotations
@@ -134,18 +134,18 @@ def measure_program(
     return _timing(busy, [statistics.median(x) for x in wall], frees, it_busy, it_wall, done)
 
 
-def paging_sample(result, keep: ProgramTiming, device, graph):
-    """The :class:`~poet.hardware.profile.PagingSample` of one executed paging schedule (``result``, a
-    ``RunResult`` of a schedule on ``graph``) next to the keep-everything timing ``keep`` (one run,
-    measured beside it): each page-in/out's busy seconds beyond ``device``'s storage fit for the node's
-    bytes, and the computes' and frees' busy seconds beyond the same nodes' in ``keep``."""
+def paging_sample(records, keep: ProgramTiming, device, graph):
+    """The :class:`~poet.hardware.profile.PagingSample` of one executed paging schedule (``records``,
+    the ``InstructionRecord``s of a run of a schedule on ``graph``) next to the keep-everything timing
+    ``keep``: each page-in/out's busy seconds beyond ``device``'s storage fit for the node's bytes, and
+    the computes' and frees' busy seconds beyond the same nodes' in ``keep``."""
     from ..hardware.profile import PagingSample
 
     dev = device
     d_in = d_out = other = 0.0
     n_in = n_out = 0
     nbytes = [nd.ram_bytes for nd in graph.nodes]
-    for rec in result.records:
+    for rec in records:
         if rec.op == "page_in":
             d_in += rec.busy_seconds - (dev.read_latency_s + nbytes[rec.node] / dev.read_bytes_per_s)
             n_in += 1
@@ -160,55 +160,87 @@ def paging_sample(result, keep: ProgramTiming, device, graph):
 
 
 @dataclass(frozen=True)
+class PagingRuns:
+    """The executed runs of a paging calibration schedule, kept until the keep-everything timing they
+    are measured against is final."""
+
+    device: object  # the Device whose storage fit prices the page-ins and page-outs
+    graph: object  # the calibration schedule's graph
+    records: tuple  # per measured run, its InstructionRecords
+    busy_s: tuple[float, ...]  # per measured run, its busy seconds
+
+
+@dataclass(frozen=True)
 class PagingCalibration:
-    """What ``measure_paging_overhead`` measured: the fit and the keep-everything runs beside it."""
+    """What the paging calibration measured and fitted."""
 
     fit: object  # poet.hardware.profile.PagingOverheadFit
-    keep: ProgramTiming  # the alternated keep-everything runs (more samples for the family fits)
     page_ins: int
     page_outs: int
     measured_s: float  # median busy seconds of one calibration run
-    predicted_s: float  # its prediction from the storage fit and the keep-everything runs, no overhead
+    predicted_s: float  # its prediction from the storage fit and the keep-everything timing, no overhead
 
 
-def measure_paging_overhead(
-    program, device, *, runs: int = 10, paging_dir=None, every: int = 3, progress=None
-) -> PagingCalibration:
-    """Alternate a keep-everything run with a rule-based paging schedule (every ``every``-th forward
-    output kept, the rest paged out and back in), paging as a profiled device pages (fsync'd, dropped
-    from the page cache), and fit each paging instruction kind's busy seconds beyond ``device``'s
-    storage fit (:func:`poet.hardware.profile.fit_paging_overhead`): the executor's own work for a page
-    and the caches a storage wait leaves cold, which a file-level storage sweep does not see.
-    Alternating makes both runs of a pair see the same load on a shared machine."""
+def run_paging_schedule(
+    program,
+    device,
+    *,
+    runs: int = 10,
+    warmup: int = 1,
+    block: int = 5,
+    until: float | None = None,
+    between=None,
+    paging_dir=None,
+    every: int = 3,
+    progress=None,
+) -> PagingRuns:
+    """Run a rule-based paging schedule of ``program`` (every ``every``-th forward output kept, the rest
+    paged out and back in), paging as a profiled device pages (fsync'd, dropped from the page cache).
+
+    Runs go in blocks of ``block`` back-to-back runs after ``warmup`` unmeasured ones, as training runs
+    its steps; ``between()`` is called after each block (``poet profile`` measures keep-everything
+    runs there).  At least ``runs`` runs are measured, and more blocks while ``time.perf_counter()``
+    is before ``until``: blocks spread over the profile average the machine's drift in speed."""
     from ..hardware.device import load_device
-    from ..hardware.profile import fit_paging_overhead
     from .executor import Executor
     from .reference import reference_schedule
 
     dev = load_device(device)
     sched = reference_schedule(program.costed(dev), "paging", every=every)
     pager = Executor(program, paging_dir=paging_dir, fsync=True, drop_cache=True)
-    meter = Executor(program)
-    keep = keep_schedule(program)
-    measure_program(program, runs=1, warmup=1, executor=meter, schedule=keep)
-    pager.run(sched, apply=False)  # warm-up
-    samples, keeps, totals, preds = [], [], [], []
-    for i in range(runs):
-        t = measure_program(program, runs=1, warmup=0, executor=meter, schedule=keep)
-        res = pager.run(sched, apply=False)
-        s = paging_sample(res, t, dev, sched.graph)
-        samples.append(s)
-        keeps.append(t)
-        totals.append(res.busy_seconds["total"])
-        preds.append(res.busy_seconds["total"] - s.page_in_excess_s - s.page_out_excess_s - s.other_excess_s)
-        if progress and ((i + 1) % 5 == 0 or i + 1 == runs):
-            progress(f"{program.name}: paging calibration {i + 1}/{runs}")
+    records, totals = [], []
+    said = time.perf_counter()
+    while len(totals) < runs or (until is not None and time.perf_counter() < until):
+        for i in range(warmup + block):
+            res = pager.run(sched, apply=False)
+            if i >= warmup:
+                records.append(tuple(res.records))
+                totals.append(res.busy_seconds["total"])
+        if progress and (time.perf_counter() - said > 2.0 or len(totals) == runs):
+            said = time.perf_counter()
+            left = f", {until - said:.0f} s left" if until is not None and until > said else ""
+            progress(f"{program.name}: paging calibration, {len(totals)} runs{left}")
+        if between is not None:
+            between()
+    return PagingRuns(dev, sched.graph, tuple(records), tuple(totals))
+
+
+def calibrate_paging(runs: PagingRuns, keep: ProgramTiming) -> PagingCalibration:
+    """Fit what each page-in and page-out costs when executed beyond the storage sweep's figures and
+    ``keep``'s computes (:func:`poet.hardware.profile.fit_paging_overhead`): the executor's own work
+    for a page, and the slower computes after a storage wait (the CPU idled, its caches went cold),
+    which neither a file-level storage sweep nor back-to-back keep-everything runs see.  ``keep`` is
+    the timing the profile prices computes with, so the two together price the calibration runs as
+    measured."""
+    from ..hardware.profile import fit_paging_overhead
+
+    samples = [paging_sample(r, keep, runs.device, runs.graph) for r in runs.records]
+    preds = [t - s.page_in_excess_s - s.page_out_excess_s - s.other_excess_s for t, s in zip(runs.busy_s, samples)]
     return PagingCalibration(
         fit_paging_overhead(samples),
-        merge_timings(keeps),
         samples[0].page_ins,
         samples[0].page_outs,
-        statistics.median(totals),
+        statistics.median(runs.busy_s),
         statistics.median(preds),
     )
 
@@ -228,9 +260,11 @@ def measured_costs(
 
 __all__ = [
     "PagingCalibration",
+    "PagingRuns",
     "ProgramTiming",
+    "calibrate_paging",
     "keep_schedule",
-    "measure_paging_overhead",
+    "run_paging_schedule",
     "merge_timings",
     "paging_sample",
     "measure_program",

@@ -51,6 +51,13 @@ def register(subparsers) -> None:
         help="torch threads to measure with (default 1; training with this profile uses the same)",
     )
     p.add_argument("--runs", type=int, default=20, help="measured executions of each model's step (default 20)")
+    p.add_argument(
+        "--seconds",
+        type=float,
+        default=40.0,
+        help="measure for about this long (default 40): after the storage sweep, paging runs and "
+        "keep-everything runs alternate until then, to average the machine's drift in speed",
+    )
     p.add_argument("--name", default=None, help="the profile's device name (default host; board with --import)")
     p.add_argument("--quick", action="store_true", help="tiny sweep and few runs: a complete but rough profile")
     p.add_argument(
@@ -151,6 +158,8 @@ def cmd_profile(a) -> int:
             )
         if a.threads < 1 or a.runs < 1:
             raise ValueError("--threads and --runs must be at least 1")
+        if not (a.seconds >= 0 and a.seconds < 3600):
+            raise ValueError(f"--seconds must be between 0 and 3600, got {a.seconds}")
         return _measure(a, say)
     except (ValueError, OSError, FileExistsError) as e:
         print(f"poet: error: {e}", file=sys.stderr)
@@ -172,7 +181,7 @@ def _measure(a, say) -> int:
     )
     from ..hardware.profile_storage import FULL_SIZES, QUICK_SIZES, profile_storage
     from .executor import Executor
-    from .measure import keep_schedule, measure_paging_overhead, measure_program, merge_timings
+    from .measure import calibrate_paging, keep_schedule, measure_program, merge_timings, run_paging_schedule
 
     t0 = time.perf_counter()
     specs = [s.strip() for s in a.model.split(",") if s.strip()] if a.model else list(STANDARD_MODELS)
@@ -187,18 +196,19 @@ def _measure(a, say) -> int:
         power = choose_power(rapl_w, a.power_w, a.storage_power_w)
         directory = a.dir or tempfile.gettempdir()
         say(f"storage: files in {directory}")
-        # one keep-everything run of the first model after each size of the sweep: on a shared machine
-        # the speed drifts over seconds, and runs spread over the whole profile average that drift
+        # short bursts of keep-everything runs of the first model, their first runs left out, after each
+        # size of the sweep and each block of paging runs: computes are priced as training runs them,
+        # back to back, and bursts spread over the profile average the machine's drift in speed
         meter, keep = Executor(programs[0]), keep_schedule(programs[0])
-        spread = []
+        bursts = []
 
-        def between():
-            spread.append(measure_program(programs[0], runs=1, warmup=1, executor=meter, schedule=keep))
+        def burst():
+            bursts.append(measure_program(programs[0], runs=3, warmup=3, executor=meter, schedule=keep))
 
         storage = profile_storage(
-            directory, QUICK_SIZES if a.quick else FULL_SIZES, 2 if a.quick else 5, progress=say, between=between
+            directory, QUICK_SIZES if a.quick else FULL_SIZES, 2 if a.quick else 5, progress=say, between=burst
         )
-        fams, rate = fit_families(op_samples(programs, timings))  # refitted below with more runs
+        fams, rate = fit_families(op_samples(programs, timings))  # refitted below with all the bursts
         hp = HostProfile(
             name=a.name or "host",
             threads=a.threads,
@@ -210,18 +220,27 @@ def _measure(a, say) -> int:
             models=specs,
             command="poet " + " ".join(sys.argv[1:]),
         )
-        # paging calibration, alternated with keep-everything runs of the first model, which join its samples
-        cal = measure_paging_overhead(programs[0], profile_device(hp), runs=runs, paging_dir=directory, progress=say)
-        timings[0] = merge_timings([timings[0], *spread, cal.keep])
+        # paging calibration: a paging schedule of the first model in blocks, with bursts between
+        pages = run_paging_schedule(
+            programs[0],
+            profile_device(hp),
+            runs=runs,
+            until=None if a.quick else t0 + a.seconds,
+            between=burst,
+            paging_dir=directory,
+            progress=say,
+        )
+        timings[0] = merge_timings([timings[0], *bursts])
         samples = op_samples(programs, timings)
         fams, rate = fit_families(samples)
         hp.families, hp.flops_per_s = fams, rate
         hp.free_overhead_s = statistics.median(t.free_busy_s for t in timings)
+        cal = calibrate_paging(pages, timings[0])
         fit = cal.fit
         hp.page_in_overhead_s, hp.page_out_overhead_s = fit.page_in_s, fit.page_out_s
         hp.page_overhead_note = (
             f"{specs[0]}, paging all but every 3rd forward output ({cal.page_ins} page-ins, {cal.page_outs} "
-            f"page-outs), {fit.runs} runs alternated with keep-everything runs: per page-in "
+            f"page-outs), {fit.runs} runs in blocks of 5: per page-in "
             f"{fit.page_in_direct_s * 1e6:.0f} us and per page-out {fit.page_out_direct_s * 1e6:.0f} us beyond the "
             f"storage fit, computes after them {fit.other_per_page_s * 1e6:+.0f} us per page-in/out; run "
             f"{cal.measured_s * 1e3:.2f} ms busy vs {cal.predicted_s * 1e3:.2f} ms without the overhead (medians)"
