@@ -176,18 +176,27 @@ def test_ctrl_c_cancels_the_tasks_in_flight_and_keeps_finished_points(ray_local,
     )
     backend = RayBackend(jobs=2, task=_slow_unless_keep_all(str(marks)))
 
+    sweeping = threading.Event()  # the Ctrl-C goes only to a sweep still running, never to a later test
+
     def interrupt_once_slow_points_run():
         deadline = time.monotonic() + 40
         while time.monotonic() < deadline and not list(marks.glob("started-*")):
             time.sleep(0.2)
         time.sleep(0.5)
-        os.kill(os.getpid(), signal.SIGINT)
+        if sweeping.is_set():
+            os.kill(os.getpid(), signal.SIGINT)
 
-    threading.Thread(target=interrupt_once_slow_points_run, daemon=True).start()
+    interrupter = threading.Thread(target=interrupt_once_slow_points_run, daemon=True)
     log = io.StringIO()
     t0 = time.monotonic()
-    with pytest.raises(KeyboardInterrupt):
-        run_sweep(spec, tmp_path / "s", backend=backend, stream=log)
+    sweeping.set()
+    interrupter.start()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            run_sweep(spec, tmp_path / "s", backend=backend, stream=log)
+    finally:
+        sweeping.clear()
+        interrupter.join()
     assert time.monotonic() - t0 < 45
     assert "interrupted:" in log.getvalue() and "run the same command again to resume" in log.getvalue()
     assert backend.in_flight() == 0
