@@ -22,10 +22,12 @@ def tiling_text(p: TiledProblem, s: Schedule, costs: TilingCosts | None) -> str:
             items = sorted(plan.counts.items(), key=lambda kv: -kv[1])
             shown = ", ".join(f"{k} x{v}" for k, v in items[:SHOW_LAYERS])
             more = f" and {len(items) - SHOW_LAYERS} more" if len(items) > SHOW_LAYERS else ""
-            lines.append(
-                f"Tiling (--tile {plan.mode}): {len(items)} layers split to fit "
-                f"{fmt_bytes(plan.budget_bytes)}: {shown}{more}"
+            goal = (
+                f"to fit {fmt_bytes(plan.budget_bytes)}"
+                if plan.fits
+                else f"as far as the planner went toward {fmt_bytes(plan.budget_bytes)}"
             )
+            lines.append(f"Tiling (--tile {plan.mode}): {len(items)} layers split {goal}: {shown}{more}")
             lines.append(
                 f"  minimum RAM of any schedule: untiled {fmt_bytes(plan.untiled_min_bytes)} "
                 f"({plan.untiled_min_bytes} B), tiled {fmt_bytes(plan.tiled_min_bytes)} "
