@@ -21,9 +21,9 @@ __all__ = [
 _WHERE = {
     "Executor": "executor",
     "ExecutionError": "executor",
-    "RunResult": "executor",
+    "RunResult": "run_result",
     "run_schedule": "executor",
-    "InstructionRecord": "executor",
+    "InstructionRecord": "run_result",
     "reference_schedule": "reference",
     "reference_steps": "reference",
     "PagingError": "store",
