@@ -124,6 +124,8 @@ def test_cli_train_check(capsys):
     out = capsys.readouterr().out
     assert rc == 0, out
     assert "step    3/3" in out and "loss curve identical: True" in out
+    # m4 (the default) is not a profile of this machine: the ratios are said to compare two machines
+    assert "m4 is not a profile of this machine" in out and "poet profile --model mlp --out host.toml" in out
 
 
 def test_cli_plan_writes_schedule(tmp_path, capsys):

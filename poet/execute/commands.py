@@ -300,6 +300,11 @@ def cmd_train(a) -> int:
             f"busy = wall seconds minus waits for a CPU behind other processes, see docs/devices.md):"
         )
         say(timing_table(timing))
+        if not pl.threads:  # not a measured profile: its time is another machine's
+            say(
+                f"note: {pl.device} is not a profile of this machine, so the ratios compare two machines; "
+                f"`poet profile --model {a.model} --out host.toml` then --device host.toml predicts this one"
+            )
         report = {
             "model": a.model,
             "device": pl.device,
@@ -312,6 +317,7 @@ def cmd_train(a) -> int:
             "predicted_peak_bytes": pl.totals.peak_ram_bytes,
             "budget_bytes": pl.schedule.budget.ram_bytes,
             "torch_threads": pl.threads or torch.get_num_threads(),
+            "device_measured": bool(pl.threads),  # a `poet profile` of a machine, not a built-in device
             "per_iteration": next(t.as_dict() for t in timing if t.kind == "total"),
             "per_kind": [t.as_dict() for t in timing if t.kind != "total"],
             "step_seconds": [r.seconds["total"] for r in results],
