@@ -12,7 +12,6 @@ import io
 import json
 import os
 import signal
-import threading
 import time
 
 import pytest
@@ -34,6 +33,86 @@ GRID = {
     "gap": 1e-6,
     "tile": "off",  # 40% is below linear's and vgg16_cifar's untiled minimum: auto would tile it (test_sweep_tile.py)
 }
+
+
+# A sweep on a Ray it starts, in a process of its own: the chen and capuchin points sleep 60 s
+# (marking when they start and finish), keep-all solves at once.
+CTRL_C_DRIVER = """
+import os, sys
+from poet.sweep import SweepSpec, run_sweep
+from poet.sweep.ray_backend import RayBackend, import_ray
+
+marks, out = sys.argv[1], sys.argv[2]
+
+
+def task(spec_d, strategy, memory, runtime, graph):
+    import time
+
+    from poet.sweep.points import solve_point
+
+    if strategy != "keep-all":
+        open(os.path.join(marks, "started-" + strategy), "w").close()
+        time.sleep(60)
+        open(os.path.join(marks, "finished-" + strategy), "w").close()
+    return solve_point(spec_d, strategy, memory, runtime, graph)
+
+
+ray = import_ray(local=True)
+ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level="ERROR",
+         object_store_memory=100 * 2**20)
+spec = SweepSpec(model="linear", device="a72", memories=["100%"], runtimes=["1.5x"],
+                 strategies=["keep-all", "chen", "capuchin"])
+backend = RayBackend(jobs=2, task=task)
+try:
+    run_sweep(spec, out, backend=backend, stream=sys.stdout)
+except KeyboardInterrupt:
+    print("in flight after the Ctrl-C:", backend.in_flight(), flush=True)
+    ray.shutdown()
+    sys.exit(130)
+ray.shutdown()
+print("the sweep ended without a Ctrl-C")
+"""
+
+
+def test_ctrl_c_cancels_the_tasks_in_flight_and_keeps_finished_points(tmp_path):
+    # first in this file, before its tests start their own Ray: the Ctrl-C goes to a process of its
+    # own, as a user's does, never to the test process
+    import subprocess
+    import sys
+
+    marks, out = tmp_path / "marks", tmp_path / "s"
+    marks.mkdir()
+    driver = tmp_path / "driver.py"
+    driver.write_text(CTRL_C_DRIVER)
+    p = subprocess.Popen(
+        [sys.executable, str(driver), str(marks), str(out)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not list(marks.glob("started-*")) and p.poll() is None:
+            time.sleep(0.2)
+        assert list(marks.glob("started-*")), "no slow point started within 120 s"
+        time.sleep(0.5)
+        t0 = time.monotonic()
+        p.send_signal(signal.SIGINT)
+        text, _ = p.communicate(timeout=90)
+    finally:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
+    assert p.returncode == 130, text
+    assert time.monotonic() - t0 < 45, text
+    assert "interrupted:" in text and "run the same command again to resume" in text, text
+    assert "in flight after the Ctrl-C: 0" in text, text
+    saved = {r["key"] for r in load_sweep(out)["points"]}
+    assert "keep-all|100%|1.5x" in saved and "chen|100%|1.5x" not in saved
+    time.sleep(2)
+    assert not list(marks.glob("finished-*"))  # the cancelled tasks did not run on
+    assert not (out / ".sweep.lock").exists()
 
 
 @pytest.fixture(scope="module")
@@ -151,57 +230,3 @@ def test_resume_on_ray_skips_finished_points(ray_local, tmp_path):
     rows = {r["key"]: r for r in doc["points"]}
     assert all(rows[r["key"]]["solve_seconds"] == 12345.0 for r in keep)
     assert {r["key"]: r["energy_j"] for r in first["points"]} == {k: r["energy_j"] for k, r in rows.items()}
-
-
-def _slow_unless_keep_all(marks):
-    def task(spec_d, strategy, memory, runtime, graph):
-        import time as t
-
-        from poet.sweep.points import solve_point
-
-        if strategy != "keep-all":
-            open(os.path.join(marks, f"started-{strategy}"), "w").close()
-            t.sleep(60)
-            open(os.path.join(marks, f"finished-{strategy}"), "w").close()
-        return solve_point(spec_d, strategy, memory, runtime, graph)
-
-    return task
-
-
-def test_ctrl_c_cancels_the_tasks_in_flight_and_keeps_finished_points(ray_local, tmp_path):
-    marks = tmp_path / "marks"
-    marks.mkdir()
-    spec = SweepSpec(
-        model="linear", device="a72", memories=["100%"], runtimes=["1.5x"], strategies=["keep-all", "chen", "capuchin"]
-    )
-    backend = RayBackend(jobs=2, task=_slow_unless_keep_all(str(marks)))
-
-    sweeping = threading.Event()  # the Ctrl-C goes only to a sweep still running, never to a later test
-
-    def interrupt_once_slow_points_run():
-        deadline = time.monotonic() + 40
-        while time.monotonic() < deadline and not list(marks.glob("started-*")):
-            time.sleep(0.2)
-        time.sleep(0.5)
-        if sweeping.is_set():
-            os.kill(os.getpid(), signal.SIGINT)
-
-    interrupter = threading.Thread(target=interrupt_once_slow_points_run, daemon=True)
-    log = io.StringIO()
-    t0 = time.monotonic()
-    sweeping.set()
-    interrupter.start()
-    try:
-        with pytest.raises(KeyboardInterrupt):
-            run_sweep(spec, tmp_path / "s", backend=backend, stream=log)
-    finally:
-        sweeping.clear()
-        interrupter.join()
-    assert time.monotonic() - t0 < 45
-    assert "interrupted:" in log.getvalue() and "run the same command again to resume" in log.getvalue()
-    assert backend.in_flight() == 0
-    saved = {r["key"] for r in load_sweep(tmp_path / "s")["points"]}
-    assert "keep-all|100%|1.5x" in saved and "chen|100%|1.5x" not in saved
-    time.sleep(2)
-    assert not list(marks.glob("finished-*"))  # the cancelled tasks did not run on
-    assert not (tmp_path / "s" / ".sweep.lock").exists()
