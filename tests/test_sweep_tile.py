@@ -143,9 +143,12 @@ class WrongGraph(InProcess):
 
 
 def test_a_tiled_schedule_on_another_graph_is_refused(tmp_path):
+    from poet.sweep.points import TOTALS_COLUMNS
+
     spec = SweepSpec(model="linear", device="m4", memories=[BELOW], runtimes=["none"], strategies=["keep-all", "poet"])
     spec.time_limit_s = 1
     doc = run_sweep(spec, tmp_path / "w", backend=WrongGraph(), progress=False)
     r = next(r for r in doc["points"] if r["strategy"] == "poet")
     assert r["status"] == "error" and "not this sweep's tiling for this budget" in r["message"], r
     assert r["schedule_file"] is None
+    assert all(r[k] is None for k in TOTALS_COLUMNS)  # nothing of the refused schedule is reported

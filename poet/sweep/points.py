@@ -149,17 +149,26 @@ def make_row(spec_d: dict, g, strategy: str, memory: str, runtime: str, b, s) ->
     return row
 
 
+# a row's columns that come from its validated schedule's totals (same names as the Totals fields)
+TOTALS_COLUMNS = (
+    "energy_j",
+    "compute_energy_j",
+    "paging_energy_j",
+    "runtime_s",
+    "peak_ram_bytes",
+    "recomputes",
+    "page_ins",
+    "page_outs",
+)
+
+
 def set_totals(row: dict, t) -> None:
     """Copy a validated schedule's totals into its row (nothing when there is no schedule)."""
     if t is None:
         return
-    row.update(
-        energy_j=t.energy_j,
-        compute_energy_j=t.compute_energy_j,
-        paging_energy_j=t.paging_energy_j,
-        runtime_s=t.runtime_s,
-        peak_ram_bytes=t.peak_ram_bytes,
-        recomputes=t.recomputes,
-        page_ins=t.page_ins,
-        page_outs=t.page_outs,
-    )
+    row.update({k: getattr(t, k) for k in TOTALS_COLUMNS})
+
+
+def clear_totals(row: dict) -> None:
+    """Empty a row's totals: its schedule was refused."""
+    row.update(dict.fromkeys(TOTALS_COLUMNS))

@@ -21,7 +21,7 @@ from ..schedule.core import FEASIBLE, INFEASIBLE, NO_SOLUTION, OPTIMAL
 from ..units import fmt_energy
 from .grid import SWEEP_FORMAT, SweepSpec, check_grid, order_key, point_key, point_tiles
 from .io import DirLock, prepare_out_dir, rows_to_csv, schedule_file
-from .points import budget_of, make_row, set_totals
+from .points import budget_of, clear_totals, make_row, set_totals
 from .reuse import pick, reusable
 
 ERROR = "error"
@@ -167,17 +167,7 @@ class SweepRun:
             elif sched.get("graph") != self._point_graph(p, row):
                 why = "its graph is not this sweep's" + (" tiling for this budget" if row.get("tiled_nodes") else "")
         if why is not None:
-            for k in (
-                "energy_j",
-                "compute_energy_j",
-                "paging_energy_j",
-                "runtime_s",
-                "peak_ram_bytes",
-                "recomputes",
-                "page_ins",
-                "page_outs",
-            ):
-                row[k] = None
+            clear_totals(row)
             row.update(status=ERROR, message=f"the schedule from the worker was refused: {why}"[:300])
             return None
         set_totals(row, sc.totals)
