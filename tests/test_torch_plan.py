@@ -125,6 +125,7 @@ def test_cli_train_check(capsys):
     assert rc == 0, out
     assert "step    3/3" in out and "loss curve identical: True" in out
     # m4 (the default) is not a profile of this machine: the ratios are said to compare two machines
+    assert "the timed steps took" in out and "of their median" in out  # steps 2-3: the machine's spread
     assert "m4 is not a profile of this machine" in out and "poet profile --model mlp --out host.toml" in out
 
 

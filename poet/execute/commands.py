@@ -236,6 +236,7 @@ def cmd_plan(a) -> int:
 
 def cmd_train(a) -> int:
     import copy
+    import statistics
 
     import torch
 
@@ -300,6 +301,14 @@ def cmd_train(a) -> int:
             f"busy = wall seconds minus waits for a CPU behind other processes, see docs/devices.md):"
         )
         say(timing_table(timing))
+        steady = [busy_seconds(r.seconds, r.busy_seconds) for r in steady_results(results)]
+        if len(steady) >= 2:
+            mid = statistics.median(steady)
+            say(
+                f"the timed steps took {min(steady) * 1e3:.2f}-{max(steady) * 1e3:.2f} ms busy "
+                f"({(min(steady) / mid - 1):+.0%} to {(max(steady) / mid - 1):+.0%} of their median): "
+                f"how steady this machine ran; more --steps average more of it"
+            )
         if not pl.threads:  # not a measured profile: its time is another machine's
             say(
                 f"note: {pl.device} is not a profile of this machine, so the ratios compare two machines; "
