@@ -3,6 +3,10 @@ exhaustive oracle, and with lives enough it reaches the oracle's optimum on smal
 
 from __future__ import annotations
 
+import os
+import signal
+import time
+
 import pytest
 from bruteforce import brute_force_energy
 from conftest import random_dag, training_chain
@@ -205,6 +209,30 @@ def test_every_greedy_plan_is_a_solution_of_the_interval_model_at_its_own_cost(m
         solver.parameters.fix_variables_to_their_hinted_value = True
         solver.parameters.num_workers = 1
         solver.parameters.max_time_in_seconds = 20
+        solver.parameters.catch_sigint_signal = False  # else it leaves SIGINT at the default (below)
         assert solver.Solve(m.m) == cp_model.OPTIMAL
         extra = (plan_costs(g, p, b.paging_time)[0] - g.plain_energy_j) / g.plain_energy_j
         assert solver.ObjectiveValue() / intervals.OBJ_SCALE == pytest.approx(extra, abs=1e-5)
+
+
+def _sigint_caught() -> bool:
+    """Does this process catch SIGINT at the system level (Linux: /proc/self/status SigCgt)?"""
+    with open("/proc/self/status") as f:
+        caught = next(int(ln.split()[1], 16) for ln in f if ln.startswith("SigCgt:"))
+    return bool(caught >> (signal.SIGINT - 1) & 1)
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="reads Linux's /proc")
+def test_the_interval_search_leaves_ctrl_c_to_python():
+    # CP-SAT's own SIGINT handler, once it goes, leaves SIGINT at the system default: a later Ctrl-C
+    # would kill the process outright instead of raising KeyboardInterrupt
+    assert _sigint_caught() and signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    g = training_chain(6, 1)
+    b = _budget(g, 0.6, 1.5)
+    for stop in (None, lambda: False):
+        intervals.interval_plan(g, b, time_limit=5.0, lives=2, stop=stop)
+        assert _sigint_caught(), "after the interval search SIGINT no longer reaches Python"
+    with pytest.raises(KeyboardInterrupt):  # and a Ctrl-C is Python's KeyboardInterrupt
+        os.kill(os.getpid(), signal.SIGINT)
+        for _ in range(100):
+            time.sleep(0.01)

@@ -38,7 +38,12 @@ GRID = {
 # A sweep on a Ray it starts, in a process of its own: the chen and capuchin points sleep 60 s
 # (marking when they start and finish), keep-all solves at once.
 CTRL_C_DRIVER = """
-import os, sys
+import os, signal, sys
+
+# as a shell starts a command: SIGINT unblocked and at Python's default, whatever the test process
+# (threads of Ray, CP-SAT, torch) hands down
+signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+signal.signal(signal.SIGINT, signal.default_int_handler)
 from poet.sweep import SweepSpec, run_sweep
 from poet.sweep.ray_backend import RayBackend, import_ray
 

@@ -355,35 +355,34 @@ def interval_plan(
             if self.ObjectiveValue() <= goal:
                 self.StopSearch()
 
-    if stop is None:
-        status = solver.Solve(model.m, _Stop())
-    else:
-        # searched in a thread (CP-SAT releases the GIL), so that this one can poll; SIGINT is left
-        # to the caller, whose stop() it may set
-        import threading
+    # searched in a thread (CP-SAT releases the GIL), so that this one can poll stop() and take a
+    # Ctrl-C at once.  CP-SAT must not catch SIGINT itself: its handler, when it goes, leaves SIGINT
+    # at the system default (measured: after one solve a Ctrl-C killed the process outright, with no
+    # KeyboardInterrupt, no "stopping early" and no cleanup)
+    import threading
 
-        solver.parameters.catch_sigint_signal = False
-        out: list = []
+    solver.parameters.catch_sigint_signal = False
+    out: list = []
 
-        def solve():
-            try:
-                out.append(solver.Solve(model.m, _Stop()))
-            except BaseException as e:  # raised again below, in the caller's thread
-                out.append(e)
-
-        search = threading.Thread(target=solve, daemon=True)
-        search.start()
+    def solve():
         try:
-            while search.is_alive():
-                search.join(0.1)
-                if stop():
-                    solver.StopSearch()
-        except BaseException:  # a second Ctrl-C: let CP-SAT's thread end too
-            solver.StopSearch()
-            raise
-        if isinstance(out[0], BaseException):
-            raise out[0]
-        status = out[0]
+            out.append(solver.Solve(model.m, _Stop()))
+        except BaseException as e:  # raised again below, in the caller's thread
+            out.append(e)
+
+    search = threading.Thread(target=solve, daemon=True)
+    search.start()
+    try:
+        while search.is_alive():
+            search.join(0.1)
+            if stop is not None and stop():
+                solver.StopSearch()
+    except BaseException:  # Ctrl-C: let CP-SAT's thread end too
+        solver.StopSearch()
+        raise
+    if isinstance(out[0], BaseException):
+        raise out[0]
+    status = out[0]
     if info is not None:
         proto = model.m.Proto()
         info.update(
