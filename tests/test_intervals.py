@@ -226,7 +226,18 @@ def _sigint_caught() -> bool:
 def test_the_interval_search_leaves_ctrl_c_to_python():
     # CP-SAT's own SIGINT handler, once it goes, leaves SIGINT at the system default: a later Ctrl-C
     # would kill the process outright instead of raising KeyboardInterrupt
-    assert _sigint_caught() and signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    # caught and unblocked, whatever ran before in this process
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    mask = signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+    try:
+        _search_and_check_ctrl_c()
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+        signal.signal(signal.SIGINT, previous)
+
+
+def _search_and_check_ctrl_c() -> None:
+    assert _sigint_caught()
     g = training_chain(6, 1)
     b = _budget(g, 0.6, 1.5)
     for stop in (None, lambda: False):
