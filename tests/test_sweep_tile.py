@@ -143,7 +143,7 @@ class WrongGraph(InProcess):
 
 
 def test_a_tiled_schedule_on_another_graph_is_refused(tmp_path):
-    from poet.sweep.points import TOTALS_COLUMNS
+    from poet.sweep.grid import TOTALS_COLUMNS
 
     spec = SweepSpec(model="linear", device="m4", memories=[BELOW], runtimes=["none"], strategies=["keep-all", "poet"])
     spec.time_limit_s = 1

@@ -22,6 +22,18 @@ DEFAULT_STRATEGIES = ("poet", "remat", "paging", "keep-all", "chen", "capuchin")
 # likelier than a plan.
 MAX_POINTS = 10_000
 
+# a row's columns that come from its validated schedule's totals (same names as the Totals fields)
+TOTALS_COLUMNS = (
+    "energy_j",
+    "compute_energy_j",
+    "paging_energy_j",
+    "runtime_s",
+    "peak_ram_bytes",
+    "recomputes",
+    "page_ins",
+    "page_outs",
+)
+
 COLUMNS = [
     "key",
     "model",
@@ -35,14 +47,7 @@ COLUMNS = [
     "runtime_budget_s",
     "runtime_budget_x",
     "status",
-    "energy_j",
-    "compute_energy_j",
-    "paging_energy_j",
-    "runtime_s",
-    "peak_ram_bytes",
-    "recomputes",
-    "page_ins",
-    "page_outs",
+    *TOTALS_COLUMNS,
     "solve_seconds",
     "gap",
     "bound_energy_j",

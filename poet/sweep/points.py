@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from .grid import COLUMNS, point_key, point_tiles
+from .grid import COLUMNS, TOTALS_COLUMNS, point_key, point_tiles
 
 _GRAPHS: dict = {}
 
@@ -147,19 +147,6 @@ def make_row(spec_d: dict, g, strategy: str, memory: str, runtime: str, b, s) ->
     )
     set_totals(row, s.totals)
     return row
-
-
-# a row's columns that come from its validated schedule's totals (same names as the Totals fields)
-TOTALS_COLUMNS = (
-    "energy_j",
-    "compute_energy_j",
-    "paging_energy_j",
-    "runtime_s",
-    "peak_ram_bytes",
-    "recomputes",
-    "page_ins",
-    "page_outs",
-)
 
 
 def set_totals(row: dict, t) -> None:
