@@ -295,14 +295,14 @@ def cmd_train(a) -> int:
             f"{peak <= pl.schedule.budget.ram_bytes}"
         )
         timing = median_rows(results)
-        timed = len(steady_results(results))
+        steady = [busy_seconds(r.seconds, r.busy_seconds) for r in steady_results(results)]
+        timed = len(steady)
         say(
             f"predicted vs measured (median of {timed} steps{', the first left out' if timed < len(results) else ''}; "
             f"busy = wall seconds minus waits for a CPU behind other processes, see docs/devices.md):"
         )
         say(timing_table(timing))
-        steady = [busy_seconds(r.seconds, r.busy_seconds) for r in steady_results(results)]
-        if len(steady) >= 2:
+        if timed >= 2:
             mid = statistics.median(steady)
             say(
                 f"the timed steps took {min(steady) * 1e3:.2f}-{max(steady) * 1e3:.2f} ms busy "
