@@ -1,0 +1,71 @@
+"""How each aten op (or tile kernel) of a traced program becomes one call of a C kernel.
+
+An op's *spec* is a function of its FX node returning a :class:`CallSpec`: the C kernel to call, the
+node's tensor arguments in the kernel's input order (FX nodes, or ``None`` for an absent optional
+tensor) and its non-tensor arguments flattened into scalars.  The kernel's outputs are the op's own
+outputs, in order (every item of a tuple-returning op; a ``None`` item is passed as ``PK_NONE``).
+Specs live one family per module (``ops_*.py``) beside their kernels (``runtime/kernels_*.c``); this
+module is the registry they fill, and :mod:`poet.cbackend.vocabulary` the door the lowering reads it
+through.  An op with no spec is refused before anything is built, with the node named
+(:class:`UnsupportedOp`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["SPECS", "CallSpec", "UnsupportedOp", "flat_ints", "register", "target_key"]
+
+Scalar = int | float
+
+
+@dataclass(frozen=True)
+class CallSpec:
+    """One kernel call: ``pk_<kernel>(inputs..., outputs..., scalars...)``."""
+
+    kernel: str  # C function name without the ``pk_`` prefix
+    inputs: tuple[Any, ...]  # FX nodes (tensor arguments) or None, in the kernel's input order
+    scalars: tuple[Scalar, ...] = ()
+    # True: the lowering views every tensor input with the first output's shape (broadcast dimensions
+    # get stride 0, missing leading ones are added), so a pointwise kernel walks one shape
+    broadcast: bool = False
+
+
+class UnsupportedOp(ValueError):
+    """An op the C backend has no kernel for (raised before anything is built)."""
+
+
+SpecFn = Callable[[Any], CallSpec]
+SPECS: dict[str, SpecFn] = {}  # registry key (target_key) -> spec; filled by the ops_* modules
+
+
+def target_key(target) -> str:
+    """The registry key of an FX call target: ``aten.relu.default`` for an aten overload, the
+    function's qualified name (``poet.execute.tiled_ops.tile_conv``) for a Python tile kernel."""
+    name = getattr(target, "_name", None)  # torch OpOverload: 'aten::relu' + overload
+    if name is not None and hasattr(target, "_overloadname"):
+        ns, _, op = name.partition("::")
+        return f"{ns}.{op}.{target._overloadname or 'default'}"
+    return f"{getattr(target, '__module__', '?')}.{getattr(target, '__qualname__', repr(target))}"
+
+
+def register(*keys: str) -> Callable[[SpecFn], SpecFn]:
+    """Decorator: ``@register("aten.relu.default")`` makes the function the spec of those ops."""
+
+    def deco(fn: SpecFn) -> SpecFn:
+        for k in keys:
+            if k in SPECS:
+                raise AssertionError(f"two specs for {k}")
+            SPECS[k] = fn
+        return fn
+
+    return deco
+
+
+def flat_ints(xs) -> tuple[int, ...]:
+    """A list argument (stride, padding, dims ...) as ints; a single int as a 1-tuple."""
+    if isinstance(xs, (list, tuple)):
+        return tuple(int(x) for x in xs)
+    return (int(xs),)
