@@ -328,3 +328,10 @@ def capuchin_plan(
     if stopped:
         info["stopped"] = stopped
     return plan, steps, info
+
+
+# The published policy (:mod:`.capuchin_paper`) replays its plans with the same machinery.
+EvictionPlan = _Plan
+stage_profile = _stage_profile
+stage_times = _stage_times
+delta_time = _delta_time
