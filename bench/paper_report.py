@@ -540,5 +540,6 @@ def write_report(rows: list[dict], doc: Path, *, quick: bool, run_dir: Path) -> 
     for s in sections:
         L += s + [""]
     text = "\n".join(L).rstrip() + "\n"
+    doc.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_text(doc, text)
     return [doc] + ([img] if img else [])

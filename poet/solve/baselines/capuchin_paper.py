@@ -27,7 +27,16 @@ from bisect import bisect_left, bisect_right
 from ...graph.core import CostedGraph
 from ...schedule.core import PAGING_HIDDEN, PAGING_OVERLAP, Budget, Step
 from ...schedule.validate import simulate
-from .capuchin import RECOMPUTE, SWAP, EvictionPlan, delta_time, stage_profile, stage_times
+from .capuchin import (
+    RECOMPUTE,
+    SWAP,
+    EvictionPlan,
+    delta_time,
+    eviction_candidates,
+    out_of_time_check,
+    stage_profile,
+    stage_times,
+)
 
 
 def _gap_compute_time(prefix: list[float], a: int, b: int) -> float:
@@ -44,12 +53,7 @@ def capuchin_paper_plan(
     nob = Budget(ram_bytes=10**30, runtime_s=None, paging_time=budget.paging_time)
     mode = budget.paging_time
     nodes = g.nodes
-    cands = [
-        (i, acc[j], acc[j + 1])
-        for i, acc in enumerate(plan.access)
-        for j in range(len(acc) - 1)
-        if acc[j + 1] > acc[j] + 1 and nodes[i].ram_bytes > 0
-    ]
+    cands = eviction_candidates(g, plan)
     prefix = [0.0]
     for nd in nodes:
         prefix.append(prefix[-1] + nd.compute_time_s)
@@ -74,12 +78,7 @@ def capuchin_paper_plan(
     def relieves(over, a, b) -> bool:
         return bisect_left(over, b) - bisect_right(over, a) > 0
 
-    def out_of_time() -> str | None:
-        if time_limit is not None and time.perf_counter() - t0 > time_limit:
-            return f"time limit ({time_limit:.3g} s)"
-        if stop is not None and stop():
-            return "stop request"
-        return None
+    out_of_time = out_of_time_check(t0, time_limit, stop)
 
     def take(i, a, b, m):
         nonlocal steps, rep, swaps, recomputes

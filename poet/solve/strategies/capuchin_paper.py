@@ -23,12 +23,5 @@ def solve_capuchin_paper(g: CostedGraph, budget: Budget, opts) -> Schedule:
             f"capuchin-paper stopped at its {info['stopped']} after {info['evictions']} evictions, before its "
             f"schedule fit (it needs {fmt_bytes(peak)} of RAM, budget {fmt_bytes(budget.ram_bytes)})"
         )
-        return Schedule(
-            graph=g,
-            budget=budget,
-            steps=(),
-            status=NO_SOLUTION,
-            strategy="capuchin-paper",
-            report=s.report.with_(message=msg),
-        )
+        return s.with_(status=NO_SOLUTION, report=s.report.with_(message=msg))
     return s
