@@ -25,6 +25,7 @@ the memory axis, O(N^3 S) work for N layers and S slots.
 from __future__ import annotations
 
 import math
+import sys
 import time
 from dataclasses import dataclass
 
@@ -36,6 +37,8 @@ from .chain import Chain, read_chain
 
 INF = math.inf
 MAX_SLOTS = 1000  # memory resolution of the tables (at most; POFO's experiments used a few hundred)
+MAX_CELLS = 150_000_000  # table entries kept (8 bytes each): long chains get fewer slots, not gigabytes
+MIN_SLOTS = 16
 
 
 class PofoStopped(Exception):
@@ -79,6 +82,13 @@ class _Tables:
         self.pi = [w(v, "page_in") for v in chain.fwd]
         self.rin, self.rout = chain.reads_input, chain.reads_output
         self.m = np.arange(self.S + 1)
+        self.memo: dict = {}
+        self.cf_prefix = [0.0]
+        for c in self.cf:
+            self.cf_prefix.append(self.cf_prefix[-1] + c)
+        self.cb_prefix = [0.0]
+        for c in self.cb:
+            self.cb_prefix.append(self.cb_prefix[-1] + c)
         self.rot: dict[tuple[int, int, int], np.ndarray] = {}
         self.rot_stored: dict[tuple[int, int, int], np.ndarray] = {}  # the same, x_{s-1} on storage only
         for t in range(L):
@@ -100,7 +110,19 @@ class _Tables:
 
     def fwd_peak(self, a: int, b: int) -> int:
         """Free slots that computing f_a .. f_b in a row needs (x_{a-1} already counted)."""
-        return max([self.x[a]] + [self.x[k - 1] + self.x[k] for k in range(a + 1, b + 1)])
+        key = (a, b)
+        if key not in self.memo:
+            x = self.x
+            self.memo[key] = max(self.fwd_peak(a, b - 1), x[b - 1] + x[b]) if b > a else x[a]
+        return self.memo[key]
+
+    def fsum(self, a: int, b: int) -> float:
+        """Weight of f_a .. f_{b-1}."""
+        return self.cf_prefix[b] - self.cf_prefix[a]
+
+    def bsum(self, a: int, b: int) -> float:
+        """Weight of b_a .. b_{b-1}."""
+        return self.cb_prefix[b] - self.cb_prefix[a]
 
     # -- rotor: backward of layers s..t, x_{s-1} and g_{t+1} in RAM, x_t in RAM iff kt ----------
     def rot_options(self, s: int, t: int, kt: int, m):
@@ -120,25 +142,25 @@ class _Tables:
             if need is not None:  # b_t .. b_k read nothing but what is in RAM: run them first
                 m_end = m + d[t + 1] + kt * x[t] - d[k]
                 rest = self.at(self.rot[s, k - 1, 0], m_end)
-                ops.append((("tail", k), np.where(m >= need, sum(cb[k : t + 1]) + rest, INF)))
+                ops.append((("tail", k), np.where(m >= need, self.bsum(k, t + 1) + rest, INF)))
         for k in range(s + 1, t + 1):
             child = self.at(self.rot[k, t, kt], m - x[k - 1])
             keep = 1 if rout[k - 1] else 0
             m3 = m + d[t + 1] + kt * x[t] - d[k] - keep * x[k - 1]
             rest = self.at(self.rot[s, k - 1, keep], m3)
-            cost = sum(cf[s:k]) + child + rest
+            cost = self.fsum(s, k) + child + rest
             ops.append((("split", k), np.where(m >= self.fwd_peak(s, k - 1), cost, INF)))
             need = self.tail_needs(s, k - 1, keep) if s > 0 and not rout[s - 1] else None
             if need is not None:  # x_{s-1} dies after f_s: the rest of the segment is a tail
                 child = self.at(self.rot[k, t, kt], m - x[k - 1] + x[s - 1])
                 ok = (m >= x[s]) & (m + x[s - 1] >= self.fwd_peak(s, k - 1)) & (m3 + x[s - 1] >= need)
-                cost = sum(cf[s:k]) + child + sum(cb[s:k])
+                cost = self.fsum(s, k) + child + self.bsum(s, k)
                 ops.append((("split-free", k), np.where(ok, cost, INF)))
         return ops
 
     # -- the same with x_{s-1} on storage, not in RAM (an offloaded checkpoint) ------------------
     def stored_options(self, s: int, t: int, kt: int, m):
-        x, d, cb = self.x, self.d, self.cb
+        x, d = self.x, self.d
         ops = [("page_in", np.where(m >= x[s - 1], self.pi[s - 1] + self.at(self.rot[s, t, kt], m - x[s - 1]), INF))]
         if kt:
             ops.append(("drop", self.at(self.rot_stored[s, t, 0], m + x[t])))
@@ -147,12 +169,18 @@ class _Tables:
             if need is not None:
                 m_end = m + d[t + 1] + kt * x[t] - d[k]
                 rest = self.at(self.rot_stored[s, k - 1, 0], m_end) if k > s else 0.0
-                ops.append((("tail", k), np.where(m >= need, sum(cb[k : t + 1]) + rest, INF)))
+                ops.append((("tail", k), np.where(m >= need, self.bsum(k, t + 1) + rest, INF)))
         return ops
 
     def tail_needs(self, k: int, t: int, kt: int):
         """Free slots that running b_t .. b_k at once needs, or None when one of them reads a forward
         tensor that is not in RAM (only x_t, when kt, is)."""
+        key = ("tail", k, t, kt)
+        if key not in self.memo:
+            self.memo[key] = self._tail_needs(k, t, kt)
+        return self.memo[key]
+
+    def _tail_needs(self, k: int, t: int, kt: int):
         if any(self.rin[j] for j in range(k, t + 1)) or any(self.rout[j] for j in range(k, t)):
             return None
         if self.rout[t] and not kt:
@@ -194,7 +222,7 @@ class _Tables:
                 kt = 1 if self.rout[j] else 0
                 rot = self.at(self.rot_stored[i, j, kt], before) if off else self.at(self.rot[i, j, kt], before)
                 ok = (m >= x[i]) & (m + off >= self.fwd_peak(i, j))
-                cost = sum(cf[i : j + 1]) + child + rot + (po[i - 1] if off else 0.0)
+                cost = self.fsum(i, j + 1) + child + rot + (po[i - 1] if off else 0.0)
                 ops.append((("ck", j, how), np.where(ok, cost, INF)))
         return ops
 
@@ -381,8 +409,22 @@ def pofo_plan(
     free = ram_bytes - g.fixed_ram_bytes
     if free < 0:
         return PofoPlan((), INF, 1, 0, True)
-    tables = _Tables(g, chain, free, weights, max_slots, halt)
+    arrays = 2 * chain.layers * (chain.layers + 1)  # rotor tables, in RAM and stored, x_t kept or not
+    slots = min(max_slots, MAX_CELLS // max(arrays, 1) - 1)
+    if slots < MIN_SLOTS:
+        raise PofoStopped(
+            f"table size: a chain of {chain.layers} layers needs {arrays:,} tables, too many to keep "
+            f"{MIN_SLOTS} memory slots each in {MAX_CELLS * 8 / 1e9:.1f} GB"
+        )
+    tables = _Tables(g, chain, free, weights, slots, halt)
     value = float(tables.top[0][tables.S])
     if not math.isfinite(value):
         return PofoPlan((), INF, tables.unit, tables.S, tables.exact)
-    return PofoPlan(staged(tables.schedule()), value, tables.unit, tables.S, tables.exact)
+    # the schedule is read back recursively, one level per layer at most
+    old = sys.getrecursionlimit()
+    sys.setrecursionlimit(max(old, 4 * chain.layers + 1000))
+    try:
+        steps = staged(tables.schedule())
+    finally:
+        sys.setrecursionlimit(old)
+    return PofoPlan(steps, value, tables.unit, tables.S, tables.exact)
