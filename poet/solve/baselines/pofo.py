@@ -410,13 +410,13 @@ def pofo_plan(
     if free < 0:
         return PofoPlan((), INF, 1, 0, True)
     arrays = 2 * chain.layers * (chain.layers + 1)  # rotor tables, in RAM and stored, x_t kept or not
-    slots = min(max_slots, MAX_CELLS // max(arrays, 1) - 1)
-    if slots < MIN_SLOTS:
+    room = MAX_CELLS // max(arrays, 1) - 1
+    if room < MIN_SLOTS:
         raise PofoStopped(
             f"table size: a chain of {chain.layers} layers needs {arrays:,} tables, too many to keep "
             f"{MIN_SLOTS} memory slots each in {MAX_CELLS * 8 / 1e9:.1f} GB"
         )
-    tables = _Tables(g, chain, free, weights, slots, halt)
+    tables = _Tables(g, chain, free, weights, min(max_slots, room), halt)
     value = float(tables.top[0][tables.S])
     if not math.isfinite(value):
         return PofoPlan((), INF, tables.unit, tables.S, tables.exact)
