@@ -73,7 +73,7 @@ def rq1(rows) -> tuple[list[str], dict]:
         singles = [d[s]["energy_j"] for s in ("remat", "paging") if d.get(s) and d[s].get("energy_j") is not None]
         if p.get("energy_j") is not None and singles:
             saving = (1 - p["energy_j"] / min(singles)) * 100
-            sav = f"{saving:.3g}%"
+            sav = f"{saving:.3g}%" if abs(saving) >= 0.1 else "~0 (within the 0.1% gap)"
             if saving > best[k[2]][0]:
                 best[k[2]] = (saving, k)
         elif p.get("energy_j") is not None:
@@ -162,7 +162,7 @@ def rq5_plot(rows, img: Path) -> tuple[Path | None, list[str], bool]:
     fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.4), squeeze=False)
     monotone, varies, notes = True, False, []
     for ax, (dev, cost) in zip(axes[0], panels):
-        for (d, c, ram), pts in sorted(series.items()):
+        for (d, c, _ram), pts in sorted(series.items()):
             if (d, c) != (dev, cost):
                 continue
             pts.sort()
@@ -170,9 +170,8 @@ def rq5_plot(rows, img: Path) -> tuple[Path | None, list[str], bool]:
             ax.plot([x for x, _, _ in pts], ys, marker="o", label=_ramlabel(pts[0][2]).split(" (")[1].rstrip(")"))
             if any(b > a + 1e-3 + 0.01 * abs(a) for a, b in zip(ys, ys[1:])):
                 monotone = False
-                notes.append(
-                    f"{dev}, {cost}, RAM {ram}: energy rises somewhere as the deadline loosens (unproven points)"
-                )
+                where = _ramlabel(pts[0][2]).split(" (")[1].rstrip(")")
+                notes.append(f"on the {dev} under {cost} at {where} a looser deadline got a dearer (unproven) schedule")
             varies |= max(ys) - min(ys) > 0.1
         ax.set_title(f"resnet18_cifar, {dev}, {cost}", fontsize=9)
         ax.set_xlabel("deadline (x plain pass)")
@@ -204,7 +203,7 @@ def tx2(rows):
         if not pf or "ram_budget_bytes" not in pf:
             continue
         if pf.get("runtime_s") is None:
-            out.append(f"| {k[0]} | {_ramlabel(pf)} | {pf.get('status')}: {pf.get('message', '')[:80]} | | | | | | |")
+            out.append(f"| {k[0]} | {_ramlabel(pf)} | {pf.get('status')}: {pf.get('message', '')} | | | | | | |")
             continue
         rt = pf["runtime_s"] / pf["plain_runtime_s"]
         g = s = None
@@ -308,12 +307,20 @@ def write_report(rows: list[dict], doc: Path, *, quick: bool, run_dir: Path) -> 
                 or points that only the joint schedule fits)."""
             ),
             "",
-            "The largest savings: " + "; ".join(where1) + "." if where1 else "",
+            para(
+                """The largest savings: """
+                + "; ".join(where1)
+                + """.  On the A72 every saving is within the solver's 0.1% optimality gap: paging is so cheap
+                there that paging-only is within 0.06% of a plain pass.  A slightly negative saving is the same
+                gap (POET stops once proven within 0.1%)."""
+            )
+            if where1
+            else "",
             "",
             para(
                 """**Why the numbers differ.**  Three things shrink the saving under our cost model.  (1) The
-                deadline counts paging time (`serial`): at 1.2x a schedule cannot page much, so paging-only is
-                often infeasible or dear exactly where the joint schedule would mix.  (2) On the A72 paging is
+                deadline counts paging time (`serial`): a schedule pays for its transfers in time as well as energy,
+                so the joint schedule has less room to trade one technique for the other.  (2) On the A72 paging is
                 nearly free in energy (the SD card draws 0.15 W against the CPU's 3 W): paging alone is within a
                 fraction of a percent of a plain pass and there is nothing left to save.  (3) Our graphs keep what
                 autograd keeps (a conv's input, a ReLU's output, nothing for an add: docs/models.md); the original
