@@ -24,14 +24,26 @@ aten = torch.ops.aten
 
 
 def _own(t):
-    """``t`` with a storage of its own size (a crop of a bigger buffer is copied)."""
+    """``t`` with a storage of its own size (a crop of a bigger buffer is copied), in its own dim order.
+
+    A dense tensor keeps its layout (a channels-last convolution's tile stays channels-last), so the
+    traced program's views, checked against the traced layout, still apply to the tile.
+    """
     if t is None or not isinstance(t, torch.Tensor):
         return t
-    if not t.is_contiguous():
-        return t.contiguous()
-    if t.untyped_storage().nbytes() > t.numel() * t.element_size():
-        return t.clone()
+    if not _dense(t) or t.untyped_storage().nbytes() > t.numel() * t.element_size():
+        return t.clone(memory_format=torch.preserve_format if _dense(t) else torch.contiguous_format)
     return t
+
+
+def _dense(t) -> bool:
+    """Every element once, no gaps: strides a permutation of packed ones."""
+    expect = 1
+    for d in sorted(range(t.dim()), key=lambda d: (t.stride(d), -d)):
+        if t.shape[d] != 1 and t.stride(d) != expect:
+            return False
+        expect *= t.shape[d]
+    return True
 
 
 def _rows(pieces, dim: int, top: int = 0, bottom: int = 0, value: float = 0.0):
@@ -59,9 +71,24 @@ def _place(region, region_start: int, a: int, b: int, dim: int):
 
 
 # ------------------------------------------------------------------ assembling
-def tile_assemble(tiles, dim: int):
-    """The whole tensor from its tiles (for a consumer that is not tiled)."""
-    return _own(torch.cat(list(tiles), dim)) if len(tiles) > 1 else tiles[0].clone()
+def tile_assemble(tiles, dim: int, stride=None):
+    """The whole tensor from its tiles (for a consumer that is not tiled), laid out with ``stride``.
+
+    ``stride`` is the traced tensor's (None: contiguous).  The traced program's views of the
+    whole tensor were checked against that layout, and kernels choose their outputs' layout
+    from their inputs' (a CPU attention kernel's output is as transposed as its query), so a
+    whole tensor rebuilt from tiles must have it again.
+    """
+    if stride is None:
+        return _own(torch.cat(list(tiles), dim)) if len(tiles) > 1 else tiles[0].clone()
+    shape = list(tiles[0].shape)
+    shape[dim] = sum(t.shape[dim] for t in tiles)
+    out = torch.empty_strided(shape, tuple(stride), dtype=tiles[0].dtype)
+    at = 0
+    for t in tiles:
+        out.narrow(dim, at, t.shape[dim]).copy_(t)
+        at += t.shape[dim]
+    return out
 
 
 def tile_gather(pieces, dim: int):
