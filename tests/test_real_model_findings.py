@@ -80,15 +80,18 @@ class _CausalGPT(nn.Module):
         return self.head(self.ln(self.blocks(x)))
 
 
-def test_causal_gpt_tiled_below_its_untiled_minimum_plans_and_runs_within_the_bound():
+@pytest.mark.parametrize("fraction", [0.9, 0.55])  # 0.55: the fused attention is tiled too
+def test_causal_gpt_tiled_below_its_untiled_minimum_plans_and_runs_within_the_bound(fraction):
     torch.manual_seed(0)
     model = _CausalGPT().eval()
     x, y = (torch.randint(0, 64, (2, 32)),), (torch.randint(0, 64, (2, 32)),)
     lf = corpus_models.token_loss
     lo, fixed = _untiled_minimum(model, x, y, lf)
-    budget = lo - (lo - fixed) // 10
+    budget = fixed + int((lo - fixed) * fraction)
     pl = poet.plan(model, x, lf, targets=y, memory=budget, time_limit=3)
     assert pl.tiling.tiled and pl.feasible, str(pl)
+    if fraction < 0.9:
+        assert any("scaled_dot_product" in op for op, _, _ in pl.tiling.report.tiled.values()), str(pl)
     res = pl.run(x, y, apply=False)
     assert res.measured_peak_bytes <= budget
     err, name = worst_tiled_error(res, eager_step(model, x, y, lf))

@@ -34,12 +34,13 @@ from . import tiled_ops as K
 from .tiled_attention import Elided
 from .tiled_attention_match import find_attention
 from .tiled_rules import RULES as ELEMENTWISE_RULES
+from .tiled_sdpa import RULES as FUSED_ATTENTION_RULES
 from .tiled_spatial import RULES as SPATIAL_RULES
 from .tiled_tokens import RULES as TOKEN_RULES
 from .tiled_values import Layout, Tiled, TilingError, TupleVal, even_bounds
 from .tiled_views import ALIAS_RULES
 
-RULES = {**ELEMENTWISE_RULES, **SPATIAL_RULES, **TOKEN_RULES}
+RULES = {**ELEMENTWISE_RULES, **SPATIAL_RULES, **TOKEN_RULES, **FUSED_ATTENTION_RULES}
 
 aten = torch.ops.aten
 
@@ -53,6 +54,7 @@ class TilingReport:
     tiled: dict = field(default_factory=dict)  # original op name -> (aten op, tiles, axis)
     assembled: dict = field(default_factory=dict)  # original op name -> why its tiles were joined
     untiled: dict = field(default_factory=dict)  # original op name -> why it was not tiled
+    joins: dict = field(default_factory=dict)  # new node joining tiles -> the original value it rebuilds
     nodes_before: int = 0
     nodes_after: int = 0
 
@@ -181,6 +183,7 @@ class Rewriter:
                 node.meta = {"val": v.val} if v.val is not None else {}
                 self._inherit_meta(node, a)
                 self.assembled[key] = node
+                self.report.joins[node.name] = a.name
                 self.flops[node.name] = 0.0
                 self.report.assembled.setdefault(a.name, why or "read whole by an op that is not tiled")
             return self.assembled[key]
@@ -399,6 +402,7 @@ class TilingChoice:
     tiled_min_bytes: int | None = None
     budget_bytes: int = 0
     tried: list = field(default_factory=list)  # (count, threshold, min RAM) per tiling tried
+    limit: str = ""  # what sets the smallest minimum reached: the node, its aten op, and why it stayed whole
 
     @property
     def tiled(self) -> bool:
@@ -410,7 +414,7 @@ class TilingChoice:
                 return [
                     (
                         f"not tiled: minimum RAM {self.untiled_min_bytes} B untiled; no tiling tried lowers it "
-                        f"(smallest tiled minimum {self.tiled_min_bytes} B)"
+                        f"(smallest tiled minimum {self.tiled_min_bytes} B, set by {self.limit})"
                     )
                 ]
             return [f"not tiled: minimum RAM {self.untiled_min_bytes} B untiled"]
@@ -423,7 +427,7 @@ class TilingChoice:
         if self.tiled_min_bytes > self.budget_bytes:
             out.append(
                 f"  no tiling tried fits the budget; the smallest minimum reached is {self.tiled_min_bytes} B "
-                f"(tried " + ", ".join(f"{c} tiles: {m} B" for c, _, m in self.tried) + ")"
+                f"(tried " + ", ".join(f"{c} tiles: {m} B" for c, _, m in self.tried) + f"), set by {self.limit}"
             )
         return out + self.report.lines()
 
@@ -468,11 +472,28 @@ def tile_for_budget(
         if last_min is not None and best[2] >= last_min:
             break  # more tiles no longer lower the minimum: an untiled op bounds it
         last_min = best[2]
+    choice.limit = minimum_setter(best[0], best[1], best[0].costed(device, fixed_ram_bytes))
     if count is None and best[2] >= untiled_min:
         choice.tiled_min_bytes = best[2]  # tiling does not help: plan the untiled program
         return choice
     choice.program, choice.report, choice.tiled_min_bytes = best
     return choice
+
+
+def minimum_setter(program: TorchProgram, report: TilingReport, costed) -> str:
+    """The node whose working set (output plus inputs) sets the minimum RAM, with its aten op and,
+    when that op was left whole, the tiling report's reason."""
+    g = costed
+    work = [nd.ram_bytes + sum(g.nodes[p].ram_bytes for p in g.preds[i]) for i, nd in enumerate(g.nodes)]
+    v = max(range(len(work)), key=work.__getitem__)
+    unit = program.units[program.groups[v][0]]
+    if unit.fx_name in report.joins:  # tiles joined again: say what the whole tensor is, and who reads it whole
+        orig = report.joins[unit.fx_name]
+        return f"{orig} joined whole again ({work[v]} B with its tiles): {report.assembled.get(orig, '')}"
+    why = report.untiled.get(unit.fx_name) or report.assembled.get(unit.fx_name)
+    if why is None:
+        why = next((w for w in report.untiled.values() if unit.op in w), None)
+    return f"node {unit.fx_name} ({unit.op}, {work[v]} B with its inputs)" + (f": {why}" if why else "")
 
 
 __all__ = [

@@ -390,3 +390,59 @@ def tile_attention_grad_q(acc, q, kt, v, do, stats, scale, causal, q0, k0):
 def tile_zeros_like_pair(a, b):
     """Zero gradients for a key tile no query sees."""
     return (torch.zeros_like(a, memory_format=torch.contiguous_format), torch.zeros_like(b))
+
+
+# ------------------------------------------------------------------ fused attention (scaled_dot_product)
+def _in_order(t, order):
+    """``t`` laid out densely with dims ``order`` outermost first (the traced value's dim order)."""
+    if order is None or t is None:
+        return t
+    inverse = [order.index(d) for d in range(len(order))]
+    return t.permute(order).contiguous().permute(inverse)
+
+
+def _query_tile_mask(mask, causal_start, rows: int, keys: int, dtype):
+    """The additive mask of a query tile: its rows of ``mask``, or the causal pattern from query ``causal_start``."""
+    if causal_start is None:
+        return mask
+    allowed = torch.ones(rows, keys, dtype=torch.bool).tril(diagonal=causal_start)
+    return torch.zeros(rows, keys, dtype=dtype).masked_fill(~allowed, float("-inf"))
+
+
+def tile_sdpa(q, k, v, mask, causal, causal_start, scale, out_order, lse_order):
+    """One tile of CPU flash attention: ``(out, logsumexp)`` for these queries against ``k``/``v``.
+
+    Batch or head tiles pass ``causal`` on; a query tile starting at row ``causal_start`` gets the
+    causal pattern as an explicit mask shifted to its rows (top-left aligned, as ``is_causal``).
+    """
+    m = _query_tile_mask(mask, causal_start, q.shape[-2], k.shape[-2], q.dtype)
+    out, lse = aten._scaled_dot_product_flash_attention_for_cpu.default(
+        q, k, v, 0.0, bool(causal) and causal_start is None, attn_mask=m, scale=scale
+    )
+    return (_own(_in_order(out, out_order)), _own(_in_order(lse, lse_order)))
+
+
+def _sdpa_grads(go, q, k, v, out, lse, mask, causal, causal_start, scale):
+    m = _query_tile_mask(mask, causal_start, q.shape[-2], k.shape[-2], q.dtype)
+    return aten._scaled_dot_product_flash_attention_for_cpu_backward.default(
+        go, q, k, v, out, lse, 0.0, bool(causal) and causal_start is None, attn_mask=m, scale=scale
+    )
+
+
+def tile_sdpa_backward(go, q, k, v, out, lse, mask, causal, causal_start, scale, orders):
+    """One batch or head tile of flash attention's backward: ``(dq, dk, dv)``."""
+    g = _sdpa_grads(go, q, k, v, out, lse, mask, causal, causal_start, scale)
+    return tuple(_own(_in_order(x, o)) for x, o in zip(g, orders))
+
+
+def tile_sdpa_grad_query(go, q, k, v, out, lse, mask, causal, causal_start, scale, order):
+    """A query tile's ``dq`` (its rows depend on its rows of ``go``, ``out`` and ``lse`` only)."""
+    return _own(_in_order(_sdpa_grads(go, q, k, v, out, lse, mask, causal, causal_start, scale)[0], order))
+
+
+def tile_sdpa_grad_kv(acc_k, acc_v, go, q, k, v, out, lse, mask, causal, causal_start, scale, orders):
+    """``(dk, dv)`` accumulated over one more query tile (each query row adds its share)."""
+    _, dk, dv = _sdpa_grads(go, q, k, v, out, lse, mask, causal, causal_start, scale)
+    dk = dk if acc_k is None else acc_k + dk
+    dv = dv if acc_v is None else acc_v + dv
+    return (_in_order(dk, orders[0]), _in_order(dv, orders[1]))
