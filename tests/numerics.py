@@ -3,8 +3,8 @@
 Untiled steps must equal ``loss.backward()`` bit for bit.  Tiled steps sum in another order, so a
 gradient must be within ``GRADIENT_BOUND`` of float32 autograd's relative to its largest element,
 or, where float32 autograd is itself inexact (a sum that cancels: a BatchNorm weight whose loss is
-scale-invariant, a bias before BatchNorm), no more than twice as far from the float64 gradient as
-float32 autograd is.
+scale-invariant), no more than twice as far from the float64 gradient as float32 autograd is; a
+gradient that is 0 in exact arithmetic is held to the bound relative to the model's largest gradient.
 """
 
 from __future__ import annotations
@@ -44,8 +44,18 @@ def eager_step(model, inputs, targets, loss_fn) -> Eager:
     return Eager(loss.detach(), grads, loss64.detach(), grads64)
 
 
-def tiled_error(g, g32, g64) -> float:
-    """How far a tiled gradient is, in units of the bound: <= 1 passes (see the module docstring)."""
+ZERO_GRADIENT = 1e-7  # a float64 gradient this far below the model's largest is 0 in exact arithmetic
+
+
+def tiled_error(g, g32, g64, model_scale: float | None = None) -> float:
+    """How far a tiled gradient is, in units of the bound: <= 1 passes (see the module docstring).
+
+    A gradient that is 0 in exact arithmetic (a key bias under softmax, a bias before BatchNorm:
+    its float64 value is rounding noise, below ``ZERO_GRADIENT`` of ``model_scale``, the model's
+    largest gradient) has no relative error to speak of: it is compared with ``model_scale``.
+    """
+    if model_scale and g64.numel() and float(g64.abs().max()) <= ZERO_GRADIENT * model_scale:
+        return float((g.double() - g64).abs().max()) / (GRADIENT_BOUND * model_scale)
     near = relative_difference(g, g32) / GRADIENT_BOUND
     if near <= 1:
         return near
@@ -56,8 +66,9 @@ def tiled_error(g, g32, g64) -> float:
 def worst_tiled_error(result, eager: Eager) -> tuple[float, str]:
     """The largest :func:`tiled_error` over the loss and every gradient of a run, and whose it is."""
     worst = (tiled_error(result.loss, eager.loss, eager.loss64), "loss")
+    scale = max((float(g.abs().max()) for g in eager.grads64.values() if g.numel()), default=0.0)
     for k, g32 in eager.grads.items():
-        worst = max(worst, (tiled_error(result.grads[k], g32, eager.grads64[k]), k))
+        worst = max(worst, (tiled_error(result.grads[k], g32, eager.grads64[k], scale), k))
     return worst
 
 

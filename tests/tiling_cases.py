@@ -185,11 +185,18 @@ def convolution_case(draw):
     def fn(x, w, b=None):
         return aten.convolution.default(x, w, b, s, p, dl, False, [0, 0], g)
 
-    return Case(aten.convolution.default, fn, ins, (draw(st.booleans()), False, False))
+    return Case(aten.convolution.default, fn, ins, (_tiles_of(draw, ins[0]), False, False))
+
+
+def _tiles_of(draw, x):
+    """How a 4-D input arrives: whole, tiled by rows, or (N > 1) tiled by samples."""
+    ways = [False, True] + (["batch"] if x.shape[0] > 1 else [])
+    return draw(st.sampled_from(ways))
 
 
 def convolution_backward_case(draw):
     xs, ws, s, p, dl, g = _conv_geometry(draw)
+    xs = (draw(st.integers(1, 3)),) + xs[1:]
     x, w = values(draw, xs), values(draw, ws)
     y = aten.convolution.default(x, w, None, s, p, dl, False, [0, 0], g)
     go = values(draw, tuple(y.shape))
@@ -202,7 +209,7 @@ def convolution_backward_case(draw):
             if t is not None
         )
 
-    return Case(aten.convolution_backward.default, fn, (go, x, w), (True, draw(st.booleans()), False))
+    return Case(aten.convolution_backward.default, fn, (go, x, w), (_tiles_of(draw, go), _tiles_of(draw, x), False))
 
 
 def _bn_inputs(draw):
@@ -230,7 +237,7 @@ def batch_norm_case(draw):
     def fn(x, rm, rv, w=None, b=None):
         return aten._native_batch_norm_legit_functional.default(x, w, b, rm, rv, True, mom, eps)
 
-    return Case(aten._native_batch_norm_legit_functional.default, fn, ins, (draw(st.booleans()),) + (False,) * 4)
+    return Case(aten._native_batch_norm_legit_functional.default, fn, ins, (_tiles_of(draw, x),) + (False,) * 4)
 
 
 def batch_norm_backward_case(draw):
@@ -246,7 +253,7 @@ def batch_norm_backward_case(draw):
         out = aten.native_batch_norm_backward.default(go, x, w, None, None, mean, invstd, True, eps, mask)
         return tuple(t for t in out if t is not None)
 
-    tiled = (True, draw(st.booleans())) + (False,) * (len(ins) - 2)
+    tiled = (_tiles_of(draw, go), _tiles_of(draw, x)) + (False,) * (len(ins) - 2)
     return Case(aten.native_batch_norm_backward.default, fn, ins, tiled)
 
 
@@ -278,7 +285,7 @@ def max_pool_backward_case(draw):
         _, idx = aten.max_pool2d_with_indices.default(x, k, s, p, dl, False)
         return aten.max_pool2d_with_indices_backward.default(go, x, k, s, p, dl, False, idx)
 
-    return Case(aten.max_pool2d_with_indices_backward.default, fn, (go, x), (True, draw(st.booleans())))
+    return Case(aten.max_pool2d_with_indices_backward.default, fn, (go, x), (_tiles_of(draw, go), _tiles_of(draw, x)))
 
 
 def _avg_options(draw):
@@ -305,7 +312,9 @@ def avg_pool_backward_case(draw):
         return aten.avg_pool2d_backward.default(go, x, k, s, p, False, cip, div)
 
     why = "average pooling with padding not counted"
-    return Case(aten.avg_pool2d_backward.default, fn, (go, x), (True, draw(st.booleans())), may_decline=why)
+    return Case(
+        aten.avg_pool2d_backward.default, fn, (go, x), (_tiles_of(draw, go), _tiles_of(draw, x)), may_decline=why
+    )
 
 
 SPATIAL_CASES = {

@@ -33,7 +33,8 @@ aten = torch.ops.aten
 
 @dataclass
 class Case:
-    """``fn(*inputs)`` calls ``op``; ``tiled[i]``: input ``i`` reaches it through a tiled clone."""
+    """``fn(*inputs)`` calls ``op``; ``tiled[i]``: input ``i`` reaches it through a tiled clone (``"batch"``:
+    tiled by samples, see :func:`_source`)."""
 
     op: object
     fn: object
@@ -52,10 +53,19 @@ def traced(case: Case):
     """The case's function with its tiled inputs cloned first, traced to an aten graph with fake values."""
 
     def f(*xs):
-        xs = [aten.clone.default(x) if t else x for x, t in zip(xs, case.tiled or (False,) * len(xs))]
+        xs = [_source(x, t) for x, t in zip(xs, case.tiled or (False,) * len(xs))]
         return _as_tuple(case.fn(*xs))
 
     return make_fx(f, tracing_mode="fake")(*case.inputs)
+
+
+def _source(x, how):
+    """How an input reaches the op: whole, in the tiles ``clone`` gets (rows of N x C x H x W, tokens...),
+    or (``"batch"``) in tiles of whole samples, through a (N, rest) clone viewed back."""
+    if how == "batch":
+        packed = aten.clone.default(x, memory_format=torch.contiguous_format)
+        return aten.view.default(aten.clone.default(aten.view.default(packed, [x.shape[0], -1])), list(x.shape))
+    return aten.clone.default(x) if how else x
 
 
 def op_program(gm, inputs):

@@ -54,7 +54,7 @@ class TilingReport:
     tiled: dict = field(default_factory=dict)  # original op name -> (aten op, tiles, axis)
     assembled: dict = field(default_factory=dict)  # original op name -> why its tiles were joined
     untiled: dict = field(default_factory=dict)  # original op name -> why it was not tiled
-    joins: dict = field(default_factory=dict)  # new node joining tiles -> the original value it rebuilds
+    joins: dict = field(default_factory=dict)  # new node joining tiles -> (original value it rebuilds, its op)
     nodes_before: int = 0
     nodes_after: int = 0
 
@@ -183,7 +183,7 @@ class Rewriter:
                 node.meta = {"val": v.val} if v.val is not None else {}
                 self._inherit_meta(node, a)
                 self.assembled[key] = node
-                self.report.joins[node.name] = a.name
+                self.report.joins[node.name] = (a.name, str(a.target))
                 self.flops[node.name] = 0.0
                 self.report.assembled.setdefault(a.name, why or "read whole by an op that is not tiled")
             return self.assembled[key]
@@ -488,8 +488,8 @@ def minimum_setter(program: TorchProgram, report: TilingReport, costed) -> str:
     v = max(range(len(work)), key=work.__getitem__)
     unit = program.units[program.groups[v][0]]
     if unit.fx_name in report.joins:  # tiles joined again: say what the whole tensor is, and who reads it whole
-        orig = report.joins[unit.fx_name]
-        return f"{orig} joined whole again ({work[v]} B with its tiles): {report.assembled.get(orig, '')}"
+        orig, op = report.joins[unit.fx_name]
+        return f"{orig} ({op}) joined whole again ({work[v]} B with its tiles): {report.assembled.get(orig, '')}"
     why = report.untiled.get(unit.fx_name) or report.assembled.get(unit.fx_name)
     if why is None:
         why = next((w for w in report.untiled.values() if unit.op in w), None)
