@@ -34,6 +34,7 @@ class Run:
     peak: int | None = None
     error: float | None = None  # tiled: worst error in units of the bound; untiled: names not bitwise
     differs: list = field(default_factory=list)
+    worst: str = ""  # tiled: whose error is the largest (the loss or a parameter)
 
 
 @dataclass
@@ -63,8 +64,8 @@ def _run(pl, x, y, eager, traced_ref, strategy, budget, tiled) -> Run:
     res = pl.run(x, y, apply=False)
     run.peak = res.measured_peak_bytes
     if tiled:
-        run.error, worst = worst_tiled_error(res, eager)
-        run.differs = [worst] if run.error > 1 else []
+        run.error, run.worst = worst_tiled_error(res, eager)
+        run.differs = [run.worst] if run.error > 1 else []
     else:
         run.differs = bitwise_equal(res, traced_ref)
     return run
