@@ -186,7 +186,8 @@ def test_mobilenet_v2_style_tiled_batchnorm_gradients_are_within_the_bound(shift
     x, y = (torch.randn(2, 3, 32, 32) + shift,), (torch.randint(0, 10, (2,)),)
     lo, fixed = _untiled_minimum(model, x, y, F.cross_entropy)
     budget = fixed + (lo - fixed) * 6 // 10
-    pl = poet.plan(model, x, F.cross_entropy, targets=y, memory=budget, time_limit=3)
+    # paging: the finding is about numerics, and paging always has a schedule above the tiled minimum
+    pl = poet.plan(model, x, F.cross_entropy, targets=y, memory=budget, strategy="paging", time_limit=10)
     assert pl.tiling.tiled and pl.feasible, str(pl)
     assert any("batch_norm" in op for op, _, _ in pl.tiling.report.tiled.values())
     res = pl.run(x, y, apply=False)
