@@ -33,7 +33,7 @@ __version__ = "0.1.0"
 
 def __getattr__(name):
     # poet.plan / poet.Plan need torch, the strategy table numpy and HiGHS: imported when first used
-    if name in ("plan", "Plan"):
+    if name in ("plan", "plan_program", "Plan"):
         return getattr(importlib.import_module(".planner", __name__), name)
     if name == "STRATEGIES":
         return getattr(importlib.import_module(".solve.strategies", __name__), name)
@@ -44,6 +44,7 @@ __all__ = [
     "Budget",
     "Plan",
     "plan",
+    "plan_program",
     "CostedGraph",
     "Graph",
     "STRATEGIES",

@@ -161,15 +161,55 @@ def plan(
     integer forces that many tiles.  Tiled plans match autograd within the bound in docs/torch.md.
     """
     from .graph.torch_export import export_training_graph
+
+    if granularity not in ("aten", "layer", "module"):
+        raise ValueError(f"granularity must be 'aten' or 'layer', got {granularity!r}")
+    prog = export_training_graph(model, example_inputs, loss_fn, targets, optimizer=optimizer)
+    if granularity in ("layer", "module"):
+        prog = prog.coarsen(max_nodes=max_nodes)
+    return plan_program(
+        prog,
+        device=device,
+        memory=memory,
+        runtime=runtime,
+        strategy=strategy,
+        paging_time=paging_time,
+        time_limit=time_limit,
+        fixed_ram=fixed_ram,
+        paging_dir=paging_dir,
+        swap_file=swap_file,
+        costs=costs,
+        measure_runs=measure_runs,
+        tile=tile,
+        **solve_options,
+    )
+
+
+def plan_program(
+    prog,
+    *,
+    device="m4",
+    memory="100%",
+    runtime=None,
+    strategy: str = "poet",
+    paging_time: str = PAGING_SERIAL,
+    time_limit: float | None = 60.0,
+    fixed_ram=None,
+    paging_dir=None,
+    swap_file=None,
+    costs: str = "model",
+    measure_runs: int = 20,
+    tile="auto",
+    **solve_options,
+) -> Plan:
+    """:func:`plan` for a program already traced (``export_training_graph``, or a tiled one): no
+    second trace when the same step is planned at several budgets or with several strategies.
+    A tiled program is planned as it is (pass ``tile="off"``, or it may be tiled again)."""
     from .hardware import load_device
     from .solve import solve
     from .units import parse_bytes
 
-    prog = export_training_graph(model, example_inputs, loss_fn, targets, optimizer=optimizer)
-    if granularity in ("layer", "module"):
-        prog = prog.coarsen(max_nodes=max_nodes)
-    elif granularity != "aten":
-        raise ValueError(f"granularity must be 'aten' or 'layer', got {granularity!r}")
+    granularity = prog.granularity
     dev = load_device(device)
     fixed = None if fixed_ram is None else parse_bytes(fixed_ram)
     if costs not in ("model", "measured"):
@@ -246,4 +286,4 @@ def _tile_count(tile) -> int | None:
     return n
 
 
-__all__ = ["Plan", "plan"]
+__all__ = ["Plan", "plan", "plan_program"]

@@ -211,7 +211,15 @@ BATCH = number_option("int", "a whole number of samples, 1 or more", "8", minimu
 
 
 def fmt_bytes(b: float) -> str:
-    for unit, k in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+    """``b`` bytes for a person to read (3 significant digits); any int or float, however large."""
+    if isinstance(b, int) and abs(b) >= 10**18:  # past PB, perhaps past what a float holds: digits, no division
+        digits = str(abs(b))
+        return f"{'-' if b < 0 else ''}{digits[0]}.{digits[1:3]}e+{len(digits) - 1} B"
+    if not math.isfinite(b):
+        return f"{b} B"
+    if abs(b) >= 1e18:
+        return f"{b:.2e} B"
+    for unit, k in (("PB", 1e15), ("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
         if abs(b) >= k:
             return f"{b / k:.3g} {unit}"
     return f"{int(b)} B"

@@ -132,3 +132,20 @@ def relu_chain(blocks: int, seed: int = 0) -> CostedGraph:
             edges.append((x_in, gc))
         g_prev = gc
     return CostedGraph(f"relu_chain{blocks}", tuple(nodes), tuple(edges))
+
+
+@pytest.fixture(scope="module")
+def graph_dict():
+    """A small valid poet-graph/1 document (a training chain), for the bad-input tests to break."""
+    from poet.graph.io import graph_to_dict
+
+    return graph_to_dict(training_chain(4, seed=2))
+
+
+@pytest.fixture(scope="module")
+def schedule_dict():
+    """A small valid poet-schedule/1 document (a paging solve of that chain), for the bad-input tests."""
+    from poet.schedule.io import schedule_to_dict
+    from poet.solve.api import solve
+
+    return schedule_to_dict(solve(training_chain(4, seed=2), memory="80%", runtime="3x", strategy="paging"))

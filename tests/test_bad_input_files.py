@@ -5,14 +5,12 @@ import copy
 import json
 
 import pytest
-from conftest import training_chain
 
 from poet.cli import main
 from poet.graph.core import GraphError
-from poet.graph.io import graph_to_dict, load_graph
-from poet.schedule.io import load_schedule, schedule_to_dict
+from poet.graph.io import load_graph
+from poet.schedule.io import load_schedule
 from poet.schedule.validate import ScheduleError
-from poet.solve.api import solve
 
 DEEP = "[" * 100_000 + "]" * 100_000
 HUGE = "9" * 5000
@@ -26,16 +24,6 @@ def with_value(obj, path, raw: str) -> str:
         cur = cur[k]
     cur[path[-1]] = "__MARK__"
     return json.dumps(o).replace('"__MARK__"', raw)
-
-
-@pytest.fixture(scope="module")
-def graph_dict():
-    return graph_to_dict(training_chain(4, seed=2))
-
-
-@pytest.fixture(scope="module")
-def schedule_dict():
-    return schedule_to_dict(solve(training_chain(4, seed=2), memory="80%", runtime="3x", strategy="paging"))
 
 
 @pytest.mark.parametrize("field", ["ram_bytes", "compute_time_s"])

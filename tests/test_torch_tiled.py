@@ -16,6 +16,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from numerics import tiled_error  # noqa: E402
+
 import poet  # noqa: E402
 from poet.execute import Executor, reference_schedule  # noqa: E402
 from poet.execute import tiled_ops as K  # noqa: E402
@@ -243,9 +245,7 @@ def test_tiled_transformer_over_whole_sequences_matches_autograd_within_the_boun
 def _grad_ok(g_tiled, g32, g64) -> bool:
     """Within the bound of autograd's float32 gradient, or (a gradient whose sum cancels, where float32
     autograd is itself inexact) no more than twice as far from the float64 gradient as autograd's."""
-    if relative_difference(g_tiled, g32) <= GRADIENT_BOUND:
-        return True
-    return relative_difference(g_tiled.double(), g64) <= max(GRADIENT_BOUND, 2 * relative_difference(g32.double(), g64))
+    return tiled_error(g_tiled, g32, g64) <= 1
 
 
 @pytest.mark.parametrize("name", ["dwnet", "gpt"])

@@ -30,7 +30,7 @@ import time
 import torch
 import torch.fx
 
-from ..graph.torch_export import placeholder_values
+from ..graph.torch_export import placeholder_values, traced_constants
 from ..schedule.core import Schedule
 from .run_result import InstructionRecord, RunResult
 from .store import PagingError, PagingStore
@@ -82,11 +82,13 @@ class Executor:
                 f"the schedule has no steps (status {schedule.status}): {schedule.report.message or 'nothing to run'}"
             )
         fixed_vals = self._fixed_values(batch)
+        consts = traced_constants(p.gm)
         fixed_keys = {t.untyped_storage()._cdata for t in fixed_vals if isinstance(t, torch.Tensor)}
+        fixed_keys.update(t.untyped_storage()._cdata for t in consts.values() if isinstance(t, torch.Tensor))
         for t in list(self._grads.values()) + list(self._bufs.values()):
             fixed_keys.add(t.untyped_storage()._cdata)
         measured_fixed = (
-            _unique_bytes(fixed_vals)
+            _unique_bytes(fixed_vals + list(consts.values()))
             + _unique_bytes(list(self._grads.values()))
             + _unique_bytes(list(self._bufs.values()))
         )
@@ -144,6 +146,8 @@ class Executor:
             tag = kind[0]
             if tag == "fixed":
                 return fixed_vals[kind[1]]
+            if tag == "const":
+                return consts[kind[1]]
             if tag == "unit":
                 return unit_value(kind[1], local)
             if tag == "item":

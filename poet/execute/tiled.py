@@ -29,17 +29,18 @@ import torch
 import torch.fx
 
 from ..graph.core import Graph, Tile
-from ..graph.torch_export import TorchProgram, program_from_joint_graph
+from ..graph.torch_export import ExtractionError, TorchProgram, program_from_joint_graph
 from . import tiled_ops as K
 from .tiled_attention import Elided
 from .tiled_attention_match import find_attention
 from .tiled_rules import RULES as ELEMENTWISE_RULES
+from .tiled_sdpa import RULES as FUSED_ATTENTION_RULES
 from .tiled_spatial import RULES as SPATIAL_RULES
 from .tiled_tokens import RULES as TOKEN_RULES
 from .tiled_values import Layout, Tiled, TilingError, TupleVal, even_bounds
 from .tiled_views import ALIAS_RULES
 
-RULES = {**ELEMENTWISE_RULES, **SPATIAL_RULES, **TOKEN_RULES}
+RULES = {**ELEMENTWISE_RULES, **SPATIAL_RULES, **TOKEN_RULES, **FUSED_ATTENTION_RULES}
 
 aten = torch.ops.aten
 
@@ -53,6 +54,7 @@ class TilingReport:
     tiled: dict = field(default_factory=dict)  # original op name -> (aten op, tiles, axis)
     assembled: dict = field(default_factory=dict)  # original op name -> why its tiles were joined
     untiled: dict = field(default_factory=dict)  # original op name -> why it was not tiled
+    joins: dict = field(default_factory=dict)  # new node joining tiles -> (original value it rebuilds, its op)
     nodes_before: int = 0
     nodes_after: int = 0
 
@@ -82,7 +84,27 @@ GRADIENT_BOUND = 1e-4  # one step: max |g_tiled - g| / max |g| per parameter, an
 TRAINED_LOSS_BOUND = 1e-3  # poet train --check: every step's loss, relative
 TRAINED_PARAM_BOUND = 1e-2  # ... and the final parameters: largest |p_tiled - p| over the largest |p| of the model
 
+MAX_JOINED_VIEWS = 64  # views of tiles a tiling may fall back to applying whole before it gives up
 MIN_SPLIT_BYTES = 4096  # an op whose working set is smaller is split only when it reads a tiled tensor
+
+
+def dense_stride(val):
+    """Packed strides in the dim order of traced value ``val``'s strides, or None when that is contiguous.
+
+    A whole tensor rebuilt from tiles gets them: the traced program's views were checked against
+    the traced layout, and kernels derive their outputs' layout from their inputs' (a CPU attention
+    kernel's output is laid out like its query), so the rebuilt tensor keeps the traced dim order
+    (a permuted or sliced value's, packed as ``torch.empty_like`` packs it).
+    """
+    if not isinstance(val, torch.Tensor) or val.dim() < 2 or val.is_contiguous() or val.numel() == 0:
+        return None
+    order = sorted(range(val.dim()), key=lambda d: (val.stride(d), -d))  # innermost first
+    stride = [0] * val.dim()
+    step = 1
+    for d in order:
+        stride[d] = step
+        step *= val.shape[d]
+    return tuple(stride) if stride != list(torch.empty(tuple(val.shape), device="meta").stride()) else None
 
 
 def relative_difference(a, b) -> float:
@@ -117,8 +139,12 @@ class Rewriter:
         threshold: int,
         min_split: int = MIN_SPLIT_BYTES,
         stream_attention: bool = True,
+        joined_views=(),
     ):
         self.p = program
+        self.joined_views = frozenset(joined_views)  # original views applied to the whole tensor, not per tile
+        self.view_origin: dict[str, str] = {}  # new view node -> the original view it applies to a tile
+        self._aliasing: str | None = None
         self.count = count
         self.threshold = max(threshold, min_split)
         self.g = torch.fx.Graph()
@@ -153,10 +179,11 @@ class Rewriter:
         if isinstance(v, Tiled):
             key = id(v)
             if key not in self.assembled:
-                node = self.g.call_function(K.tile_assemble, (list(v.tiles), v.layout.dim))
+                node = self.g.call_function(K.tile_assemble, (list(v.tiles), v.layout.dim, dense_stride(v.val)))
                 node.meta = {"val": v.val} if v.val is not None else {}
                 self._inherit_meta(node, a)
                 self.assembled[key] = node
+                self.report.joins[node.name] = (a.name, str(a.target))
                 self.flops[node.name] = 0.0
                 self.report.assembled.setdefault(a.name, why or "read whole by an op that is not tiled")
             return self.assembled[key]
@@ -183,7 +210,10 @@ class Rewriter:
 
     def view(self, target, args):
         """An alias (view) node: no bytes, re-derived from its base by the executor."""
-        return self.g.call_function(target, tuple(args))
+        node = self.g.call_function(target, tuple(args))
+        if self._aliasing is not None:
+            self.view_origin[node.name] = self._aliasing
+        return node
 
     def shape(self, a) -> tuple:
         v = self.env.get(a) if isinstance(a, torch.fx.Node) else None
@@ -278,8 +308,12 @@ class Rewriter:
                 done = None
                 tiled_in = any(self.is_tiled(a) for a in n.all_input_nodes)
                 alias = ALIAS_RULES.get(n.target)
-                if tiled_in and alias is not None:
-                    done = alias(self, n)
+                if tiled_in and alias is not None and n.name not in self.joined_views:
+                    self._aliasing = n.name
+                    try:
+                        done = alias(self, n)
+                    finally:
+                        self._aliasing = None
                 rule = RULES.get(n.target)
                 if done is None and rule is not None and self.wants(n):
                     try:
@@ -329,9 +363,22 @@ def tile_program(
         raise TilingError("tiling needs the aten-level program (granularity 'aten'), not a coarsened one")
     if count < 2:
         raise TilingError(f"a tile count must be at least 2, got {count}")
-    rw = Rewriter(program, count, threshold, min_split, stream_attention)
-    gm = rw.run()
-    tiled = program_from_joint_graph(gm, program, name=program.name, flops=rw.flops)
+    joined: dict[str, str] = {}
+    while True:
+        rw = Rewriter(program, count, threshold, min_split, stream_attention, joined_views=joined)
+        gm = rw.run()
+        try:
+            tiled = program_from_joint_graph(gm, program, name=program.name, flops=rw.flops)
+            break
+        except ExtractionError as e:
+            # A view the traced layout allowed that a tile's layout does not (a kernel laid the tile
+            # out otherwise): apply that view to the whole tensor instead, and say so.
+            orig = rw.view_origin.get(e.node or "")
+            if orig is None or orig in joined or len(joined) >= MAX_JOINED_VIEWS:
+                raise
+            joined[orig] = str(e).split("\n")[0].split(": ", 2)[-1].split(" (")[0]
+    for name, why in joined.items():
+        rw.report.untiled[name] = f"a view its tiles' layout does not allow ({why}): applied to the whole tensor"
     nodes = []
     for v, grp in enumerate(tiled.groups):
         nd = tiled.graph.nodes[v]
@@ -355,6 +402,7 @@ class TilingChoice:
     tiled_min_bytes: int | None = None
     budget_bytes: int = 0
     tried: list = field(default_factory=list)  # (count, threshold, min RAM) per tiling tried
+    limit: str = ""  # what sets the smallest minimum reached: the node, its aten op, and why it stayed whole
 
     @property
     def tiled(self) -> bool:
@@ -366,7 +414,7 @@ class TilingChoice:
                 return [
                     (
                         f"not tiled: minimum RAM {self.untiled_min_bytes} B untiled; no tiling tried lowers it "
-                        f"(smallest tiled minimum {self.tiled_min_bytes} B)"
+                        f"(smallest tiled minimum {self.tiled_min_bytes} B, set by {self.limit})"
                     )
                 ]
             return [f"not tiled: minimum RAM {self.untiled_min_bytes} B untiled"]
@@ -379,7 +427,7 @@ class TilingChoice:
         if self.tiled_min_bytes > self.budget_bytes:
             out.append(
                 f"  no tiling tried fits the budget; the smallest minimum reached is {self.tiled_min_bytes} B "
-                f"(tried " + ", ".join(f"{c} tiles: {m} B" for c, _, m in self.tried) + ")"
+                f"(tried " + ", ".join(f"{c} tiles: {m} B" for c, _, m in self.tried) + f"), set by {self.limit}"
             )
         return out + self.report.lines()
 
@@ -424,11 +472,28 @@ def tile_for_budget(
         if last_min is not None and best[2] >= last_min:
             break  # more tiles no longer lower the minimum: an untiled op bounds it
         last_min = best[2]
+    choice.limit = minimum_setter(best[0], best[1], best[0].costed(device, fixed_ram_bytes))
     if count is None and best[2] >= untiled_min:
         choice.tiled_min_bytes = best[2]  # tiling does not help: plan the untiled program
         return choice
     choice.program, choice.report, choice.tiled_min_bytes = best
     return choice
+
+
+def minimum_setter(program: TorchProgram, report: TilingReport, costed) -> str:
+    """The node whose working set (output plus inputs) sets the minimum RAM, with its aten op and,
+    when that op was left whole, the tiling report's reason."""
+    g = costed
+    work = [nd.ram_bytes + sum(g.nodes[p].ram_bytes for p in g.preds[i]) for i, nd in enumerate(g.nodes)]
+    v = max(range(len(work)), key=work.__getitem__)
+    unit = program.units[program.groups[v][0]]
+    if unit.fx_name in report.joins:  # tiles joined again: say what the whole tensor is, and who reads it whole
+        orig, op = report.joins[unit.fx_name]
+        return f"{orig} ({op}) joined whole again ({work[v]} B with its tiles): {report.assembled.get(orig, '')}"
+    why = report.untiled.get(unit.fx_name) or report.assembled.get(unit.fx_name)
+    if why is None:
+        why = next((w for w in report.untiled.values() if unit.op in w), None)
+    return f"node {unit.fx_name} ({unit.op}, {work[v]} B with its inputs)" + (f": {why}" if why else "")
 
 
 __all__ = [

@@ -24,14 +24,26 @@ aten = torch.ops.aten
 
 
 def _own(t):
-    """``t`` with a storage of its own size (a crop of a bigger buffer is copied)."""
+    """``t`` with a storage of its own size (a crop of a bigger buffer is copied), in its own dim order.
+
+    A dense tensor keeps its layout (a channels-last convolution's tile stays channels-last), so the
+    traced program's views, checked against the traced layout, still apply to the tile.
+    """
     if t is None or not isinstance(t, torch.Tensor):
         return t
-    if not t.is_contiguous():
-        return t.contiguous()
-    if t.untyped_storage().nbytes() > t.numel() * t.element_size():
-        return t.clone()
+    if not _dense(t) or t.untyped_storage().nbytes() > t.numel() * t.element_size():
+        return t.clone(memory_format=torch.preserve_format if _dense(t) else torch.contiguous_format)
     return t
+
+
+def _dense(t) -> bool:
+    """Every element once, no gaps: strides a permutation of packed ones."""
+    expect = 1
+    for d in sorted(range(t.dim()), key=lambda d: (t.stride(d), -d)):
+        if t.shape[d] != 1 and t.stride(d) != expect:
+            return False
+        expect *= t.shape[d]
+    return True
 
 
 def _rows(pieces, dim: int, top: int = 0, bottom: int = 0, value: float = 0.0):
@@ -59,9 +71,24 @@ def _place(region, region_start: int, a: int, b: int, dim: int):
 
 
 # ------------------------------------------------------------------ assembling
-def tile_assemble(tiles, dim: int):
-    """The whole tensor from its tiles (for a consumer that is not tiled)."""
-    return _own(torch.cat(list(tiles), dim)) if len(tiles) > 1 else tiles[0].clone()
+def tile_assemble(tiles, dim: int, stride=None):
+    """The whole tensor from its tiles (for a consumer that is not tiled), laid out with ``stride``.
+
+    ``stride`` is the traced tensor's (None: contiguous).  The traced program's views of the
+    whole tensor were checked against that layout, and kernels choose their outputs' layout
+    from their inputs' (a CPU attention kernel's output is as transposed as its query), so a
+    whole tensor rebuilt from tiles must have it again.
+    """
+    if stride is None:
+        return _own(torch.cat(list(tiles), dim)) if len(tiles) > 1 else tiles[0].clone()
+    shape = list(tiles[0].shape)
+    shape[dim] = sum(t.shape[dim] for t in tiles)
+    out = torch.empty_strided(shape, tuple(stride), dtype=tiles[0].dtype)
+    at = 0
+    for t in tiles:
+        out.narrow(dim, at, t.shape[dim]).copy_(t)
+        at += t.shape[dim]
+    return out
 
 
 def tile_gather(pieces, dim: int):
@@ -363,3 +390,59 @@ def tile_attention_grad_q(acc, q, kt, v, do, stats, scale, causal, q0, k0):
 def tile_zeros_like_pair(a, b):
     """Zero gradients for a key tile no query sees."""
     return (torch.zeros_like(a, memory_format=torch.contiguous_format), torch.zeros_like(b))
+
+
+# ------------------------------------------------------------------ fused attention (scaled_dot_product)
+def _in_order(t, order):
+    """``t`` laid out densely with dims ``order`` outermost first (the traced value's dim order)."""
+    if order is None or t is None:
+        return t
+    inverse = [order.index(d) for d in range(len(order))]
+    return t.permute(order).contiguous().permute(inverse)
+
+
+def _query_tile_mask(mask, causal_start, rows: int, keys: int, dtype):
+    """The additive mask of a query tile: its rows of ``mask``, or the causal pattern from query ``causal_start``."""
+    if causal_start is None:
+        return mask
+    allowed = torch.ones(rows, keys, dtype=torch.bool).tril(diagonal=causal_start)
+    return torch.zeros(rows, keys, dtype=dtype).masked_fill(~allowed, float("-inf"))
+
+
+def tile_sdpa(q, k, v, mask, causal, causal_start, scale, out_order, lse_order):
+    """One tile of CPU flash attention: ``(out, logsumexp)`` for these queries against ``k``/``v``.
+
+    Batch or head tiles pass ``causal`` on; a query tile starting at row ``causal_start`` gets the
+    causal pattern as an explicit mask shifted to its rows (top-left aligned, as ``is_causal``).
+    """
+    m = _query_tile_mask(mask, causal_start, q.shape[-2], k.shape[-2], q.dtype)
+    out, lse = aten._scaled_dot_product_flash_attention_for_cpu.default(
+        q, k, v, 0.0, bool(causal) and causal_start is None, attn_mask=m, scale=scale
+    )
+    return (_own(_in_order(out, out_order)), _own(_in_order(lse, lse_order)))
+
+
+def _sdpa_grads(go, q, k, v, out, lse, mask, causal, causal_start, scale):
+    m = _query_tile_mask(mask, causal_start, q.shape[-2], k.shape[-2], q.dtype)
+    return aten._scaled_dot_product_flash_attention_for_cpu_backward.default(
+        go, q, k, v, out, lse, 0.0, bool(causal) and causal_start is None, attn_mask=m, scale=scale
+    )
+
+
+def tile_sdpa_backward(go, q, k, v, out, lse, mask, causal, causal_start, scale, orders):
+    """One batch or head tile of flash attention's backward: ``(dq, dk, dv)``."""
+    g = _sdpa_grads(go, q, k, v, out, lse, mask, causal, causal_start, scale)
+    return tuple(_own(_in_order(x, o)) for x, o in zip(g, orders))
+
+
+def tile_sdpa_grad_query(go, q, k, v, out, lse, mask, causal, causal_start, scale, order):
+    """A query tile's ``dq`` (its rows depend on its rows of ``go``, ``out`` and ``lse`` only)."""
+    return _own(_in_order(_sdpa_grads(go, q, k, v, out, lse, mask, causal, causal_start, scale)[0], order))
+
+
+def tile_sdpa_grad_kv(acc_k, acc_v, go, q, k, v, out, lse, mask, causal, causal_start, scale, orders):
+    """``(dk, dv)`` accumulated over one more query tile (each query row adds its share)."""
+    _, dk, dv = _sdpa_grads(go, q, k, v, out, lse, mask, causal, causal_start, scale)
+    dk = dk if acc_k is None else acc_k + dk
+    dv = dv if acc_v is None else acc_v + dv
+    return (_in_order(dk, orders[0]), _in_order(dv, orders[1]))

@@ -118,6 +118,22 @@ def cat(rw, n):
     return tiled_output(n, lay, tiles)
 
 
+def _tensor_to_tensor(op) -> bool:
+    """An overload a traced graph can hold: one Tensor out, some Tensor in, nothing mutated (not
+    ``add.int``, ``where(condition) -> Tensor[]`` or ``copy.Dict_str``), and not always decomposed
+    by tracing (``relu6`` becomes ``hardtanh``, ``where.Scalar`` becomes ``where.self``)."""
+    schema = op._schema
+    rets = schema.returns
+    has = torch._C._dispatch_has_kernel_for_dispatch_key
+    return (
+        not schema.is_mutable
+        and len(rets) == 1
+        and str(rets[0].type) == "Tensor"
+        and any(str(a.type) == "Tensor" for a in schema.arguments)
+        and not (has(op.name(), "CompositeImplicitAutograd") and not has(op.name(), "CPU"))
+    )
+
+
 def _pointwise_targets():
     out = {}
     for name in (
@@ -179,7 +195,7 @@ def _pointwise_targets():
             continue
         for ov in pk.overloads():
             op = getattr(pk, ov)
-            if torch.Tag.nondeterministic_seeded not in op.tags and not op._schema.is_mutable:
+            if _tensor_to_tensor(op) and torch.Tag.nondeterministic_seeded not in op.tags:
                 out[op] = pointwise
     return out
 

@@ -104,7 +104,10 @@ def convolution_backward(rw, n):
         items[0] = Tiled(lay, tiles, tuple(xs), fx_value(x).dtype)
     acc_w = acc_b = None
     if mask[1] or mask[2]:
-        for _, o0, o1, t in each_tile(rw, n, layout_of(rw, go, gos), part="partial"):
+        wlay = layout_of(rw, go, gos)
+        if wlay.dim != 2:  # the chain walks output rows; a gradient tiled otherwise is read by rows
+            wlay = rw.layout_for(gos)
+        for _, o0, o1, t in each_tile(rw, n, wlay, part="partial"):
             lo, hi = window_rows(o0, o1, k, s, p, dl)
             node = rw.emit(
                 K.tile_conv_weight_grad,
@@ -120,12 +123,18 @@ def convolution_backward(rw, n):
 
 
 # ------------------------------------------------------------------ BatchNorm (training)
+def _bn_layout(rw, a, shape):
+    """Tiles of a BatchNorm input: its own unless they split the channels (statistics are per channel)."""
+    lay = layout_of(rw, a, shape)
+    return rw.layout_for(shape) if lay.dim == 1 else lay
+
+
 def batch_norm(rw, n):
     x, w, b, rm, rv, training, momentum, eps = n.args
     if not training or len(rw.shape(x)) < 3:
         raise TilingError("BatchNorm not in training mode or not on an N x C x ... tensor: not tiled yet")
     shape = rw.shape(x)
-    lay = layout_of(rw, x, shape)
+    lay = _bn_layout(rw, x, shape)
     flops = rw.unit_flops.get(n.name, 0.0)
 
     def half(lo, hi):
@@ -163,7 +172,7 @@ def batch_norm_backward(rw, n):
     shape = rw.shape(x)
     if not train or save_mean is None or len(shape) < 3:
         raise TilingError("BatchNorm backward not in training mode: not tiled yet")
-    lay = layout_of(rw, go, shape)
+    lay = _bn_layout(rw, go, shape)
     flops = rw.unit_flops.get(n.name, 0.0)
     count = math.prod(shape) // shape[1]
     mean, invstd = rw.full(save_mean), rw.full(save_invstd)

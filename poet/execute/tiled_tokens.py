@@ -164,6 +164,8 @@ def embedding(rw, n):
 
 def embedding_backward(rw, n):
     g, ids = n.args[:2]
+    if len(n.args) > 4 and n.args[4]:
+        raise TilingError("embedding gradient scaled by word frequency: the counts are over the whole batch")
     v = rw.env.get(g)
     if not isinstance(v, Tiled) or v.layout.dim >= len(rw.shape(ids)):
         return None

@@ -231,6 +231,8 @@ def _build(gm, ph_desc, out_desc, *, name, model, params, buffers, batch, uname,
             placeholders.append((role, uname(nm) if role in ("param", "buffer") else nm, n))
             info[n.name] = ("fixed", k)
             k += 1
+        elif n.op == "get_attr":  # a constant the trace captured (a mask, an index table): fixed RAM
+            info[n.name] = ("const", n.target)
 
     # classify call_function nodes
     cand: list = []  # FX nodes that are units (before dead-code removal)
@@ -330,6 +332,9 @@ def _build(gm, ph_desc, out_desc, *, name, model, params, buffers, batch, uname,
         b.units = tuple(_roots(info, b.fx_node))
 
     fixed = _fixed_breakdown(params, buffers, batch, bindings, optimizer)
+    consts = traced_constants(gm)
+    if any(t.numel() for t in consts.values()):
+        fixed["constants"] = sum(t.numel() * t.element_size() for t in consts.values())
     prog = TorchProgram(
         name=name,
         gm=gm,
@@ -390,11 +395,23 @@ def program_from_joint_graph(
 
 def _roots(info, a) -> tuple[int, ...]:
     v = info.get(a.name)
-    if v is None or v[0] in ("fixed", "dead"):
+    if v is None or v[0] in ("fixed", "const", "dead"):
         return ()
     if v[0] in ("unit", "item"):
         return (v[1],)
     return tuple(v[1])
+
+
+def traced_constants(gm) -> dict:
+    """The tensors a traced graph reads through ``get_attr`` (constants the trace captured), by target."""
+    out = {}
+    for n in gm.graph.nodes:
+        if n.op == "get_attr":
+            obj = gm
+            for part in n.target.split("."):
+                obj = getattr(obj, part)
+            out[n.target] = obj
+    return out
 
 
 def _fixed_breakdown(params, buffers, batch, bindings, optimizer) -> dict[str, int]:
@@ -430,4 +447,5 @@ __all__ = [
     "op_flops",
     "optimizer_state_bytes",
     "tensor_bytes",
+    "traced_constants",
 ]

@@ -16,7 +16,9 @@ except Exception:  # pragma: no cover
 
 
 class ExtractionError(RuntimeError):
-    """The model could not be traced into a training graph."""
+    """The model could not be traced into a training graph (``node``: the FX node that failed, if one did)."""
+
+    node: str | None = None
 
 
 def tensors_of(val) -> list:

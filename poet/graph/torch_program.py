@@ -63,7 +63,7 @@ class TorchProgram:
     unit_node: dict[int, Any] = field(default_factory=dict)  # unit id -> FX node
     fx_info: dict[str, tuple] = field(
         default_factory=dict
-    )  # fx name -> ('unit', u) | ('item', u, i) | ('alias', roots) | ('fixed', k)
+    )  # fx name -> ('unit', u) | ('item', u, i) | ('alias', roots) | ('fixed', k) | ('const', attr)
     aten_units: int = 0
     example_batch: tuple = ()
     eager_difference: float | None = None  # see _eager_difference

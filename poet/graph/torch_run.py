@@ -62,8 +62,11 @@ def run_traced(gm, ph_desc, params, buffers, batch, uname) -> TracedRun:
     sizes: dict[str, int] = {}
     outs: list = []
 
+    at: list = [None]  # the node running, to name it when the step fails
+
     class Measure(torch.fx.Interpreter):
         def run_node(self, n):
+            at[0] = n.name
             if n.op == "output":  # the flat list the output descriptors name, before regrouping
                 outs.extend(self.map_nodes_to_values(n.args[0], n))
             out = super().run_node(n)
@@ -76,7 +79,9 @@ def run_traced(gm, ph_desc, params, buffers, batch, uname) -> TracedRun:
         with torch.enable_grad():  # as traced; see the executor
             Measure(gm).run(*vals)
     except Exception as e:
-        raise ExtractionError(f"the traced training step failed on the example batch: {type(e).__name__}: {e}") from e
+        err = ExtractionError(f"the traced training step failed on the example batch: {type(e).__name__}: {e}")
+        err.node = at[0]
+        raise err from e
     finally:
         torch.set_rng_state(rng)
     return TracedRun(sizes, tuple(outs))

@@ -74,8 +74,10 @@ def accounting_lines(p: TiledProblem, s: Schedule) -> list[str]:
             f"RAM counts activations only (the paper's setting): the {fmt_bytes(params)} of parameters stay "
             f"in flash, uncounted; --fixed-ram params|sgd|adam counts them"
         )
-        if params > budget:
+        if params > budget > 0:
             line += f" (the parameters alone are {params / budget:.0f}x this budget)"
+        elif params > budget:
+            line += " (the budget is 0 B: no parameter fits it)"
         return [line]
     line = f"RAM counts {fmt_bytes(fixed)} held all iteration (parameters and optimizer state) plus activations"
     if fixed >= budget:
