@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["SPECS", "CallSpec", "UnsupportedOp", "flat_ints", "register", "target_key"]
+__all__ = ["SPECS", "CallSpec", "UnsupportedOp", "arg", "flat_ints", "register", "target_key"]
 
 Scalar = int | float
 
@@ -69,3 +69,9 @@ def flat_ints(xs) -> tuple[int, ...]:
     if isinstance(xs, (list, tuple)):
         return tuple(int(x) for x in xs)
     return (int(xs),)
+
+
+def arg(n, i: int, name: str, default):
+    """Argument ``i`` of FX node ``n`` by position, else by keyword ``name``, else ``default`` (the
+    schema's default: FX leaves defaulted arguments out)."""
+    return n.args[i] if len(n.args) > i else n.kwargs.get(name, default)
