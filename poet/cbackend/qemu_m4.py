@@ -1,0 +1,430 @@
+"""The ``qemu-m4`` target: a C project built for a Cortex-M4F with ``arm-none-eabi-gcc`` and run on
+QEMU's ``mps2-an386`` board under a hard RAM cap.
+
+* **Build.**  The kernels (``runtime/kernels_*.c``, ``pk_math*.c``) are compiled once per content
+  into a cached static library; the project's own C files, the startup (``startup_m4.c``) and the
+  semihosting platform (``pk_platform_semihost.c``) are compiled per build and linked with a linker
+  script (``m4.ld.in``) whose RAM region is exactly the budget: a firmware whose stack, data, arena
+  and bss do not fit does not link, and the error says by how much and of what.  A project file with
+  the name of a runtime file (a copy the code generator wrote) replaces it.
+* **Memory.**  :class:`MemoryUse` is read from the ELF's section sizes: flash, and in RAM the stack,
+  data, arena and bss, plus what sits outside the budget in the external region.
+* **Run.**  ``qemu-system-arm`` always under ``timeout``, with the run folder as its working folder
+  (semihosting opens ``batch.bin``, ``pages.bin``, ``out.bin`` there).  The exit code tells success
+  or the fault (``runtime/pk_m4.h``); with ``count=True`` the instruction counter
+  (:mod:`poet.cbackend.icount`) records the running count at each ``pk_mark``.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from . import hostlib, icount
+
+NAME = "qemu-m4"
+DEBIAN_PACKAGES = ("gcc-arm-none-eabi", "libnewlib-arm-none-eabi", "qemu-system-arm")
+GCC, SIZE, NM, ADDR2LINE, AR = (f"arm-none-eabi-{t}" for t in ("gcc", "size", "nm", "addr2line", "ar"))
+QEMU = "qemu-system-arm"
+M4_FLAGS = ("-mcpu=cortex-m4", "-mthumb", "-mfloat-abi=hard", "-mfpu=fpv4-sp-d16")
+# every function and object in its own section, so the link keeps only what is called; -g costs no
+# flash (debug sections are never loaded) and lets a fault's pc name its function and line
+COMPILE_FLAGS = (*hostlib.CFLAGS, *M4_FLAGS, "-ffunction-sections", "-fdata-sections", "-g")
+LINK_FLAGS = ("-nostartfiles", "--specs=nano.specs", "-Wl,--gc-sections")
+TARGET_SOURCES = ("startup_m4.c", "pk_platform_semihost.c")
+MACHINE = (
+    *("-M", "mps2-an386", "-nographic", "-monitor", "none", "-serial", "none"),
+    *("-semihosting-config", "enable=on,target=native"),
+)
+RAM_REGION_MAX = 4 << 20  # ZBT SSRAM2/3 at 0x20000000
+DEFAULT_STACK_BYTES = 4096
+OUT_DIR = "qemu-m4"  # build outputs, inside the project folder
+
+
+class TargetError(RuntimeError):
+    """The firmware could not be built, or the emulator could not run it (the message says why)."""
+
+
+def _exit_codes() -> dict[str, int]:
+    """The exit codes the startup uses, read from the header it is compiled with (one source of truth)."""
+    text = (hostlib.RUNTIME / "pk_m4.h").read_text()
+    return {m[1]: int(m[2]) for m in re.finditer(r"#define (PK_EXIT_\w+) (\d+)", text)}
+
+
+_CODES = _exit_codes()
+FAULT_EXITS = {  # exit code -> what the startup reported (PK_EXIT_FAULT + the exception's number)
+    _CODES["PK_EXIT_FAULT"] + 3: "HardFault",
+    _CODES["PK_EXIT_FAULT"] + 4: "MemManage",
+    _CODES["PK_EXIT_FAULT"] + 5: "BusFault",
+    _CODES["PK_EXIT_FAULT"] + 6: "UsageFault",
+    _CODES["PK_EXIT_UNEXPECTED_IRQ"]: "unexpected exception",
+    _CODES["PK_EXIT_MPU_SETUP"]: "MPU setup",
+}
+TIMEOUT_EXITS = (124, 137)  # timeout(1): the command timed out / had to be killed
+
+
+@dataclass(frozen=True)
+class MemoryUse:
+    """Bytes per region of a linked firmware (the RAM figures are what the budget caps)."""
+
+    ram_region: int  # the RAM region's size: the budget
+    stack: int
+    data: int  # initialized statics (their initial values also take flash)
+    arena: int  # the step's one arena (pk_sections.h: PK_ARENA)
+    bss: int  # every other zero-initialized static
+    external: int  # outside the budget (PK_EXTERNAL): the gradients in the paper's setting
+    flash: int  # code, constants and the initial values of .data
+
+    @property
+    def ram(self) -> int:
+        """RAM the firmware holds: stack + data + arena + bss (never more than ``ram_region``)."""
+        return self.stack + self.data + self.arena + self.bss
+
+    def describe(self) -> str:
+        ext = f"; outside the budget: {self.external:,} B external" if self.external else ""
+        return (
+            f"RAM {self.ram:,} of {self.ram_region:,} B (stack {self.stack:,}, data {self.data:,}, "
+            f"arena {self.arena:,}, bss {self.bss:,}); flash {self.flash:,} B{ext}"
+        )
+
+
+@dataclass(frozen=True)
+class Build:
+    """A linked firmware."""
+
+    binary: Path  # the ELF QEMU loads
+    map_file: Path | None  # the linker's map: where every object went
+    memory: MemoryUse
+
+
+@dataclass(frozen=True)
+class Fault:
+    """What the startup's fault handler reported before exiting (runtime/pk_m4.h)."""
+
+    kind: str  # HardFault, MemManage, BusFault, UsageFault, unexpected exception, MPU setup
+    reason: str  # e.g. "data access violation", "stack overflow", "division by zero"
+    pc: int | None  # the faulting instruction, when the stack frame was readable
+    address: int | None  # the faulting data address, when the core latched one
+    where: str | None  # function and source line of pc, from the ELF's debug information
+
+    def describe(self) -> str:
+        s = f"{self.kind} ({self.reason})"
+        if self.address is not None:
+            s += f" at address {self.address:#010x}"
+        if self.pc is not None:
+            s += f", pc {self.pc:#010x}" + (f" in {self.where}" if self.where else "")
+        return s
+
+
+@dataclass(frozen=True)
+class RunOutput:
+    """One run of a firmware on the emulator."""
+
+    exit_code: int
+    text: str  # what the firmware printed (pk_print), its pk-stack line taken out
+    marks: tuple[int, ...] | None  # instructions executed before each pk_mark call; None: not counted
+    instructions: int | None  # every instruction executed, reset to exit; None: not counted
+    stack_used: int | None  # the stack's high-water mark in bytes (the stack is painted at reset)
+    fault: Fault | None
+    timed_out: bool
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_code == 0 and not self.timed_out
+
+    def problem(self) -> str | None:
+        """Why the run failed, in one sentence; None when it succeeded."""
+        if self.timed_out:
+            return "the firmware did not finish within the time limit (an endless loop, or give it more time)"
+        if self.fault is not None:
+            return f"the firmware faulted: {self.fault.describe()}"
+        if self.exit_code != 0:
+            return f"the firmware exited with code {self.exit_code}"
+        return None
+
+
+# ---- toolchain ---------------------------------------------------------------------------------
+
+
+@functools.cache
+def missing() -> str | None:
+    """None when the toolchain and the emulator are installed, else what to install."""
+    absent = [t for t in (GCC, SIZE, NM, ADDR2LINE, AR, QEMU, "timeout") if shutil.which(t) is None]
+    if GCC not in absent:
+        r = subprocess.run([GCC, "-print-file-name=libc_nano.a"], capture_output=True, text=True, timeout=60)
+        if not os.path.isabs(r.stdout.strip()):
+            absent.append("newlib (libc_nano.a)")
+    if not absent:
+        return None
+    return (
+        f"the {NAME} target needs the Arm bare-metal toolchain, newlib and QEMU ({', '.join(absent)} not found); "
+        f"on Debian or Ubuntu: sudo apt-get install --no-install-recommends {' '.join(DEBIAN_PACKAGES)}"
+    )
+
+
+def _need_toolchain() -> None:
+    why = missing()
+    if why:
+        raise TargetError(why)
+
+
+def _run_tool(cmd: list[str], cwd: Path | None = None, timeout_s: float = 600) -> subprocess.CompletedProcess:
+    try:
+        return subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        raise TargetError(f"{Path(cmd[0]).name} did not finish within {timeout_s:.0f} s") from None
+
+
+# ---- build -------------------------------------------------------------------------------------
+
+
+def kernel_library() -> Path:
+    """The kernels compiled for the Cortex-M4F into a static library, once per content (cached)."""
+    _need_toolchain()
+    srcs = hostlib.kernel_sources()
+    digest = hostlib.content_hash(srcs + sorted(hostlib.RUNTIME.glob("*.h")), COMPILE_FLAGS)
+    out = hostlib.cache_dir() / f"libpk-m4-{digest}.a"
+    if out.exists():
+        return out
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=out.parent) as tmp:
+        if srcs:
+            r = _run_tool([GCC, *COMPILE_FLAGS, "-I", str(hostlib.RUNTIME), "-c", *map(str, srcs)], cwd=Path(tmp))
+            if r.returncode != 0:
+                raise TargetError("compiling the kernels for the Cortex-M4 failed:\n" + r.stderr[-4000:])
+        tmp_out = Path(tmp) / out.name
+        objs = sorted(str(p) for p in Path(tmp).glob("*.o"))
+        r = _run_tool([AR, "rcs", str(tmp_out), *objs])
+        if r.returncode != 0:
+            raise TargetError("archiving the Cortex-M4 kernels failed:\n" + r.stderr[-4000:])
+        os.replace(tmp_out, out)
+    return out
+
+
+def linker_script(ram_bytes: int, stack_bytes: int) -> str:
+    """``m4.ld.in`` with the budget and the stack size filled in."""
+    text = (hostlib.RUNTIME / "m4.ld.in").read_text()
+    return text.replace("@RAM_BYTES@", str(ram_bytes)).replace("@STACK_BYTES@", str(stack_bytes))
+
+
+def _check_sizes(ram_bytes: int, stack_bytes: int) -> None:
+    if not isinstance(ram_bytes, int) or not 256 <= ram_bytes <= RAM_REGION_MAX:
+        raise ValueError(f"RAM budget {ram_bytes!r}: give bytes from 256 to {RAM_REGION_MAX:,} (mps2-an386's 4 MiB)")
+    if not isinstance(stack_bytes, int) or stack_bytes < 256 or stack_bytes % 8:
+        raise ValueError(f"stack size {stack_bytes!r}: give a multiple of 8 bytes, at least 256")
+    if stack_bytes >= ram_bytes:
+        raise ValueError(f"a stack of {stack_bytes:,} B leaves nothing of a {ram_bytes:,} B RAM budget")
+
+
+def _sources(project_dir: Path) -> tuple[list[Path], bool]:
+    """The project's C and assembly files, the target's runtime files it has no copy of, and whether
+    it carries its own kernels (then the cached kernel library is not linked)."""
+    own = sorted(project_dir.glob("*.c")) + sorted(project_dir.glob("*.S"))
+    names = {p.name for p in own}
+    target = [hostlib.RUNTIME / n for n in TARGET_SOURCES if n not in names]
+    own_kernels = any(p.name in names for p in hostlib.kernel_sources())
+    return own + target, own_kernels
+
+
+def build(project_dir, ram_bytes: int, *, stack_bytes: int = DEFAULT_STACK_BYTES) -> Build:
+    """Compile and link ``project_dir`` for the Cortex-M4F with a RAM region of exactly ``ram_bytes``.
+
+    Outputs go to ``project_dir/qemu-m4/`` (``m4.ld``, ``firmware.elf``, ``firmware.map``), each
+    replaced only once the link succeeded.  :class:`TargetError` says what did not fit or compile.
+    """
+    _check_sizes(ram_bytes, stack_bytes)
+    _need_toolchain()
+    project_dir = Path(project_dir).resolve()
+    if not project_dir.is_dir():
+        raise TargetError(f"no project folder {project_dir}")
+    sources, own_kernels = _sources(project_dir)
+    libs = [] if own_kernels else [str(kernel_library())]
+    out_dir = project_dir / OUT_DIR
+    out_dir.mkdir(exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=out_dir) as tmp:
+        tmp = Path(tmp)
+        includes = ["-I", str(project_dir), "-I", str(hostlib.RUNTIME)]
+        r = _run_tool([GCC, *COMPILE_FLAGS, *includes, "-c", *map(str, sources)], cwd=tmp)
+        if r.returncode != 0:
+            raise TargetError(f"compiling {project_dir} for the Cortex-M4 failed:\n" + r.stderr[-4000:])
+        objs = sorted(str(p) for p in tmp.glob("*.o"))
+        r = _link(tmp, objs, libs, ram_bytes, stack_bytes)
+        if r.returncode != 0:
+            raise TargetError(_link_failure(r.stderr, tmp, objs, libs, ram_bytes, stack_bytes))
+        for name in ("m4.ld", "firmware.map", "firmware.elf"):
+            os.replace(tmp / name, out_dir / name)
+    elf = out_dir / "firmware.elf"
+    return Build(elf, out_dir / "firmware.map", memory_use(elf, ram_bytes))
+
+
+def _link(folder: Path, objs, libs, ram_bytes: int, stack_bytes: int) -> subprocess.CompletedProcess:
+    (folder / "m4.ld").write_text(linker_script(ram_bytes, stack_bytes))
+    cmd = [GCC, *M4_FLAGS, *LINK_FLAGS, "-T", "m4.ld", "-Wl,-Map=firmware.map", *objs, *libs, "-o", "firmware.elf"]
+    return _run_tool(cmd, cwd=folder)
+
+
+_LIBM = {"expf", "logf", "tanhf", "erff", "sqrtf", "powf", "exp", "log", "sqrt", "tanh", "erf", "pow", "log1pf"}
+
+
+def _link_failure(stderr: str, folder: Path, objs, libs, ram_bytes: int, stack_bytes: int) -> str:
+    """The linker's complaint, in words that say what to change."""
+    over = re.search(r"region `RAM' overflowed by (\d+) bytes?", stderr)
+    if over:
+        # link once more with the whole 4 MiB to learn how much each part takes
+        r = _link(folder, objs, libs, RAM_REGION_MAX, stack_bytes)
+        if r.returncode == 0:
+            m = memory_use(folder / "firmware.elf", ram_bytes)
+            return (
+                f"the firmware does not fit the RAM budget: it needs {m.ram:,} B (stack {m.stack:,} + data {m.data:,}"
+                f" + arena {m.arena:,} + bss {m.bss:,}) but the RAM region is {ram_bytes:,} B, "
+                f"{m.ram - ram_bytes:,} B too many; give a larger budget, a smaller stack, or a schedule that needs"
+                " less"
+            )
+        return f"the firmware does not fit the RAM budget of {ram_bytes:,} B (over by at least {over[1]} B)"
+    for region in ("FLASH", "EXTERNAL"):
+        m = re.search(rf"region `{region}' overflowed by (\d+) bytes?", stderr)
+        if m:
+            return f"the firmware does not fit the {region} region: {int(m[1]):,} B too many\n{stderr[-2000:]}"
+    poet = re.findall(r"POET: [^\n]*", stderr)
+    if poet:
+        return "; ".join(dict.fromkeys(poet))
+    undefined = sorted(set(re.findall(r"undefined reference to `([^']+)'", stderr)))
+    if "_sbrk" in undefined:
+        return "the firmware calls malloc (or something that does): the C backend has no heap on the Cortex-M4"
+    if set(undefined) & _LIBM:
+        names = ", ".join(sorted(set(undefined) & _LIBM))
+        return f"the firmware calls libm ({names}): kernels use pk_math's deterministic functions instead"
+    if undefined:
+        return f"undefined on the Cortex-M4: {', '.join(undefined)} (no libc beyond <string.h>, no OS calls)"
+    return "linking the Cortex-M4 firmware failed:\n" + stderr[-4000:]
+
+
+def memory_use(elf: Path, ram_bytes: int) -> MemoryUse:
+    """Section sizes of a linked firmware, by region."""
+    r = _run_tool([SIZE, "-A", "-d", str(elf)])
+    if r.returncode != 0:
+        raise TargetError(f"{SIZE} could not read {elf}:\n{r.stderr[-2000:]}")
+    sizes = {}
+    for line in r.stdout.splitlines():
+        parts = line.split()
+        if len(parts) == 3 and parts[1].isdigit():
+            sizes[parts[0]] = int(parts[1])
+    flash = sum(sizes.get(s, 0) for s in (".vectors", ".text", ".rodata", ".ARM.exidx", ".data"))
+    return MemoryUse(
+        ram_region=ram_bytes,
+        stack=sizes.get(".stack", 0),
+        data=sizes.get(".data", 0),
+        arena=sizes.get(".pk_arena", 0),
+        bss=sizes.get(".bss", 0),
+        external=sizes.get(".pk_external", 0),
+        flash=flash,
+    )
+
+
+# ---- run ---------------------------------------------------------------------------------------
+
+
+def symbol_address(elf: Path, name: str) -> int | None:
+    """The address of a function or object in the ELF (a Thumb function's low bit cleared)."""
+    r = _run_tool([NM, str(elf)])
+    for line in r.stdout.splitlines():
+        parts = line.split()
+        if len(parts) == 3 and parts[2] == name:
+            return int(parts[0], 16) & ~1
+    return None
+
+
+_FAULT = re.compile(
+    r"pk-fault: (?P<kind>HardFault|MemManage|BusFault|UsageFault|unexpected exception|MPU setup)"
+    r"(?: \((?P<reason>[^)]*)\))?(?: pc=(?P<pc>0x[0-9a-f]+) addr=(?P<addr>0x[0-9a-f]+))?"
+)
+_STACK = re.compile(r"pk-stack: used (\d+) of (\d+)\n?")
+
+
+def _where(elf: Path, pc: int) -> str | None:
+    r = _run_tool([ADDR2LINE, "-f", "-s", "-e", str(elf), f"{pc:#x}"])
+    lines = r.stdout.split()
+    if r.returncode != 0 or len(lines) < 2 or lines[0] == "??":
+        return None
+    return f"{lines[0]} ({lines[1]})" if not lines[1].startswith("??") else lines[0]
+
+
+def parse_fault(text: str, elf: Path | None = None) -> Fault | None:
+    """The fault the firmware reported, if any."""
+    m = _FAULT.search(text)
+    if not m:
+        return None
+    pc = int(m["pc"], 16) if m["pc"] else None
+    pc = None if pc == 0xFFFFFFFF else pc
+    addr = int(m["addr"], 16) if m["addr"] else None
+    addr = None if addr == 0xFFFFFFFF else addr
+    where = _where(elf, pc) if elf is not None and pc is not None else None
+    reason = m["reason"] or ("the RAM region cannot be mapped" if m["kind"] == "MPU setup" else "unknown cause")
+    return Fault(m["kind"], reason, pc, addr, where)
+
+
+def run(build: Build, run_dir, count: bool = False, timeout_s: float = 60.0) -> RunOutput:
+    """Run the firmware once on mps2-an386 with ``run_dir`` as the emulator's working folder.
+
+    Never longer than ``timeout_s`` (then ``timed_out``).  :class:`TargetError` only when QEMU itself
+    could not start; a firmware that fails still returns its :class:`RunOutput`.
+    """
+    _need_toolchain()
+    run_dir = Path(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    elf = Path(build.binary).resolve()
+    extra: list[str] = []
+    if count:
+        mark = symbol_address(elf, "pk_mark")
+        extra = icount.qemu_args(mark)
+        (run_dir / icount.OUT_NAME).unlink(missing_ok=True)
+    cmd = ["timeout", "--kill-after=5", f"{timeout_s:g}", QEMU, *MACHINE, "-kernel", str(elf), *extra]
+    proc = subprocess.Popen(cmd, cwd=run_dir, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        out, err = proc.communicate(timeout=timeout_s + 15)
+    except BaseException:  # the guard's guard, and Ctrl-C: timeout(1) passes SIGTERM on to QEMU
+        proc.terminate()
+        try:
+            proc.wait(5)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        raise
+    code = proc.returncode
+    text = (err + out).decode(errors="replace")
+    qemu_errors = [line for line in text.splitlines() if line.startswith(f"{QEMU}:")]
+    if qemu_errors and code not in TIMEOUT_EXITS:
+        raise TargetError(f"{QEMU} could not run {elf.name}: " + "; ".join(qemu_errors))
+    stack = _STACK.search(text)
+    timed_out = code in TIMEOUT_EXITS
+    counted = icount.read(run_dir / icount.OUT_NAME) if count and not timed_out else None
+    return RunOutput(
+        exit_code=code,
+        text=_STACK.sub("", text),
+        marks=counted.marks if counted else None,
+        instructions=counted.total if counted else None,
+        stack_used=int(stack[1]) if stack else None,
+        fault=parse_fault(text, elf) if code in FAULT_EXITS else None,
+        timed_out=timed_out,
+    )
+
+
+class QemuM4:
+    """The ``qemu-m4`` target (the Target protocol of :mod:`poet.cbackend`)."""
+
+    name = NAME
+
+    def missing(self) -> str | None:
+        return missing()
+
+    def build(self, project_dir, ram_bytes: int, *, stack_bytes: int = DEFAULT_STACK_BYTES) -> Build:
+        return build(project_dir, ram_bytes, stack_bytes=stack_bytes)
+
+    def run(self, build: Build, run_dir, count: bool = False, timeout_s: float = 60.0) -> RunOutput:
+        return run(build, run_dir, count, timeout_s)

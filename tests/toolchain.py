@@ -1,0 +1,28 @@
+"""Tests that need a system toolchain: skipped, with the reason, on a machine without it; failed in
+CI (``CI=true``), where ``.ci/run`` installs it, so a broken installation is never a silent skip."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+
+def require(missing: str | None) -> None:
+    """Skip (or, in CI, fail) the calling test when ``missing`` (a target's ``missing()``) says so."""
+    if missing is None:
+        return
+    if os.environ.get("CI", "").strip().lower() in ("true", "1", "yes"):
+        pytest.fail(f"CI must provide the toolchain (see .ci/run): {missing}")
+    pytest.skip(missing)
+
+
+def require_qemu_m4() -> None:
+    """The qemu-m4 target's toolchain (arm-none-eabi-gcc, newlib, qemu-system-arm) and the host's cc."""
+    from poet.cbackend import hostlib, qemu_m4
+
+    require(qemu_m4.missing())
+    try:
+        hostlib.compiler()
+    except hostlib.KernelError as e:
+        require(str(e))
