@@ -9,7 +9,6 @@ with PyTorch's.
 
 from __future__ import annotations
 
-import tempfile
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -185,7 +184,7 @@ def compile_program(
         secs["build"] = time.monotonic() - t1
         _say(progress, f"built {build.binary} in {secs['build']:.1f} s: {build.memory.describe()}")
     if run or check:
-        rd = Path(run_dir) if run_dir is not None else Path(tempfile.mkdtemp(prefix="poet-run-"))
+        rd = Path(run_dir) if run_dir is not None else project.path / "run"
         rd.mkdir(parents=True, exist_ok=True)
         for stale in ("out.bin", "pages.bin"):
             (rd / stale).unlink(missing_ok=True)

@@ -262,7 +262,7 @@ def model_source(
         f"static _Alignas(8) uint8_t staging[{n8(layout.buffer_bytes)}];",
         f"static _Alignas(8) uint8_t batch[{n8(layout.batch_bytes)}];",
         "static _Alignas(8) uint8_t loss[8];",
-        f"static float momentum_buf[{max(1, layout.param_bytes // 4) if mom else 1}];",
+        *([f"static float momentum_buf[{max(1, layout.param_bytes // 4)}];"] if mom else []),
         f"extern {'' if layout.params_in_ram else 'const '}uint8_t pk_params_blob[];",
         "extern uint8_t pk_buffers_blob[];",
         "extern const uint8_t pk_consts_blob[];",

@@ -24,10 +24,16 @@ from .hostlib import CFLAGS, RUNTIME
 from .ir import KernelProgram
 from .layout import ProjectLayout, make_layout
 
-__all__ = ["PLATFORM_FILES", "Project", "ProjectExists", "write_project"]
+__all__ = ["Project", "ProjectExists", "write_project"]
 
-# runtime files that belong to one target only: copied to platform/, compiled by that target
-PLATFORM_FILES = ("pk_platform_host.c", "pk_platform_semihost.c", "startup_m4.c", "m4.ld.in", "icount_plugin.c")
+
+def _portable(name: str) -> bool:
+    """Runtime files every target compiles (the rest belong to one target or tool: platform/)."""
+    return (
+        name.endswith(".h")
+        or name in ("pk_runtime.c", "pk_main.c")
+        or (name.endswith(".c") and name.startswith(("kernels_", "pk_math")))
+    )
 
 
 class ProjectExists(FileExistsError):
@@ -118,7 +124,7 @@ def write_project(
         for src in sorted(RUNTIME.iterdir()):
             if src.suffix not in (".c", ".h", ".in"):
                 continue
-            shutil.copyfile(src, tmp / ("platform" if src.name in PLATFORM_FILES else ".") / src.name)
+            shutil.copyfile(src, tmp / ("." if _portable(src.name) else "platform") / src.name)
         files = {
             "pk_model.c": model_source(kp, tables, layout, names=names, poison=poison),
             "pk_config.h": config_header(tables),

@@ -247,5 +247,5 @@ def get_target(name: str) -> Target:
             from . import qemu_m4
         except ImportError as e:
             raise TargetError(f"the qemu-m4 target is not available in this installation ({e})") from e
-        return qemu_m4.TARGET
+        return getattr(qemu_m4, "TARGET", None) or qemu_m4.QemuM4()
     raise TargetError(f"unknown target {name!r}; choose one of {', '.join(TARGETS)}")
