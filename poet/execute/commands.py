@@ -119,35 +119,9 @@ def register(subparsers) -> None:
 
 
 def _load(a):
-    from . import models
+    from .models import load
 
-    if ":" in a.model:
-        import importlib
-        import os
-
-        mod, fn = a.model.split(":", 1)
-        if os.getcwd() not in sys.path:  # a console script does not put it there; python -m does
-            sys.path.insert(0, os.getcwd())
-        try:
-            module = importlib.import_module(mod)
-        except ImportError as e:
-            raise ValueError(
-                f"--model {a.model}: cannot import {mod!r} ({e}); run from the directory that "
-                f"holds it, or add that directory to PYTHONPATH"
-            ) from e
-        build = getattr(module, fn, None)
-        if not callable(build):
-            raise ValueError(f"--model {a.model}: {mod} has no function {fn!r}")
-        try:
-            made = build()
-        except Exception as e:  # noqa: BLE001 - the user's code: say whose and what, not a traceback
-            raise ValueError(f"--model {a.model}: {mod}.{fn}() raised {type(e).__name__}: {e}") from e
-        if not (isinstance(made, tuple) and len(made) == 3):
-            raise ValueError(
-                f"--model {a.model}: {mod}.{fn}() must return (model, loss_fn, data), got {type(made).__name__}"
-            )
-        return made
-    return models.build(a.model, batch_size=a.batch_size, seed=a.seed, dropout=a.dropout)
+    return load(a.model, batch_size=a.batch_size, seed=a.seed, dropout=a.dropout)
 
 
 def _optimizer(a, model):
