@@ -44,9 +44,9 @@ SPECS: dict[str, SpecFn] = {}  # registry key (target_key) -> spec; filled by th
 def target_key(target) -> str:
     """The registry key of an FX call target: ``aten.relu.default`` for an aten overload, the
     function's qualified name (``poet.execute.tiled_ops.tile_conv``) for a Python tile kernel."""
-    name = getattr(target, "_name", None)  # torch OpOverload: 'aten::relu' + overload
-    if name is not None and hasattr(target, "_overloadname"):
-        ns, _, op = name.partition("::")
+    schema = getattr(target, "_schema", None)  # torch OpOverload: schema name 'aten::add' + overload
+    if schema is not None and hasattr(target, "_overloadname"):
+        ns, _, op = schema.name.partition("::")
         return f"{ns}.{op}.{target._overloadname or 'default'}"
     return f"{getattr(target, '__module__', '?')}.{getattr(target, '__qualname__', repr(target))}"
 
