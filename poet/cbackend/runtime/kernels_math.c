@@ -38,7 +38,7 @@ PK_KERNEL(math_eval) {
         double *y = (double *)t[1].data;
         for (int64_t i = 0; i < n; i++) {
             double v = x[i * t[0].stride[0]];
-            y[i * t[1].stride[0]] = fn == PK_MATH_SQRT ? pk_sqrt(v) : fn == PK_MATH_EXP ? pk_exp(v) : pk_log(v);
+            y[i * t[1].stride[0]] = fn == PK_MATH_SQRT ? pk_sqrtd(v) : fn == PK_MATH_EXP ? pk_expd(v) : pk_logd(v);
         }
         return PK_OK;
     }

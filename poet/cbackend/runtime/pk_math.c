@@ -115,7 +115,7 @@ float pk_sqrtf(float x) {
     return pk_f32_from_bits(((uint32_t)(E2 + 150) << 23) + (uint32_t)(q - 0x800000u));
 }
 
-double pk_sqrt(double x) {
+double pk_sqrtd(double x) {
     uint64_t u = pk_f64_bits(x);
     if ((u << 1) == 0) return x;
     if (u >> 63) return pk_nan();
@@ -364,7 +364,7 @@ float pk_erff(float x) {
 #define LN2_HI 6.93147180369123816490e-01 /* ln 2 to 32 bits: k * LN2_HI exact for |k| < 2^20 */
 #define LN2_LO 1.90821492927058770002e-10
 
-double pk_exp(double x) {
+double pk_expd(double x) {
     if (x != x) return x;
     if (x > 710.0) return pk_inf();
     if (x < -746.0) return 0.0;
@@ -382,7 +382,7 @@ double pk_exp(double x) {
     return scale2(y, k);
 }
 
-double pk_log(double x) {
+double pk_logd(double x) {
     if (x != x) return x;
     if (x < 0.0) return pk_nan();
     if (x == 0.0) return -pk_inf();
@@ -436,7 +436,7 @@ float pk_powf(float x, float y) {
         float r = y > 0.0f ? pk_inff() : 0.0f;
         return (x < 0.0f && odd) ? -r : r;
     }
-    double r = pk_exp((double)y * pk_log(ax));
+    double r = pk_expd((double)y * pk_logd(ax));
     float rf = (float)r;
     return (x < 0.0f && odd) ? -rf : rf;
 }

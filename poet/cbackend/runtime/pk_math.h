@@ -6,9 +6,11 @@
    precision; double is software there).  Accuracy against the exact value, measured over dense
    sweeps by tests/test_ckernels_math.py (figures in bench/pk_math_accuracy.py):
 
-     pk_sqrtf, pk_sqrt       correctly rounded (0.5 ulp), so equal to IEEE sqrt
+     pk_sqrtf, pk_sqrtd      correctly rounded (0.5 ulp), so equal to IEEE sqrt
      pk_expf, pk_logf, pk_log1pf, pk_expm1f, pk_tanhf, pk_erff, pk_sigmoidf   <= 2 ulp
-     pk_exp, pk_log          <= 2 ulp of double
+     pk_expd, pk_logd        within 1 ulp of numpy's (glibc's) double functions
+
+   Names end in f (float) or d (double): plain pk_<name> is a kernel's (pk.h), e.g. pk_exp is aten.exp.
 
    Special values follow C99 Annex F (NaN in -> NaN out; exp(+inf) = inf, exp(-inf) = 0; log(0) = -inf,
    log(x < 0) = NaN; tanh and erf saturate to +-1). */
@@ -25,11 +27,11 @@ float pk_expm1f(float x);
 float pk_tanhf(float x);
 float pk_erff(float x);
 float pk_sigmoidf(float x); /* 1 / (1 + exp(-x)) */
-float pk_powf(float x, float y); /* general powers through pk_exp/pk_log in double (slow on the M4F) */
+float pk_powf(float x, float y); /* general powers through pk_expd/pk_logd in double (slow on the M4F) */
 
-double pk_sqrt(double x);
-double pk_exp(double x);
-double pk_log(double x);
+double pk_sqrtd(double x);
+double pk_expd(double x);
+double pk_logd(double x);
 
 /* IEEE bit patterns (memcpy: no aliasing issues, compiled to a register move) */
 uint32_t pk_f32_bits(float x);
