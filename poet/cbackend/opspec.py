@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["SPECS", "CallSpec", "UnsupportedOp", "flat_ints", "register", "target_key"]
+__all__ = ["SPECS", "CallSpec", "UnsupportedOp", "arg", "flat_ints", "register", "target_key"]
 
 Scalar = int | float
 
@@ -44,10 +44,10 @@ SPECS: dict[str, SpecFn] = {}  # registry key (target_key) -> spec; filled by th
 def target_key(target) -> str:
     """The registry key of an FX call target: ``aten.relu.default`` for an aten overload, the
     function's qualified name (``poet.execute.tiled_ops.tile_conv``) for a Python tile kernel."""
-    name = getattr(target, "_name", None)  # torch OpOverload: 'aten::relu' + overload
-    if name is not None and hasattr(target, "_overloadname"):
-        ns, _, op = name.partition("::")
-        return f"{ns}.{op}.{target._overloadname or 'default'}"
+    schema = getattr(target, "_schema", None)  # torch OpOverload: schema 'aten::add' + overload 'Tensor'
+    if schema is not None and hasattr(target, "_overloadname"):
+        ns, _, op = schema.name.partition("::")
+        return f"{ns}.{op}.{schema.overload_name or 'default'}"
     return f"{getattr(target, '__module__', '?')}.{getattr(target, '__qualname__', repr(target))}"
 
 
@@ -69,3 +69,9 @@ def flat_ints(xs) -> tuple[int, ...]:
     if isinstance(xs, (list, tuple)):
         return tuple(int(x) for x in xs)
     return (int(xs),)
+
+
+def arg(n, i: int, name: str, default):
+    """Argument ``i`` of FX node ``n`` by position, else by keyword ``name``, else ``default`` (the
+    schema's default: FX leaves defaulted arguments out)."""
+    return n.args[i] if len(n.args) > i else n.kwargs.get(name, default)

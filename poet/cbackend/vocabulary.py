@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
-from . import ops_elementwise  # noqa: F401  (each family module registers its specs on import)
+from . import (  # noqa: F401  (each family module registers its specs on import)
+    ops_elementwise,
+    ops_index,
+    ops_layout,
+    ops_matmul,
+)
 from .opspec import SPECS, CallSpec, SpecFn, UnsupportedOp, target_key
 
 __all__ = ["registered", "spec_for"]

@@ -1,0 +1,251 @@
+"""Where a compiled step runs: the :class:`Target` protocol, and the ``host`` target.
+
+A target builds a C project folder (written by :mod:`poet.cbackend.emit`) into a binary under a RAM
+budget and runs it in a run folder holding ``batch.bin`` (and, after the run, ``out.bin`` and
+``pages.bin``).  Two targets implement the protocol:
+
+* ``host`` (here): the project built with the machine's ``cc`` and the stdio platform
+  (``runtime/pk_platform_host.c``), run as a process;
+* ``qemu-m4`` (:mod:`poet.cbackend.qemu_m4`): ``arm-none-eabi-gcc`` for a Cortex-M4F, run on QEMU's
+  ``mps2-an386`` with a RAM region of exactly the budget, semihosting for files, and an instruction
+  counter.
+
+What a project folder holds, for every target: its C and assembly files at the top level (the
+runtime, the kernels and the generated tables; ``*.S`` files ``.incbin`` the binary blobs next to
+them), compiled with the folder on the include path; target files (a platform, a startup) come from
+``poet/cbackend/runtime`` unless the folder has a file of the same name.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from . import hostlib
+
+__all__ = [
+    "HOST",
+    "TARGETS",
+    "Build",
+    "HostTarget",
+    "MemoryUse",
+    "RunOutput",
+    "Target",
+    "TargetError",
+    "get_target",
+    "project_sources",
+]
+
+TARGETS = ("host", "qemu-m4")
+
+
+class TargetError(RuntimeError):
+    """A project that could not be built, or a binary that could not be started (the message says why)."""
+
+
+@dataclass(frozen=True)
+class MemoryUse:
+    """Bytes per region of a built step (the RAM figures are what the budget caps)."""
+
+    ram_region: int  # the RAM budget the build was made for
+    stack: int  # reserved stack (0 on the host: the operating system's)
+    data: int  # initialized statics (their initial values also take flash)
+    arena: int  # the step's one arena (pk_sections.h: PK_ARENA)
+    bss: int  # every other zero-initialized static
+    external: int  # outside the budget (PK_EXTERNAL): the gradients in the paper's setting
+    flash: int  # code, constants and the initial values of .data
+
+    @property
+    def ram(self) -> int:
+        """RAM the step holds: stack + data + arena + bss."""
+        return self.stack + self.data + self.arena + self.bss
+
+    def describe(self) -> str:
+        ext = f"; outside the budget: {self.external:,} B external" if self.external else ""
+        return (
+            f"RAM {self.ram:,} of {self.ram_region:,} B (stack {self.stack:,}, data {self.data:,}, "
+            f"arena {self.arena:,}, bss {self.bss:,}); flash {self.flash:,} B{ext}"
+        )
+
+
+@dataclass(frozen=True)
+class Build:
+    """A built step."""
+
+    binary: Path  # what the target runs (an executable, an ELF)
+    map_file: Path | None  # the linker's map, where the target writes one
+    memory: MemoryUse
+
+
+@dataclass(frozen=True)
+class RunOutput:
+    """One run of a built step."""
+
+    exit_code: int
+    text: str  # what the step printed (pk_print)
+    marks: tuple[int, ...] | None  # running instruction count at each pk_mark call; None: not counted
+    instructions: int | None = None  # every instruction executed; None: not counted
+    stack_used: int | None = None  # the stack's high-water mark in bytes, where the target measures it
+    fault: object | None = None  # what a target's fault handler reported (it has .describe())
+    timed_out: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_code == 0 and not self.timed_out
+
+    def problem(self) -> str | None:
+        """Why the run failed, in one sentence; None when it succeeded."""
+        if self.timed_out:
+            return "the step did not finish within the time limit (an endless loop, or give it more time)"
+        if self.fault is not None:
+            return f"the step faulted: {self.fault.describe()}"
+        if self.exit_code != 0:
+            last = [ln for ln in self.text.splitlines() if ln.strip()]
+            return f"the step exited with code {self.exit_code}" + (f": {last[-1]}" if last else "")
+        return None
+
+
+class Target(Protocol):
+    """What ``poet compile`` needs of a place to run a step."""
+
+    name: str
+
+    def missing(self) -> str | None:
+        """None when the toolchain is there, else a message naming the Debian packages to install."""
+
+    def build(self, project_dir, ram_bytes: int) -> Build:
+        """Compile and link the project in ``project_dir`` for a RAM region of ``ram_bytes``."""
+
+    def run(self, build: Build, run_dir, count: bool = False, timeout_s: float = 60.0) -> RunOutput:
+        """Run the built step with ``run_dir`` as its working folder (never longer than ``timeout_s``)."""
+
+
+def project_sources(project_dir: Path, target_files: tuple[str, ...]) -> list[Path]:
+    """The project's C and assembly files, plus the target's runtime files it has no copy of."""
+    own = sorted(project_dir.glob("*.c")) + sorted(project_dir.glob("*.S"))
+    names = {p.name for p in own}
+    return own + [hostlib.RUNTIME / n for n in target_files if n not in names]
+
+
+def _section_sizes(binary: Path) -> dict[str, int]:
+    size = shutil.which("size")
+    if size is None:
+        return {}
+    r = subprocess.run([size, "-A", "-d", str(binary)], capture_output=True, text=True, timeout=60)
+    out = {}
+    for line in r.stdout.splitlines():
+        parts = line.split()
+        if len(parts) == 3 and parts[1].isdigit():
+            out[parts[0]] = int(parts[1])
+    return out
+
+
+def _symbol_sizes(binary: Path, names: tuple[str, ...]) -> dict[str, int]:
+    """Sizes of named objects (``nm -S``), 0 for those not found or without ``nm``."""
+    nm = shutil.which("nm")
+    out = dict.fromkeys(names, 0)
+    if nm is None:
+        return out
+    r = subprocess.run([nm, "-S", str(binary)], capture_output=True, text=True, timeout=60)
+    for line in r.stdout.splitlines():
+        parts = line.split()
+        if len(parts) == 4 and parts[3] in out:
+            out[parts[3]] = int(parts[1], 16)
+    return out
+
+
+class HostTarget:
+    """The step built with the machine's C compiler and run as a process (stdio files, no counter)."""
+
+    name = "host"
+    platform_files = ("pk_platform_host.c",)
+    out_dir = "host"
+
+    def missing(self) -> str | None:
+        if os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc"):
+            return None
+        return "the host target needs a C compiler (cc); on Debian or Ubuntu: sudo apt-get install gcc libc6-dev"
+
+    def build(self, project_dir, ram_bytes: int) -> Build:
+        why = self.missing()
+        if why:
+            raise TargetError(why)
+        project_dir = Path(project_dir).resolve()
+        if not project_dir.is_dir():
+            raise TargetError(f"no project folder {project_dir}")
+        sources = project_sources(project_dir, self.platform_files)
+        out_dir = project_dir / self.out_dir
+        out_dir.mkdir(exist_ok=True)
+        exe = out_dir / "step"
+        with tempfile.TemporaryDirectory(dir=out_dir) as tmp:
+            tmp_exe = Path(tmp) / "step"
+            cmd = [
+                hostlib.compiler(),
+                *hostlib.CFLAGS,
+                "-I",
+                str(project_dir),
+                "-I",
+                str(hostlib.RUNTIME),
+                *map(str, sources),
+                "-o",
+                str(tmp_exe),
+            ]
+            try:
+                r = subprocess.run(cmd, cwd=tmp, capture_output=True, text=True, timeout=900)
+            except subprocess.TimeoutExpired:
+                raise TargetError(f"compiling {project_dir} did not finish within 900 s") from None
+            if r.returncode != 0:
+                raise TargetError(f"compiling {project_dir} for the host failed:\n" + r.stderr[-4000:])
+            os.replace(tmp_exe, exe)
+        secs = _section_sizes(exe)
+        syms = _symbol_sizes(exe, ("pk_arena", "pk_grads_external"))
+        external = syms["pk_grads_external"]
+        flash = sum(secs.get(s, 0) for s in (".text", ".rodata"))
+        return Build(
+            binary=exe,
+            map_file=None,
+            memory=MemoryUse(
+                ram_region=int(ram_bytes),
+                stack=0,
+                data=secs.get(".data", 0),
+                arena=syms["pk_arena"],
+                bss=max(0, secs.get(".bss", 0) - syms["pk_arena"] - external),
+                external=external,
+                flash=flash,
+            ),
+        )
+
+    def run(self, build: Build, run_dir, count: bool = False, timeout_s: float = 60.0) -> RunOutput:
+        run_dir = Path(run_dir)
+        run_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            r = subprocess.run(
+                [str(Path(build.binary).resolve())], cwd=run_dir, capture_output=True, text=True, timeout=timeout_s
+            )
+        except subprocess.TimeoutExpired as e:
+            out = (e.stdout or b"").decode(errors="replace") if isinstance(e.stdout, bytes) else (e.stdout or "")
+            return RunOutput(exit_code=124, text=out, marks=None, timed_out=True)
+        except OSError as e:
+            raise TargetError(f"cannot start {build.binary}: {e.strerror or e}") from e
+        return RunOutput(exit_code=r.returncode, text=r.stdout + r.stderr, marks=None)
+
+
+HOST = HostTarget()
+
+
+def get_target(name: str) -> Target:
+    """The target called ``name`` (``host`` or ``qemu-m4``)."""
+    if name == "host":
+        return HOST
+    if name == "qemu-m4":
+        try:
+            from . import qemu_m4
+        except ImportError as e:
+            raise TargetError(f"the qemu-m4 target is not available in this installation ({e})") from e
+        return getattr(qemu_m4, "TARGET", None) or qemu_m4.QemuM4()
+    raise TargetError(f"unknown target {name!r}; choose one of {', '.join(TARGETS)}")
