@@ -6,16 +6,14 @@ from __future__ import annotations
 import shutil
 
 import pytest
-from toolchain import require_qemu_m4
+from toolchain import build_cache_dir, qemu_m4_ready  # noqa: F401  (fixtures)
 
 from poet.cbackend import icount, qemu_m4
 
 RAM = 64 << 10
 
 
-@pytest.fixture(autouse=True)
-def _toolchain():
-    require_qemu_m4()
+pytestmark = pytest.mark.usefixtures("qemu_m4_ready")
 
 
 def firmware(tmp_path, body: str, *, ram: int = RAM, stack: int = qemu_m4.DEFAULT_STACK_BYTES, top: str = ""):

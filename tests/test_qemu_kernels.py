@@ -4,16 +4,13 @@ results on strided layouts, per-call instruction counts, and paging through semi
 from __future__ import annotations
 
 import pytest
-from toolchain import require_qemu_m4
+from toolchain import build_cache_dir, qemu_m4_ready  # noqa: F401  (fixtures)
 
 torch = pytest.importorskip("torch")
 
 from poet.cbackend import hostlib, probe, qemu_m4  # noqa: E402
 
-
-@pytest.fixture(autouse=True)
-def _toolchain():
-    require_qemu_m4()
+pytestmark = pytest.mark.usefixtures("qemu_m4_ready")
 
 
 def bits(t):
