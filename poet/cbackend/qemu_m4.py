@@ -151,12 +151,15 @@ def linker_script(ram_bytes: int, stack_bytes: int) -> str:
 
 
 def _check_sizes(ram_bytes: int, stack_bytes: int) -> None:
-    if not isinstance(ram_bytes, int) or not 256 <= ram_bytes <= RAM_REGION_MAX:
-        raise ValueError(f"RAM budget {ram_bytes!r}: give bytes from 256 to {RAM_REGION_MAX:,} (mps2-an386's 4 MiB)")
-    if not isinstance(stack_bytes, int) or stack_bytes < 256 or stack_bytes % 8:
-        raise ValueError(f"stack size {stack_bytes!r}: give a multiple of 8 bytes, at least 256")
+    if isinstance(ram_bytes, bool) or not isinstance(ram_bytes, int) or not 256 <= ram_bytes <= RAM_REGION_MAX:
+        raise TargetError(f"RAM budget {ram_bytes!r}: give bytes from 256 to {RAM_REGION_MAX:,} (mps2-an386's 4 MiB)")
+    if isinstance(stack_bytes, bool) or not isinstance(stack_bytes, int) or stack_bytes < 256 or stack_bytes % 8:
+        raise TargetError(f"stack size {stack_bytes!r}: give a multiple of 8 bytes, at least 256")
     if stack_bytes >= ram_bytes:
-        raise ValueError(f"a stack of {stack_bytes:,} B leaves nothing of a {ram_bytes:,} B RAM budget")
+        raise TargetError(
+            f"the RAM budget of {ram_bytes:,} B cannot hold a {stack_bytes:,} B stack, let alone the arena and data "
+            "besides: the qemu-m4 RAM region is the whole budget; give a larger budget or a smaller stack"
+        )
 
 
 def _sources(project_dir: Path) -> tuple[list[Path], bool]:
