@@ -8,8 +8,16 @@ import random
 
 import pytest
 
-from poet.cbackend.arena import ALIGN, ArenaPlan, Residency, check_plan, first_fit_bytes, live_peak, plan_arena, residencies
-from poet.cbackend.fit import fit_arena
+from poet.cbackend.arena import (
+    ALIGN,
+    ArenaPlan,
+    Residency,
+    check_plan,
+    first_fit_bytes,
+    live_peak,
+    plan_arena,
+    residencies,
+)
 from poet.graph.core import CostedGraph, CostedNode
 from poet.schedule.core import Budget, Schedule, Step
 from poet.schedule.validate import validate
@@ -124,56 +132,97 @@ def test_check_plan_finds_an_overlap_and_an_offset_out_of_the_arena():
 
 
 def _chain(sizes, fixed=0):
-    nodes = tuple(
-        CostedNode(f"n{i}", "forward", b, 1.0, 1.0, 0.1, 0.1, 0.1, 0.1) for i, b in enumerate(sizes)
-    )
+    nodes = tuple(CostedNode(f"n{i}", "forward", b, 1.0, 1.0, 0.1, 0.1, 0.1, 0.1) for i, b in enumerate(sizes))
     return CostedGraph("chain", nodes, tuple((i, i + 1) for i in range(len(sizes) - 1)), fixed)
 
 
 def test_residencies_follow_compute_page_in_and_free():
     g = _chain([8, 16, 24])
-    steps = [Step("compute", 0), Step("compute", 1), Step("page_out", 0), Step("free", 0), Step("compute", 2),
-             Step("free", 1), Step("page_in", 0), Step("free", 2)]
+    steps = [
+        Step("compute", 0),
+        Step("compute", 1),
+        Step("page_out", 0),
+        Step("free", 0),
+        Step("compute", 2),
+        Step("free", 1),
+        Step("page_in", 0),
+        Step("free", 2),
+    ]
     budget = Budget(10**6)
     s = Schedule(g, budget, tuple(steps), "feasible", "test", validate(g, steps, budget))
     assert residencies(s) == (
-        Residency(0, 0, 3, 8), Residency(1, 1, 5, 16), Residency(2, 4, 7, 24), Residency(0, 6, 8, 8),
+        Residency(0, 0, 3, 8),
+        Residency(1, 1, 5, 16),
+        Residency(2, 4, 7, 24),
+        Residency(0, 6, 8, 8),
     )
 
 
-def test_the_refit_loop_solves_again_with_the_overshoot_taken_off_the_budget():
-    """A schedule whose holes push the arena past the budget is solved again for less RAM until its
-    arena fits; every schedule tried is validated against the real budget."""
+def _schedule(g, steps, ram, strategy="poet"):
+    budget = Budget(ram)
+    return Schedule(g, budget, tuple(steps), "feasible", strategy, validate(g, steps, budget))
+
+
+KEEP = [Step("compute", 0), Step("compute", 1), Step("compute", 2), Step("compute", 3)] + [
+    Step("free", v) for v in range(4)
+]
+FREE_EARLY = [
+    Step("compute", 0),
+    Step("compute", 1),
+    Step("free", 0),
+    Step("compute", 2),
+    Step("free", 1),
+    Step("compute", 3),
+    Step("free", 2),
+    Step("free", 3),
+]
+
+
+def test_the_refit_loop_solves_again_with_the_overshoot_taken_off_the_budget(monkeypatch):
+    """An arena past the budget (holes the planner cannot close, here made so by a planner that adds
+    32 B to the first schedule) is never accepted: the schedule is solved again for the budget minus
+    the overshoot, validated against the real budget, and its arena planned."""
+    import poet.cbackend.fit as fit_mod
+
     g = _chain([40, 8, 48, 8], fixed=100)
-    # keep 0 and 1, free 0 (a hole of 40 B below 1), then 2 (48 B) cannot sit in the hole
-    bad = [Step("compute", 0), Step("compute", 1), Step("free", 0), Step("compute", 2), Step("free", 1),
-           Step("compute", 3), Step("free", 2), Step("free", 3)]
-    good = [Step("compute", 0), Step("compute", 1), Step("free", 0), Step("compute", 2), Step("free", 1),
-            Step("compute", 3), Step("free", 2), Step("free", 3)]
-    budget = Budget(100 + 56)
-    s = Schedule(g, budget, tuple(bad), "feasible", "poet", validate(g, bad, budget))
+    first = _schedule(g, KEEP, 100 + 104)
+    real_plan = fit_mod.plan_arena
+
+    def fragmenting(s, **kw):
+        p = real_plan(s, **kw)
+        if s.steps == first.steps:
+            return ArenaPlan(p.residencies, p.offsets, p.arena_bytes + 32, p.live_peak_bytes, 8, "holes", ())
+        return p
+
+    monkeypatch.setattr(fit_mod, "plan_arena", fragmenting)
     asked = []
 
     def solver(sched, ram, left):
         asked.append(ram)
-        return Schedule(g, Budget(ram), tuple(good), "feasible", "poet", validate(g, good, Budget(ram)))
+        return _schedule(g, FREE_EARLY, ram)
 
-    fit = fit_arena(s, solver=solver)
-    first = fit.attempts[0]
-    if first.arena_bytes <= fit.available:  # the planner found a packing of the first one: nothing to do
-        assert asked == [] and fit.fits
-        return
-    assert asked and asked[0] == budget.ram_bytes - (first.arena_bytes - fit.available)
-    assert fit.fits and fit.schedule.budget == budget
+    fit = fit_mod.fit_arena(first, solver=solver)
+    assert asked == [100 + 104 - 32]  # the first arena was 104 + 32 B for 104 B available
+    assert fit.fits and fit.schedule.steps == tuple(FREE_EARLY)
+    assert fit.schedule.budget == first.budget  # validated against, and reported with, the real budget
+    assert [a.arena_bytes for a in fit.attempts] == [136, 56]
 
 
-def test_the_refit_loop_stops_when_no_schedule_is_found():
+def test_the_refit_loop_gives_up_honestly_when_no_schedule_is_found(monkeypatch):
+    import poet.cbackend.fit as fit_mod
+
     g = _chain([40, 8, 48, 8], fixed=100)
-    steps = [Step("compute", 0), Step("compute", 1), Step("compute", 2), Step("free", 0), Step("free", 1),
-             Step("compute", 3), Step("free", 2), Step("free", 3)]
-    budget = Budget(100 + 96)
-    s = Schedule(g, budget, tuple(steps), "feasible", "poet", validate(g, steps, budget))
-    plan = plan_arena(s)
-    fit = fit_arena(s, solver=lambda sched, ram, left: Schedule(g, Budget(ram), (), "infeasible", "poet"))
-    assert fit.plan.arena_bytes == plan.arena_bytes
-    assert fit.fits == (plan.arena_bytes <= 96)
+    first = _schedule(g, KEEP, 100 + 104)
+    real_plan = fit_mod.plan_arena
+
+    def fragmenting(s, **kw):
+        p = real_plan(s, **kw)
+        return ArenaPlan(p.residencies, p.offsets, p.arena_bytes + 32, p.live_peak_bytes, 8, "holes", ())
+
+    monkeypatch.setattr(fit_mod, "plan_arena", fragmenting)
+    fit = fit_mod.fit_arena(first, solver=lambda s, ram, left: Schedule(g, Budget(ram), (), "infeasible", "poet"))
+    assert not fit.fits and fit.schedule is first
+    assert [a.status for a in fit.attempts] == ["feasible", "infeasible"]
+    # a rule-based schedule is not re-solved: nothing steers it by a budget
+    fit = fit_mod.fit_arena(_schedule(g, KEEP, 100 + 104, strategy="reference-keep"), solver=None)
+    assert not fit.fits and len(fit.attempts) == 1

@@ -10,6 +10,8 @@ budget and runs it in a run folder holding ``batch.bin`` (and, after the run, ``
   ``mps2-an386`` with a RAM region of exactly the budget, semihosting for files, and an instruction
   counter.
 
+:mod:`poet.cbackend.target_table` picks one by name.
+
 What a project folder holds, for every target: its C and assembly files at the top level (the
 runtime, the kernels and the generated tables; ``*.S`` files ``.incbin`` the binary blobs next to
 them), compiled with the folder on the include path; target files (a platform, a startup) come from
@@ -37,7 +39,6 @@ __all__ = [
     "RunOutput",
     "Target",
     "TargetError",
-    "get_target",
     "project_sources",
 ]
 
@@ -236,16 +237,3 @@ class HostTarget:
 
 
 HOST = HostTarget()
-
-
-def get_target(name: str) -> Target:
-    """The target called ``name`` (``host`` or ``qemu-m4``)."""
-    if name == "host":
-        return HOST
-    if name == "qemu-m4":
-        try:
-            from . import qemu_m4
-        except ImportError as e:
-            raise TargetError(f"the qemu-m4 target is not available in this installation ({e})") from e
-        return getattr(qemu_m4, "TARGET", None) or qemu_m4.QemuM4()
-    raise TargetError(f"unknown target {name!r}; choose one of {', '.join(TARGETS)}")

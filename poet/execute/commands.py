@@ -110,6 +110,9 @@ def register(subparsers) -> None:
         help="also train with plain PyTorch from the same seed and compare the loss curves bit for bit",
     )
     t.add_argument("--quiet", action="store_true")
+    from ..cbackend.commands import add_train_options
+
+    add_train_options(t)
     t.add_argument(
         "--json",
         action="store_true",
@@ -159,11 +162,21 @@ def _make_plan(a, model, loss_fn, inputs, targets, optimizer):
                 stop=stop,
                 costs=a.costs,
                 tile=a.tile,
+                runtime_ram_bytes=_runtime_ram(a),
             )
     finally:
         prog.done()
     warn_uncached(pl.schedule)
     return pl
+
+
+def _runtime_ram(a) -> int:
+    """RAM a compiled step (poet train --target) holds besides its tensors: the plan leaves room for it."""
+    if getattr(a, "target", None) is None:
+        return 0
+    from ..cbackend.commands import RUNTIME_RAM_BYTES
+
+    return RUNTIME_RAM_BYTES
 
 
 def _errors():
@@ -242,6 +255,10 @@ def cmd_train(a) -> int:
                 },
             )
             return 3
+        if getattr(a, "target", None) is not None:  # the plan compiled to C, trained there
+            from ..cbackend.commands import train_on_target
+
+            return train_on_target(a, pl, data, tuple(inputs) + tuple(targets))
         losses = []
         results = []
         peak = 0
