@@ -18,6 +18,7 @@ from ..schedule.core import Schedule
 from ..schedule.validate import validate
 from .check import CheckReport, compare, reference_run
 from .fit import ArenaFit, fit_arena
+from .instructions import InstructionComparison, InstructionModel, measure_program
 from .ir import LoweringError
 from .layout import StepResults, read_out, write_batches
 from .lower import lower_program
@@ -45,6 +46,8 @@ class CompileResult:
     results: StepResults | None
     check: CheckReport | None
     seconds: dict  # 'compile', 'build', 'run', 'check'
+    # qemu-m4 runs: predicted beside measured instructions per iteration and per kind
+    instructions: InstructionComparison | None = None
 
     @property
     def arena_bytes(self) -> int:
@@ -76,6 +79,8 @@ class CompileResult:
         if self.run is not None:
             why = self.run.problem()
             out.append(f"ran on {self.target}: " + (why or "ok"))
+        if self.instructions is not None:
+            out += self.instructions.lines()
         if self.check is not None:
             out.append("against PyTorch: " + ("match within the bounds" if self.check.ok else "MISMATCH"))
             out += ["  " + x for x in self.check.lines()]
@@ -112,6 +117,7 @@ def compile_program(
     reference_program=None,
     dropout_reference=None,
     run_dir=None,
+    instruction_model: InstructionModel | None = None,
 ) -> CompileResult:
     """Compile ``schedule`` of the traced ``program`` into a C project in ``out`` for ``target``.
 
@@ -121,6 +127,8 @@ def compile_program(
     training steps (``batches``: one ``inputs + targets`` tuple per step; default the example
     batch).  check: also train in PyTorch (``reference_program``: the untiled program of a tiled
     one) and compare.  Raises before building on a schedule or program the backend cannot compile.
+    On ``qemu-m4`` a run counts instructions and compares them, per iteration and per kind, with the
+    prediction from ``program``'s per-node costs (``instruction_model``, measured first if None).
     """
     t0 = time.monotonic()
     secs: dict = {}
@@ -173,7 +181,7 @@ def compile_program(
         f"wrote {project.path}: {len(project.tables.steps)} instructions, {len(project.tables.calls)} calls, "
         f"arena {fit.plan.arena_bytes:,} B (schedule peak {schedule.totals.peak_ram_bytes - fixed:,} B)",
     )
-    build = run_out = results = report = None
+    build = run_out = results = report = comparison = None
     if run or check or target != "host":
         tgt = get_target(target)
         why = tgt.missing()
@@ -192,12 +200,20 @@ def compile_program(
         write_batches(project.layout, [tuple(b) for b in batches], rd / "batch.bin")
         t1 = time.monotonic()
         _say(progress, f"running {len(batches)} step(s) on {target} in {rd} ...")
-        run_out = tgt.run(build, rd, count=False, timeout_s=timeout_s)
+        counting = target == "qemu-m4"  # the emulator counts instructions exactly: every run compares them
+        run_out = tgt.run(build, rd, count=counting, timeout_s=timeout_s)
         secs["run"] = time.monotonic() - t1
         why = run_out.problem()
         _say(progress, f"ran in {secs['run']:.2f} s: " + (why or "ok"))
         if run_out.ok:
             results = read_out(project.layout, rd / "out.bin")
+        if counting and run_out.ok:
+            t1 = time.monotonic()
+            model = instruction_model or measure_program(program, progress=progress, timeout_s=timeout_s)
+            comparison = InstructionComparison.of(
+                model, schedule.steps, run_out.marks, params_in_ram=project.layout.params_in_ram, poison=check
+            )
+            secs["instructions"] = time.monotonic() - t1
     if check and results is not None:
         t1 = time.monotonic()
         ref = reference_run(
@@ -209,4 +225,4 @@ def compile_program(
         )
         report = compare(results, ref)
         secs["check"] = time.monotonic() - t1
-    return CompileResult(project, schedule, fit, target, build, run_out, results, report, secs)
+    return CompileResult(project, schedule, fit, target, build, run_out, results, report, secs, comparison)

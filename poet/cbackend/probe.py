@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import hostlib, qemu_m4
-from .targets import RunOutput
+from .target_types import RunOutput
 
 MAGIC, VERSION = 0x42504B50, 1
 DATA_MAX = 16 << 20  # the probe's data block lives in the EXTERNAL region (16 MiB of PSRAM)

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import hostlib, icount
-from .targets import Build, MemoryUse, RunOutput, TargetError, project_sources
+from .target_types import Build, MemoryUse, RunOutput, TargetError, project_sources
 
 NAME = "qemu-m4"
 DEBIAN_PACKAGES = ("gcc-arm-none-eabi", "libnewlib-arm-none-eabi", "qemu-system-arm")
@@ -47,6 +47,8 @@ MACHINE = (
 RAM_REGION_MAX = 4 << 20  # ZBT SSRAM2/3 at 0x20000000
 DEFAULT_STACK_BYTES = 4096
 OUT_DIR = "qemu-m4"  # build outputs, inside the project folder
+# a measurement build's arena in the external region (16 MiB), where no budget applies
+ARENA_EXTERNAL = 'PK_ARENA=__attribute__((section(".bss.PK.external"), aligned(8)))'
 
 
 def _exit_codes() -> dict[str, int]:
@@ -175,11 +177,13 @@ def _sources(project_dir: Path) -> tuple[list[Path], bool]:
     return [p for p in sources if p.name not in kernels], True
 
 
-def build(project_dir, ram_bytes: int, *, stack_bytes: int = DEFAULT_STACK_BYTES) -> Build:
+def build(project_dir, ram_bytes: int, *, stack_bytes: int = DEFAULT_STACK_BYTES, defines=()) -> Build:
     """Compile and link ``project_dir`` for the Cortex-M4F with a RAM region of exactly ``ram_bytes``.
 
     Outputs go to ``project_dir/qemu-m4/`` (``m4.ld``, ``firmware.elf``, ``firmware.map``), each
     replaced only once the link succeeded.  :class:`TargetError` says what did not fit or compile.
+    ``defines``: ``NAME=VALUE`` macros for the project's own files (a measurement build moves the
+    arena outside the budget with ``PK_ARENA=...``, see :data:`ARENA_EXTERNAL`).
     """
     _check_sizes(ram_bytes, stack_bytes)
     _need_toolchain()
@@ -193,7 +197,8 @@ def build(project_dir, ram_bytes: int, *, stack_bytes: int = DEFAULT_STACK_BYTES
     with tempfile.TemporaryDirectory(dir=out_dir) as tmp:
         tmp = Path(tmp)
         includes = ["-I", str(project_dir), "-I", str(hostlib.RUNTIME)]
-        r = _run_tool([GCC, *COMPILE_FLAGS, *includes, "-c", *map(str, sources)], cwd=tmp)
+        macros = [f"-D{d}" for d in defines]
+        r = _run_tool([GCC, *COMPILE_FLAGS, *includes, *macros, "-c", *map(str, sources)], cwd=tmp)
         if r.returncode != 0:
             raise TargetError(f"compiling {project_dir} for the Cortex-M4 failed:\n" + r.stderr[-4000:])
         objs = sorted(str(p) for p in tmp.glob("*.o"))
@@ -366,8 +371,8 @@ class QemuM4:
     def missing(self) -> str | None:
         return missing()
 
-    def build(self, project_dir, ram_bytes: int, *, stack_bytes: int = DEFAULT_STACK_BYTES) -> Build:
-        return build(project_dir, ram_bytes, stack_bytes=stack_bytes)
+    def build(self, project_dir, ram_bytes: int, *, stack_bytes: int = DEFAULT_STACK_BYTES, defines=()) -> Build:
+        return build(project_dir, ram_bytes, stack_bytes=stack_bytes, defines=defines)
 
     def run(self, build: Build, run_dir, count: bool = False, timeout_s: float = 60.0) -> RunOutput:
         return run(build, run_dir, count, timeout_s)
