@@ -23,7 +23,8 @@ from .ir import LoweringError
 from .layout import StepResults, read_out, write_batches
 from .lower import lower_program
 from .project import Project, write_project
-from .targets import Build, RunOutput, TargetError, get_target
+from .target_table import get_target
+from .targets import Build, RunOutput, TargetError
 
 __all__ = ["ArenaTooLarge", "CompileResult", "compile_program", "schedule_kinds"]
 

@@ -10,6 +10,8 @@ budget and runs it in a run folder holding ``batch.bin`` (and, after the run, ``
   ``mps2-an386`` with a RAM region of exactly the budget, semihosting for files, and an instruction
   counter.
 
+:mod:`poet.cbackend.target_table` picks one by name.
+
 What a project folder holds, for every target: its C and assembly files at the top level (the
 runtime, the kernels and the generated tables; ``*.S`` files ``.incbin`` the binary blobs next to
 them), compiled with the folder on the include path; target files (a platform, a startup) come from
@@ -37,7 +39,8 @@ __all__ = [
     "RunOutput",
     "Target",
     "TargetError",
-    "get_target",
+    "host_kernel_library",
+    "kernels_unchanged",
     "project_sources",
 ]
 
@@ -57,6 +60,40 @@ class Target(Protocol):
 
     def run(self, build: Build, run_dir, count: bool = False, timeout_s: float = 60.0) -> RunOutput:
         """Run the built step with ``run_dir`` as its working folder (never longer than ``timeout_s``)."""
+
+
+def kernels_unchanged(project_dir: Path) -> bool:
+    """True when the project's copies of the kernels and headers are the runtime's own, byte for byte
+    (a target may then link its cached kernel library instead of compiling them again)."""
+    shared = {p.name: p for p in hostlib.kernel_sources() + sorted(hostlib.RUNTIME.glob("*.h"))}
+    copies = [p for p in list(project_dir.glob("*.c")) + list(project_dir.glob("*.h")) if p.name in shared]
+    return all(p.read_bytes() == shared[p.name].read_bytes() for p in copies)
+
+
+def host_kernel_library() -> Path | None:
+    """The kernels compiled with the host's ``cc`` into a static library, once per content (cached);
+    None without ``ar`` (the project's copies are compiled then)."""
+    ar = shutil.which("ar")
+    if ar is None:
+        return None
+    srcs = hostlib.kernel_sources()
+    digest = hostlib.content_hash(srcs + sorted(hostlib.RUNTIME.glob("*.h")), hostlib.CFLAGS)
+    out = hostlib.cache_dir() / f"libpk-host-{digest}.a"
+    if out.exists():
+        return out
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=out.parent) as tmp:
+        cmd = [hostlib.compiler(), *hostlib.CFLAGS, "-I", str(hostlib.RUNTIME), "-c", *map(str, srcs)]
+        r = subprocess.run(cmd, cwd=tmp, capture_output=True, text=True, timeout=900)
+        if r.returncode != 0:
+            raise TargetError("compiling the kernels for the host failed:\n" + r.stderr[-4000:])
+        tmp_out = Path(tmp) / out.name
+        objs = sorted(str(p) for p in Path(tmp).glob("*.o"))
+        r = subprocess.run([ar, "rcs", str(tmp_out), *objs], capture_output=True, text=True, timeout=300)
+        if r.returncode != 0:
+            raise TargetError("archiving the host kernels failed:\n" + r.stderr[-4000:])
+        os.replace(tmp_out, out)  # atomic: a concurrent build of the same sources writes the same file
+    return out
 
 
 def _section_sizes(binary: Path) -> dict[str, int]:
@@ -106,6 +143,12 @@ class HostTarget:
         if not project_dir.is_dir():
             raise TargetError(f"no project folder {project_dir}")
         sources = project_sources(project_dir, self.platform_files)
+        libs: list[str] = []
+        lib = host_kernel_library() if kernels_unchanged(project_dir) else None
+        if lib is not None:  # the kernels as they are in the runtime: link the cached library
+            kernels = {p.name for p in hostlib.kernel_sources()}
+            sources = [p for p in sources if p.name not in kernels]
+            libs = [str(lib)]
         out_dir = project_dir / self.out_dir
         out_dir.mkdir(exist_ok=True)
         exe = out_dir / "step"
@@ -119,6 +162,7 @@ class HostTarget:
                 "-I",
                 str(hostlib.RUNTIME),
                 *map(str, sources),
+                *libs,
                 "-o",
                 str(tmp_exe),
             ]
@@ -163,16 +207,3 @@ class HostTarget:
 
 
 HOST = HostTarget()
-
-
-def get_target(name: str) -> Target:
-    """The target called ``name`` (``host`` or ``qemu-m4``)."""
-    if name == "host":
-        return HOST
-    if name == "qemu-m4":
-        try:
-            from . import qemu_m4
-        except ImportError as e:
-            raise TargetError(f"the qemu-m4 target is not available in this installation ({e})") from e
-        return getattr(qemu_m4, "TARGET", None) or qemu_m4.QemuM4()
-    raise TargetError(f"unknown target {name!r}; choose one of {', '.join(TARGETS)}")
