@@ -10,7 +10,7 @@ from .opspec import CallSpec, arg, need_float32, register
 
 
 def _f32(n, kernel: str, inputs, scalars=()) -> CallSpec:
-    need_float32(n, *inputs)
+    need_float32(n, n, *inputs)
     return CallSpec(kernel, tuple(inputs), tuple(scalars), broadcast=True)
 
 

@@ -111,9 +111,9 @@ def scalar_for(dtype: str, value) -> Scalar:
 
 
 def need_float32(n, *values) -> None:
-    """Refuse (:class:`UnsupportedOp`, naming the node) unless ``n`` and every tensor in ``values`` are
-    float32: for kernels that only have a float32 version."""
-    for v in (n, *values):
+    """Refuse (:class:`UnsupportedOp`, naming node ``n``) unless every tensor in ``values`` (FX nodes;
+    numbers and None are skipped) is float32: for kernels that only have a float32 version."""
+    for v in values:
         if is_value(v) and value_dtype(v) != "float32":
             raise UnsupportedOp(
                 f"the C kernel for {target_key(n.target)} (node {n.name}) takes float32 tensors; "

@@ -5,6 +5,7 @@ from __future__ import annotations
 from . import (  # noqa: F401  (each family module registers its specs on import)
     ops_arith,
     ops_attention,
+    ops_conv,
     ops_elementwise,
     ops_gelu,
     ops_index,
