@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from . import (  # noqa: F401  (each family module registers its specs on import)
     ops_arith,
+    ops_batchnorm,
     ops_conv,
     ops_elementwise,
     ops_index,
