@@ -11,6 +11,7 @@ from . import (  # noqa: F401  (each family module registers its specs on import
     ops_layout,
     ops_loss,
     ops_matmul,
+    ops_pool,
 )
 from .opspec import SPECS, CallSpec, SpecFn, UnsupportedOp, target_key
 
