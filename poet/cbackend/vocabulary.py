@@ -6,6 +6,7 @@ from . import (  # noqa: F401  (each family module registers its specs on import
     ops_arith,
     ops_batchnorm,
     ops_conv,
+    ops_dropout,
     ops_elementwise,
     ops_index,
     ops_layout,
