@@ -16,7 +16,19 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["SPECS", "CallSpec", "UnsupportedOp", "arg", "flat_ints", "register", "target_key"]
+__all__ = [
+    "SPECS",
+    "CallSpec",
+    "UnsupportedOp",
+    "arg",
+    "flat_ints",
+    "is_value",
+    "need_float32",
+    "register",
+    "scalar_for",
+    "target_key",
+    "value_dtype",
+]
 
 Scalar = int | float
 
@@ -75,3 +87,45 @@ def arg(n, i: int, name: str, default):
     """Argument ``i`` of FX node ``n`` by position, else by keyword ``name``, else ``default`` (the
     schema's default: FX leaves defaulted arguments out)."""
     return n.args[i] if len(n.args) > i else n.kwargs.get(name, default)
+
+
+def is_value(a) -> bool:
+    """True for a tensor argument (an FX node), False for a Python number, list or None."""
+    return hasattr(a, "op") and hasattr(a, "meta")
+
+
+def value_dtype(n, item: int | None = None, _depth: int = 16) -> str:
+    """The dtype of FX node ``n``'s value (``item`` of a tuple), as ``float32``, ``int64`` ...: the traced
+    one, or, for a node made after tracing (a tile kernel's, whose meta is empty), its first tensor
+    argument's (views and tiles keep their input's dtype); ``unknown`` when neither says."""
+    val = n.meta.get("val")
+    if val is not None:
+        if item is not None:
+            val = val[item]
+        return str(getattr(val, "dtype", "unknown")).replace("torch.", "")
+    if _depth > 0:
+        for a in n.args:
+            for v in a if isinstance(a, (list, tuple)) else (a,):
+                if is_value(v):
+                    return value_dtype(v, None, _depth - 1)
+    return "unknown"
+
+
+def scalar_for(dtype: str, value) -> Scalar:
+    """A Python number in the kind a kernel reads for ``dtype``: a float (``.f``) for floating dtypes,
+    an int (``.i``) for integer and bool ones."""
+    if dtype.startswith("float"):
+        return float(value)
+    return int(value)
+
+
+def need_float32(n, *values) -> None:
+    """Refuse (:class:`UnsupportedOp`, naming node ``n``) unless every tensor in ``values`` (FX nodes;
+    numbers and None are skipped) is float32: for kernels that only have a float32 version.  A dtype
+    nothing records is let through: the kernel itself refuses it (PK_EDTYPE) when it runs."""
+    for v in values:
+        if is_value(v) and value_dtype(v) not in ("float32", "unknown"):
+            raise UnsupportedOp(
+                f"the C kernel for {target_key(n.target)} (node {n.name}) takes float32 tensors; "
+                f"{v.name} is {value_dtype(v)}"
+            )
