@@ -1,7 +1,7 @@
 """``poet profile --target qemu-m4``: a device profile in instructions, measured on the emulator.
 
 Each program given (a model's traced step, and its tiled step when a budget asks for one) is
-measured by :func:`poet.cbackend.instructions.measure_program`: every distinct kernel call at its
+measured by :func:`poet.cbackend.instructions.measure_program`: every kernel call at its
 shapes, and the step runtime around the kernels.  The profile file (device TOML, docs/mcu.md) holds
 per node the instructions of a computation, a recomputation, a page-out, a page-in and a free, with
 the declared clock and energies that turn them into seconds and joules; every command that takes
@@ -151,7 +151,7 @@ def profile_toml(measured: Sequence[tuple[object, InstructionModel]], declared: 
             "joules_per_instruction": declared.joules_per_instruction,
             "joules_per_byte_paged": declared.joules_per_byte_paged,
             "declared": declared.source,
-            "measured": "instructions executed (TCG plugin): each distinct kernel call of each program at its shapes "
+            "measured": "instructions executed (TCG plugin): each kernel call of each program at its shapes "
             "on its example batch's values, and the step runtime around the kernels (a calibration schedule that "
             "computes, pages out, frees, pages in, frees and recomputes every node, with empty kernels)",
             "command": command,
@@ -164,7 +164,7 @@ def profile_toml(measured: Sequence[tuple[object, InstructionModel]], declared: 
                 "update_in_ram": m.update_in_ram,
                 "update_in_flash": m.update_in_flash,
                 "first_page_extra": m.first_page_extra,
-                "distinct_kernel_calls": len(m.kernel_counts),
+                "kernel_calls": len(m.kernel_counts),
             },
         )
         lines.append(f"\n[instructions.programs.{toml_value(m.program)}.nodes]")

@@ -3,8 +3,8 @@ compared with a run.
 
 :func:`measure_program` measures, on the emulator, what every node of a traced program costs:
 
-* **kernels**: each distinct kernel call of the program, at its shapes and on the values the
-  example batch gives it, between two instruction marks (:mod:`poet.cbackend.probe`);
+* **kernels**: each kernel call of the program, at its shapes and on the values the example
+  batch gives it, between two instruction marks (:mod:`poet.cbackend.probe`);
 * **the runtime around them**: the program compiled with empty kernels under a calibration
   schedule that, for each node in turn, computes it, pages it out, frees it, pages it in, frees it
   and computes it again, so one run measures every node's compute overhead (argument set-up,
@@ -80,7 +80,7 @@ class InstructionModel:
     update_in_ram: int  # buffer updates and SGD, parameters in RAM
     update_in_flash: int  # ... parameters const: the updated values written to out.bin
     first_page_extra: int  # the first page_out of a run also builds the CRC table
-    kernel_counts: dict  # call signature -> instructions (traced_calls.call_signature)
+    kernel_counts: dict  # "fx name: call signature" -> instructions, for every kernel call
 
     def step_costs(self, steps: Sequence[Step], *, poison: bool = False, first_iteration: bool = False) -> list[int]:
         """Instructions of each schedule instruction, in order (``first_iteration``: the run's first,
@@ -127,26 +127,29 @@ def _say(progress, text: str) -> None:
         progress(text)
 
 
-def probe_kernels(calls: Sequence[TracedCall], *, progress=None, timeout_s: float = 600.0) -> dict[str, int]:
-    """Instructions of each distinct call (by signature), measured on the emulator in as few
-    firmwares as the probe's data block allows."""
-    distinct: dict[str, TracedCall] = {}
-    for c in calls:
-        distinct.setdefault(c.signature, c)
-    chunks: list[list[TracedCall]] = [[]]
-    size = 0
-    for c in distinct.values():
-        nbytes = sum(t.untyped_storage().nbytes() for t in (*c.probe.inputs, *c.probe.outputs) if t is not None)
+def probe_kernels(calls: Sequence[TracedCall], *, progress=None, timeout_s: float = 600.0) -> list[int]:
+    """Instructions of each call, measured on the emulator in as few firmwares as the probe's data
+    block allows.  Every call is measured on its own values, even when another has the same shapes:
+    kernels branch on the data (a ReLU on the sign of each element), so two such calls differ."""
+    chunks: list[list[int]] = [[]]
+    size, seen = 0, set()
+    for i, c in enumerate(calls):
+        ts = [t for t in (*c.probe.inputs, *c.probe.outputs) if t is not None]
+        new = {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes() for t in ts}
+        nbytes = sum(n for k, n in new.items() if k not in seen)
         if chunks[-1] and size + nbytes > PROBE_CHUNK:
             chunks.append([])
-            size = 0
-        chunks[-1].append(c)
-        size += nbytes
-    counts: dict[str, int] = {}
-    for i, chunk in enumerate(chunks):
-        _say(progress, f"measuring {len(chunk)} distinct kernel calls on the emulator ({i + 1}/{len(chunks)})")
-        r = probe.run_on_qemu([c.probe for c in chunk], timeout_s=timeout_s)
-        counts.update({c.signature: n for c, n in zip(chunk, r.instructions)})
+            size, seen = sum(new.values()), set(new)
+        else:
+            size += nbytes
+            seen |= set(new)
+        chunks[-1].append(i)
+    counts = [0] * len(calls)
+    for k, chunk in enumerate(chunks):
+        _say(progress, f"measuring {len(chunk)} kernel calls on the emulator ({k + 1}/{len(chunks)})")
+        r = probe.run_on_qemu([calls[i].probe for i in chunk], timeout_s=timeout_s)
+        for i, n in zip(chunk, r.instructions):
+            counts[i] = n
     return counts
 
 
@@ -200,8 +203,8 @@ def measure_program(
     calls = traced_calls(program, kp)
     counts = probe_kernels(calls, progress=progress, timeout_s=timeout_s)
     kernels = [0] * len(kp.nodes)
-    for c in calls:
-        kernels[c.node] += counts[c.signature]
+    for c, n in zip(calls, counts):
+        kernels[c.node] += n
     g = program.costed("m4")
     steps = calibration_steps(len(g.nodes))
     budget = Budget(ram_bytes=g.fixed_ram_bytes + sum(g.ram) + 1)
@@ -235,7 +238,7 @@ def measure_program(
         update_in_ram=ram[-1],
         update_in_flash=flash[-1],
         first_page_extra=ram[1] - ram[w + 1],
-        kernel_counts=counts,
+        kernel_counts={f"{c.call.fx_name}: {c.signature}": n for c, n in zip(calls, counts)},
     )
 
 
