@@ -21,14 +21,18 @@ update); :func:`measured_per_kind` reads the same sums off a run's marks, and
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
+import json
 import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..fileio import atomic_write_text
 from ..schedule.core import HEURISTIC, Budget, Schedule, Step
 from ..schedule.validate import validate
-from . import probe, qemu_m4
+from . import hostlib, probe, qemu_m4
 from .arena import plan_arena
 from .ir import KernelProgram
 from .layout import write_batches
@@ -195,11 +199,49 @@ def _calibration_run(
     return [b - a for a, b in zip(marks, marks[1:])]
 
 
+def _cache_key(program, kp: KernelProgram) -> str:
+    """What the measurement depends on: the runtime and kernel sources, the build flags, the
+    emulator's version, the lowered program (calls, shapes, data) and the example batch's values."""
+    h = hashlib.sha256()
+    runtime = [p for p in sorted(hostlib.RUNTIME.iterdir()) if p.is_file()]
+    h.update(hostlib.content_hash(runtime, (*qemu_m4.COMPILE_FLAGS, qemu_m4.qemu_version())).encode())
+    h.update(repr((kp.name, kp.nodes, kp.outputs, kp.loss_dtype)).encode())
+    for item in (*kp.params, *kp.buffers, *kp.batch, *kp.consts):
+        h.update(repr((item.name, item.dtype, item.sizes, item.trainable)).encode() + (item.data or b""))
+    for x in program.example_batch:
+        h.update(x.detach().contiguous().numpy().tobytes() if hasattr(x, "numpy") else repr(x).encode())
+    return h.hexdigest()[:24]
+
+
+def _cached(key: str) -> InstructionModel | None:
+    path = hostlib.cache_dir() / "instructions" / f"{key}.json"
+    try:
+        d = json.loads(path.read_text())
+        d["nodes"] = tuple(NodeInstructions(**n) for n in d["nodes"])
+        d["node_names"] = tuple(d["node_names"])
+        return InstructionModel(**d)
+    except (OSError, ValueError, TypeError, KeyError):
+        return None  # absent, or written by another version: measure again
+
+
+def _store(key: str, model: InstructionModel) -> None:
+    path = hostlib.cache_dir() / "instructions" / f"{key}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(path, json.dumps(dataclasses.asdict(model)))
+
+
 def measure_program(
-    program, *, progress: Callable[[str], None] | None = None, timeout_s: float = 600.0
+    program, *, progress: Callable[[str], None] | None = None, timeout_s: float = 600.0, cache: bool = True
 ) -> InstructionModel:
-    """Every node's instructions on the emulated Cortex-M4 (module docstring)."""
+    """Every node's instructions on the emulated Cortex-M4 (module docstring); kept in the build
+    cache (``$POET_CACHE_DIR/cbackend/instructions``) and measured again only when the program, its
+    data or the runtime changed."""
     kp = lower_program(program)
+    key = _cache_key(program, kp)
+    hit = _cached(key) if cache else None
+    if hit is not None:
+        _say(progress, f"per-node instructions of {program.name} from the cache")
+        return hit
     calls = traced_calls(program, kp)
     counts = probe_kernels(calls, progress=progress, timeout_s=timeout_s)
     kernels = [0] * len(kp.nodes)
@@ -231,7 +273,7 @@ def measure_program(
         )
         for v in range(len(g.nodes))
     )
-    return InstructionModel(
+    model = InstructionModel(
         program=program.name,
         node_names=tuple(nd.name for nd in g.nodes),
         nodes=nodes,
@@ -240,6 +282,8 @@ def measure_program(
         first_page_extra=ram[1] - ram[w + 1],
         kernel_counts={f"{c.call.fx_name}: {c.signature}": n for c, n in zip(calls, counts)},
     )
+    _store(key, model)
+    return model
 
 
 def measured_per_kind(steps: Sequence[Step], marks: Sequence[int]) -> list[dict[str, int]]:

@@ -107,6 +107,16 @@ def missing() -> str | None:
     )
 
 
+@functools.cache
+def qemu_version() -> str:
+    """The emulator's version line (counts can change with QEMU's translator)."""
+    try:
+        r = subprocess.run([QEMU, "--version"], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return QEMU
+    return (r.stdout.splitlines() or [QEMU])[0]
+
+
 def _need_toolchain() -> None:
     why = missing()
     if why:
