@@ -222,7 +222,40 @@ def test_the_refit_loop_gives_up_honestly_when_no_schedule_is_found(monkeypatch)
     monkeypatch.setattr(fit_mod, "plan_arena", fragmenting)
     fit = fit_mod.fit_arena(first, solver=lambda s, ram, left: Schedule(g, Budget(ram), (), "infeasible", "poet"))
     assert not fit.fits and fit.schedule is first
-    assert [a.status for a in fit.attempts] == ["feasible", "infeasible"]
+    assert fit.attempts[0].status == "feasible" and {a.status for a in fit.attempts[1:]} == {"infeasible"}
+    asked = [a.ram_budget for a in fit.attempts[1:]]
+    # the overshoot off first, then halfway back towards the budget whose arena was too big
+    assert asked[0] == 204 - 32 and asked == sorted(asked) and asked[-1] < 204 and len(asked) < 10
     # a rule-based schedule is not re-solved: nothing steers it by a budget
     fit = fit_mod.fit_arena(_schedule(g, KEEP, 100 + 104, strategy="reference-keep"), solver=None)
     assert not fit.fits and len(fit.attempts) == 1
+
+
+def test_after_an_infeasible_budget_the_loop_tries_halfway_back(monkeypatch):
+    import poet.cbackend.fit as fit_mod
+
+    g = _chain([40, 8, 48, 8], fixed=100)
+    first = _schedule(g, KEEP, 100 + 104)
+    real_plan = fit_mod.plan_arena
+    monkeypatch.setattr(
+        fit_mod,
+        "plan_arena",
+        lambda s, **kw: (
+            (
+                ArenaPlan(p.residencies, p.offsets, p.arena_bytes + 32, p.live_peak_bytes, 8, "holes", ())
+                if s.steps == first.steps
+                else p
+            )
+            if (p := real_plan(s, **kw))
+            else p
+        ),
+    )
+
+    def solver(sched, ram, left):  # nothing below 190 B; at 190 B and more, a schedule that fits
+        if ram < 190:
+            return Schedule(g, Budget(ram), (), "infeasible", "poet")
+        return _schedule(g, FREE_EARLY, ram)
+
+    fit = fit_mod.fit_arena(first, solver=solver)
+    assert [a.ram_budget for a in fit.attempts[1:]] == [172, 188, 196]
+    assert fit.fits and fit.schedule.steps == tuple(FREE_EARLY) and fit.schedule.budget == first.budget

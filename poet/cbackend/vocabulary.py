@@ -5,6 +5,7 @@ from __future__ import annotations
 from . import (  # noqa: F401  (each family module registers its specs on import)
     ops_arith,
     ops_attention,
+    ops_batchnorm,
     ops_conv,
     ops_elementwise,
     ops_gelu,
@@ -13,6 +14,7 @@ from . import (  # noqa: F401  (each family module registers its specs on import
     ops_loss,
     ops_matmul,
     ops_norm,
+    ops_pool,
     ops_softmax,
 )
 from .opspec import SPECS, CallSpec, SpecFn, UnsupportedOp, target_key
