@@ -76,6 +76,7 @@ class CompileResult:
             out += self.fit.lines()
         if self.build is not None:
             out.append(f"built for {self.target}: {self.build.memory.describe()}")
+            out += self.build.notes
         if self.run is not None:
             why = self.run.problem()
             out.append(f"ran on {self.target}: " + (why or "ok"))
@@ -209,7 +210,8 @@ def compile_program(
             results = read_out(project.layout, rd / "out.bin")
         if counting and run_out.ok:
             t1 = time.monotonic()
-            model = instruction_model or measure_program(program, progress=progress, timeout_s=timeout_s)
+            m = momentum if project.layout.params_in_ram else 0.0
+            model = instruction_model or measure_program(program, momentum=m, progress=progress, timeout_s=timeout_s)
             comparison = InstructionComparison.of(
                 model, schedule.steps, run_out.marks, params_in_ram=project.layout.params_in_ram, poison=check
             )
