@@ -59,9 +59,12 @@ class _Pool:
         self.index: dict = {}
 
     def add(self, rows: tuple) -> int:
-        at = self.index.get(rows)
+        # keyed with each row's type: 1 and 1.0 are equal dict keys, but an int scalar and a float
+        # scalar are different C values (pk_scalar .i / .f)
+        key = tuple((type(r), r) for r in rows)
+        at = self.index.get(key)
         if at is None:
-            at = self.index[rows] = len(self.rows)
+            at = self.index[key] = len(self.rows)
             self.rows.extend(rows)
         return at
 
