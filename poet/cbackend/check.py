@@ -31,6 +31,7 @@ __all__ = [
     "Comparison",
     "ReferenceRun",
     "compare",
+    "dropout_reference",
     "reference_run",
 ]
 
@@ -90,6 +91,33 @@ def _traced_step(program, params: dict, buffers: dict, batch, dropout=None, doub
 
 def _is_dropout(n) -> bool:
     return n.target is torch.ops.aten.native_dropout.default
+
+
+def dropout_reference(rng_seed: int, compiled=None, reference=None):
+    """``hook(step)(node, args)``: a reference run's dropout drawing the compiled step's masks
+    (:mod:`poet.cbackend.rng`).  A mask is keyed by its node's name; when the reference is another
+    program (the untiled step of a tiled one, where dropout stays whole), its dropout nodes are
+    matched to the compiled program's in graph order."""
+    from .rng import native_dropout, step_seed, unit_of
+
+    names: dict[str, str] = {}
+    if compiled is not None and reference is not None and compiled is not reference:
+        ours = [n.name for n in reference.gm.graph.nodes if n.op == "call_function" and _is_dropout(n)]
+        theirs = [n.name for n in compiled.gm.graph.nodes if n.op == "call_function" and _is_dropout(n)]
+        if len(ours) != len(theirs):
+            raise ValueError(f"the reference has {len(ours)} dropout ops, the compiled step {len(theirs)}")
+        names = dict(zip(ours, theirs))
+
+    def for_step(step: int):
+        seed = step_seed(rng_seed, step)
+
+        def draw(node, args):
+            train = args[2] if len(args) > 2 else True
+            return native_dropout(args[0], float(args[1]), train, seed, unit_of(names.get(node.name, node.name)))
+
+        return draw
+
+    return for_step
 
 
 def reference_run(program, batches, *, lr: float, momentum: float = 0.0, dropout=None) -> ReferenceRun:

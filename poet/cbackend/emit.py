@@ -297,6 +297,7 @@ def model_source(
         f"    .batch_bytes = {layout.batch_bytes}u, .pages_bytes = {t.pages_bytes}u,",
         f"    .nupdates = {len(upd)}u, .updates = updates,",
         f"    .nbuffer_updates = {len(bupd)}u, .buffer_updates = buffer_updates,",
+        f"    .rng_seed = {int(layout.rng_seed) & 0xFFFFFFFFFFFFFFFF}u,",
         f"    .lr = {float(layout.lr)!r}f, .momentum = {float(mom)!r}f,",
         f"    .momentum_buf = {'momentum_buf' if mom else 'NULL'},",
         f"    .params_writable = {int(layout.params_in_ram)}, .poison_freed = {int(poison)},",

@@ -87,6 +87,7 @@ def write_project(
     params_in_ram: bool,
     lr: float,
     momentum: float = 0.0,
+    rng_seed: int = 0,
     poison: bool = False,
     names: bool = True,
     force: bool = False,
@@ -105,6 +106,7 @@ def write_project(
         params_in_ram=params_in_ram,
         lr=lr,
         momentum=momentum,
+        rng_seed=rng_seed,
     )
     tables = build_tables(kp, schedule, plan, layout0)
     layout = make_layout(
@@ -115,6 +117,7 @@ def write_project(
         params_in_ram=params_in_ram,
         lr=lr,
         momentum=momentum,
+        rng_seed=rng_seed,
     )
     parent = out_dir.resolve().parent
     parent.mkdir(parents=True, exist_ok=True)

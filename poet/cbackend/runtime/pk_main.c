@@ -7,12 +7,16 @@
                 parameters after the last update and the buffers (the PK_SP_PARAM and PK_SP_BUFFER
                 spaces).
 
+   Dropout draws from a counter-based hash (pk_rng.h) seeded per step: step s of a run draws with
+   pk_rng_step_seed(rng_seed, s), as poet/cbackend/rng.py does for the check against PyTorch.
+
    pk_mark: PK_MARK_BEGIN before each step's first instruction, the instruction's index after each,
    PK_MARK_UPDATE after the update, so an instruction counter attributes every count.
    Exit code 0 on success, else enum pk_exit_code (pk_runtime.h) with a "pk-error:" line. */
 #include <string.h>
 
 #include "pk_platform.h"
+#include "pk_rng.h"
 #include "pk_runtime.h"
 
 #define PK_MARK_BEGIN 0xFFFFFFF0u
@@ -54,6 +58,7 @@ int main(void) {
     for (uint32_t s = 0; s < steps; s++) {
         if (pk_file_read(fb, 16u + s * m->batch_bytes, m->space[PK_SP_BATCH], m->batch_bytes) != 0)
             return fail("pk-error: batch.bin ends early", PK_EXIT_BATCH);
+        pk_rng_set_seed(pk_rng_step_seed(m->rng_seed, s)); /* dropout masks: poet/cbackend/rng.py */
         pk_mark(PK_MARK_BEGIN);
         int rc = pkr_run_schedule(m, fp);
         if (rc) return rc;

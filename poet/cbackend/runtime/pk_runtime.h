@@ -101,6 +101,7 @@ typedef struct {
     const pkr_update *updates;      /* SGD on these parameters (params writable) */
     uint32_t nbuffer_updates;
     const pkr_buffer_update *buffer_updates;
+    uint64_t rng_seed;             /* dropout: step s of a run draws with pk_rng_step_seed(rng_seed, s) */
     float lr, momentum;            /* momentum 0: plain SGD */
     float *momentum_buf;           /* gradient-sized, or NULL */
     uint8_t params_writable;       /* 0: parameters are const; the update is written out, not applied */
