@@ -45,7 +45,8 @@ def solve_case(args: list[str], ram: int, time_limit: float, out: Path):
     r = subprocess.run([*cmd, "--no-cache", "--out", str(out)], capture_output=True, text=True)
     if r.returncode != 0 or not out.exists():
         lines = (r.stdout + r.stderr).strip().splitlines()
-        return None, lines[-1] if lines else f"exit code {r.returncode}"
+        why = [ln for ln in lines if ln.startswith(("No ", "Status:"))] or lines[-1:]
+        return None, why[-1] if why else f"exit code {r.returncode}"
     return load_schedule(out), ""
 
 
