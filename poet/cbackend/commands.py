@@ -12,6 +12,7 @@ whose graph is not the traced program's.
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 
 EXAMPLE = (
@@ -177,6 +178,42 @@ def cmd_compile(a) -> int:
     return 0 if res.ok else 1
 
 
+def _report(a, plan, res) -> dict:
+    """``poet train --target --json``: what was compiled, where it lived, what it ran and how close."""
+    t = res.schedule.totals
+    report = {
+        "model": a.model,
+        "target": a.target,
+        "budget_bytes": res.schedule.budget.ram_bytes,
+        "status": res.schedule.status,
+        "nodes": len(res.schedule.graph),
+        "tiled": bool(plan.tiling is not None and plan.tiling.tiled),
+        "arena_bytes": res.arena_bytes,
+        "schedule_peak_bytes": res.peak_bytes,
+        "fixed_bytes": res.schedule.graph.fixed_ram_bytes,
+        "bytes_paged_out": t.bytes_paged_out,
+        "bytes_paged_in": t.bytes_paged_in,
+        "memory": None if res.build is None else dataclasses.asdict(res.build.memory),
+        "losses": list(res.results.losses) if res.results else None,
+        "ok": res.ok,
+    }
+    ins = res.instructions
+    if ins is not None:  # per iteration, the mean of the steps run
+        report["instructions"] = {
+            "predicted": {k: ins.mean_predicted(k) for k in ins.counts},
+            "measured": {k: ins.mean_measured(k) for k in ins.counts},
+            "total_error": ins.total_error,
+        }
+    if res.check is not None:
+        worst = {k: res.check.worst(k) for k in ("loss", "grad", "param", "buffer")}
+        report["check"] = {
+            "ok": res.check.ok,
+            **{f"worst_{k}": None if w is None else w.relative for k, w in worst.items()},
+            "lines": res.check.lines(),
+        }
+    return report
+
+
 def train_on_target(a, plan, data, first) -> int:
     """``poet train --target``: the plan compiled to C, ``--steps`` steps run there, checked if asked."""
     import json
@@ -208,18 +245,7 @@ def train_on_target(a, plan, data, first) -> int:
             force=a.force,
             progress=_progress(a),
         )
-        report = {
-            "model": a.model,
-            "target": a.target,
-            "status": plan.schedule.status,
-            "arena_bytes": res.arena_bytes,
-            "schedule_peak_bytes": res.peak_bytes,
-            "memory": None if res.build is None else vars(res.build.memory),
-            "losses": list(res.results.losses) if res.results else None,
-            "ok": res.ok,
-        }
-        if res.check is not None:
-            report["check"] = {"ok": res.check.ok, "lines": res.check.lines()}
+        report = _report(a, plan, res)
         if a.json:
             print(json.dumps(report, indent=1))
         else:
