@@ -16,8 +16,8 @@ import dataclasses
 import sys
 
 EXAMPLE = (
-    "poet plan --model mlp --device m4 --memory 60% --out plan.json && "
-    "poet compile --schedule plan.json --model mlp --target host --out mlp-c --run --check"
+    "poet plan --model cnn --device m4 --memory 60% --out plan.json && "
+    "poet compile --schedule plan.json --model cnn --target host --out cnn-c --run --check"
 )
 
 # RAM a compiled step holds besides its tensors: the stack (qemu-m4's default) and the runtime's
