@@ -129,7 +129,7 @@ def build_tables(kp: KernelProgram, schedule, plan: ArenaPlan, layout: ProjectLa
                 sc = scalar_pool.add(tuple(c.scalars)) if c.scalars else 0
                 if len(c.tensors) > 255 or len(c.scalars) > 255:
                     raise LoweringError(
-                        f"{what}: {len(c.tensors)} tensors and {len(c.scalars)} scalars; a call takes at most 255 of each"
+                        f"{what}: {len(c.tensors)} tensors and {len(c.scalars)} scalars; a call takes 255 at most"
                     )
                 crow.append((k, len(c.tensors), len(c.scalars), a, sc))
                 max_t = max(max_t, len(c.tensors))
