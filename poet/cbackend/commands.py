@@ -149,6 +149,13 @@ def cmd_compile(a) -> int:
     try:
         _check_out_dir(a.out, a.force)
         schedule = load_schedule(a.schedule)  # replayed by the validator
+        fixed = (schedule.graph.meta or {}).get("fixed_ram") or {}
+        if a.target == "qemu-m4" and schedule.graph.fixed_ram_bytes and "runtime" not in fixed:
+            say = _progress(a) or (lambda text: None)
+            say(
+                f"note: {a.schedule} keeps no RAM for the compiled step's stack and statics ({RUNTIME_RAM_BYTES:,} B): "
+                f"if they do not fit beside it, plan with poet plan --target qemu-m4"
+            )
         prog, untiled, data, first = traced_program(a, schedule)
         from .compiler import compile_program
 
