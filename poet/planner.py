@@ -259,7 +259,7 @@ def plan(
             runtime=sched.budget.runtime_s,
             strategy=strategy,
             paging_time=paging_time,
-            time_limit=seconds,
+            time_limit=seconds if time_limit is None else min(seconds, time_limit),  # as long as the first solve
             find_min_budgets=False,
         )
         return p2, s2

@@ -114,7 +114,7 @@ def compile_program(
     force: bool = False,
     progress: Callable[[str], None] | None = None,
     timeout_s: float = 600.0,
-    fit_time_limit_s: float = 120.0,
+    fit_time_limit_s: float = 300.0,
     reference_program=None,
     rng_seed: int = 0,
     run_dir=None,
