@@ -94,27 +94,28 @@ def is_value(a) -> bool:
     return hasattr(a, "op") and hasattr(a, "meta")
 
 
-def value_dtype(n, item: int | None = None, _depth: int = 16) -> str:
+def value_dtype(n, item: int | None = None) -> str:
     """The dtype of FX node ``n``'s value (``item`` of a tuple), as ``float32``, ``int64`` ...: the traced
     one, or, for a node made after tracing (a tile kernel's, whose meta is empty), its first tensor
-    argument's (views and tiles keep their input's dtype); ``unknown`` when neither says."""
-    val = n.meta.get("val")
-    if val is not None:
-        if item is not None:
-            val = val[item]
-        return str(getattr(val, "dtype", "unknown")).replace("torch.", "")
-    if _depth > 0:
-        for a in n.args:
-            for v in a if isinstance(a, (list, tuple)) else (a,):
-                if is_value(v):
-                    return value_dtype(v, None, _depth - 1)
-    return "unknown"
+    argument's (views and tiles keep their input's dtype), followed back as far as it goes (a tiled
+    graph's chains of new nodes are long); ``unknown`` when nothing says."""
+    while True:
+        val = n.meta.get("val")
+        if val is not None:
+            if item is not None:
+                val = val[item]
+            return str(getattr(val, "dtype", "unknown")).replace("torch.", "")
+        first = next((v for a in n.args for v in (a if isinstance(a, (list, tuple)) else (a,)) if is_value(v)), None)
+        if first is None:
+            return "unknown"
+        n, item = first, None  # an FX graph has no cycles: every step goes to an earlier node
 
 
 def scalar_for(dtype: str, value) -> Scalar:
     """A Python number in the kind a kernel reads for ``dtype``: a float (``.f``) for floating dtypes,
-    an int (``.i``) for integer and bool ones."""
-    if dtype.startswith("float"):
+    an int (``.i``) for integer and bool ones; as it is when the dtype is unknown (never a float
+    truncated to an int on a guess)."""
+    if dtype.startswith("float") or (dtype == "unknown" and isinstance(value, float)):
         return float(value)
     return int(value)
 
