@@ -16,7 +16,7 @@ from pathlib import Path
 
 from ..schedule.core import Schedule
 from ..schedule.validate import validate
-from .check import CheckReport, compare, reference_run
+from .check import CheckReport, compare, dropout_reference, reference_run
 from .fit import ArenaFit, fit_arena
 from .instructions import InstructionComparison, InstructionModel, measure_program
 from .ir import LoweringError
@@ -116,8 +116,9 @@ def compile_program(
     timeout_s: float = 600.0,
     fit_time_limit_s: float = 120.0,
     reference_program=None,
-    dropout_reference=None,
+    rng_seed: int = 0,
     run_dir=None,
+    replan=None,
     instruction_model: InstructionModel | None = None,
 ) -> CompileResult:
     """Compile ``schedule`` of the traced ``program`` into a C project in ``out`` for ``target``.
@@ -127,7 +128,10 @@ def compile_program(
     budget when it counts activations only (the paper's setting).  run: build and run ``steps``
     training steps (``batches``: one ``inputs + targets`` tuple per step; default the example
     batch).  check: also train in PyTorch (``reference_program``: the untiled program of a tiled
-    one) and compare.  Raises before building on a schedule or program the backend cannot compile.
+    one) and compare, its dropout drawing the compiled step's masks (``rng_seed``: the run's base
+    seed, :mod:`poet.cbackend.rng`).  ``replan(ram_bytes, seconds) -> (program, schedule)`` plans the
+    step again for less RAM when the arena does not fit (default: the same graph solved again).
+    Raises before building on a schedule or program the backend cannot compile.
     On ``qemu-m4`` a run counts instructions and compares them, per iteration and per kind, with the
     prediction from ``program``'s per-node costs (``instruction_model``, measured first if None).
     """
@@ -151,20 +155,32 @@ def compile_program(
         )
     kp = lower_program(program, schedule)
     _say(progress, f"lowered {program.name}: {len(kp.nodes)} nodes, {len(kp.kernels())} distinct kernels")
-    fit = fit_arena(schedule, time_limit_s=fit_time_limit_s, progress=progress)
+    traced = program  # the reference, untiled unless a tiled program was given
+    programs = {id(schedule.graph): program}
+
+    def solve_again(s: Schedule, ram: int, seconds: float) -> Schedule:
+        p2, s2 = replan(ram, seconds)
+        programs[id(s2.graph)] = p2
+        return s2
+
+    fit = fit_arena(schedule, time_limit_s=fit_time_limit_s, progress=progress, solver=solve_again if replan else None)
     if not fit.fits:
+        tried = (
+            "solving again with tighter budgets did not fit it:\n" + "\n".join(fit.lines()) + "\n"
+            if len(fit.attempts) > 1
+            else "no tighter budget could be tried. "
+        )
         raise ArenaTooLarge(
             f"the arena needs {fit.plan.arena_bytes:,} B but the budget leaves {fit.available:,} B after "
             f"{schedule.graph.fixed_ram_bytes:,} B of fixed RAM (schedule peak {fit.attempts[0].peak_bytes:,} B); "
-            + (
-                "solving again with tighter budgets did not fit it:\n" + "\n".join(fit.lines())
-                if len(fit.attempts) > 1
-                else ""
-            )
-            + " give a larger budget, or a longer time limit for the re-solves"
+            f"{tried}Give a larger budget, or a longer time limit for the re-solves"
         )
     schedule = fit.schedule
     fixed = schedule.graph.fixed_ram_bytes
+    if programs.get(id(schedule.graph), program) is not program:  # planned again, tiled another way
+        program = programs[id(schedule.graph)]
+        kp = lower_program(program, schedule)
+        _say(progress, f"lowered the step planned again: {len(kp.nodes)} nodes")
     project = write_project(
         kp,
         schedule,
@@ -173,6 +189,7 @@ def compile_program(
         params_in_ram=params_in_ram,
         lr=lr,
         momentum=momentum if params_in_ram else 0.0,
+        rng_seed=rng_seed,
         poison=check,
         force=force,
     )
@@ -218,12 +235,13 @@ def compile_program(
             secs["instructions"] = time.monotonic() - t1
     if check and results is not None:
         t1 = time.monotonic()
+        reference = reference_program or traced
         ref = reference_run(
-            reference_program or program,
+            reference,
             batches,
             lr=lr,
             momentum=momentum if params_in_ram else 0.0,
-            dropout=dropout_reference,
+            dropout=dropout_reference(rng_seed, compiled=program, reference=reference),
         )
         report = compare(results, ref)
         secs["check"] = time.monotonic() - t1
