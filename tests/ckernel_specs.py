@@ -4,6 +4,8 @@ scalars; the kernel writes fresh outputs, which the tests compare with what torc
 
 from __future__ import annotations
 
+import ctypes
+
 import torch
 from torch.fx.experimental.proxy_tensor import make_fx
 
@@ -47,3 +49,10 @@ def run_kernel(node, values):
     )
     hostlib.call(spec.kernel, ins, got, spec.scalars)
     return want, got
+
+
+def set_step_seed(seed: int) -> None:
+    """What the runtime does before each step: the seed dropout's masks are drawn from."""
+    lib = hostlib.library()
+    lib.pk_rng_set_seed.argtypes = [ctypes.c_uint64]
+    lib.pk_rng_set_seed(ctypes.c_uint64(seed))

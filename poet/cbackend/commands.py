@@ -35,7 +35,8 @@ def _errors():
 
 
 def register(subparsers) -> None:
-    from ..units import BATCH, SECONDS, number_option
+    from ..execute.model_options import add_model_options
+    from ..units import SECONDS, number_option
     from .targets import TARGETS
 
     p = subparsers.add_parser(
@@ -44,19 +45,12 @@ def register(subparsers) -> None:
         epilog=f"Example: {EXAMPLE}",
     )
     p.add_argument("--schedule", required=True, help="a poet-schedule/1 file of a traced model (poet plan --out)")
-    p.add_argument(
-        "--model",
-        required=True,
-        help="the model the schedule was planned for: cnn, mlp, dwnet, gpt ... or module:function returning "
-        "(model, loss_fn, data), traced again with the options below",
+    add_model_options(
+        p,
+        model_default=None,
+        model_help="the model the schedule was planned for: cnn, mlp, dwnet, gpt ... or module:function "
+        "returning (model, loss_fn, data), traced again with the options below",
     )
-    p.add_argument("--batch-size", type=BATCH, default=8)
-    p.add_argument(
-        "--dropout",
-        type=number_option("float", "a dropout probability in [0, 1)", "0.1", minimum=0.0, below=1.0),
-        default=0.1,
-    )
-    p.add_argument("--seed", type=int, default=0)
     p.add_argument("--target", choices=TARGETS, default="host")
     p.add_argument("--out", required=True, help="folder for the C project (replaced only with --force)")
     p.add_argument("--force", action="store_true", help="replace --out if it exists")

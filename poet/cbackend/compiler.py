@@ -16,7 +16,7 @@ from pathlib import Path
 
 from ..schedule.core import Schedule
 from ..schedule.validate import validate
-from .check import CheckReport, compare, reference_run
+from .check import CheckReport, compare, dropout_reference, reference_run
 from .fit import ArenaFit, fit_arena
 from .instructions import InstructionComparison, InstructionModel, measure_program
 from .ir import LoweringError
@@ -116,7 +116,7 @@ def compile_program(
     timeout_s: float = 600.0,
     fit_time_limit_s: float = 120.0,
     reference_program=None,
-    dropout_reference=None,
+    rng_seed: int = 0,
     run_dir=None,
     instruction_model: InstructionModel | None = None,
 ) -> CompileResult:
@@ -127,7 +127,8 @@ def compile_program(
     budget when it counts activations only (the paper's setting).  run: build and run ``steps``
     training steps (``batches``: one ``inputs + targets`` tuple per step; default the example
     batch).  check: also train in PyTorch (``reference_program``: the untiled program of a tiled
-    one) and compare.  Raises before building on a schedule or program the backend cannot compile.
+    one) and compare, its dropout drawing the compiled step's masks (``rng_seed``: the run's base
+    seed, :mod:`poet.cbackend.rng`).  Raises before building on a schedule or program the backend cannot compile.
     On ``qemu-m4`` a run counts instructions and compares them, per iteration and per kind, with the
     prediction from ``program``'s per-node costs (``instruction_model``, measured first if None).
     """
@@ -173,6 +174,7 @@ def compile_program(
         params_in_ram=params_in_ram,
         lr=lr,
         momentum=momentum if params_in_ram else 0.0,
+        rng_seed=rng_seed,
         poison=check,
         force=force,
     )
@@ -218,12 +220,13 @@ def compile_program(
             secs["instructions"] = time.monotonic() - t1
     if check and results is not None:
         t1 = time.monotonic()
+        reference = reference_program or program
         ref = reference_run(
-            reference_program or program,
+            reference,
             batches,
             lr=lr,
             momentum=momentum if params_in_ram else 0.0,
-            dropout=dropout_reference,
+            dropout=dropout_reference(rng_seed, compiled=program, reference=reference),
         )
         report = compare(results, ref)
         secs["check"] = time.monotonic() - t1

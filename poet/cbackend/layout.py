@@ -87,6 +87,7 @@ class ProjectLayout:
     params_in_ram: bool  # False: the paper's setting, parameters const (flash), gradients external
     lr: float
     momentum: float
+    rng_seed: int  # dropout: step s of a run draws with rng.step_seed(rng_seed, s)
     trained: tuple[str, ...]  # parameters the update changes
     updated_buffers: tuple[str, ...]
 
@@ -107,6 +108,7 @@ def make_layout(
     params_in_ram: bool,
     lr: float,
     momentum: float,
+    rng_seed: int = 0,
 ) -> ProjectLayout:
     params, pb = _places(kp.params)
     buffers, bb = _places(kp.buffers)
@@ -129,6 +131,7 @@ def make_layout(
         params_in_ram=params_in_ram,
         lr=float(lr),
         momentum=float(momentum),
+        rng_seed=int(rng_seed),
         trained=tuple(kp.params[i].name for i in kp.grad_params() if kp.params[i].trainable),
         updated_buffers=tuple(kp.buffers[i].name for i in kp.updated_buffers()),
     )

@@ -57,8 +57,8 @@ def _makefile() -> str:
         f"CFLAGS ?= {flags}\n"
         "step: *.c *.S *.h platform/pk_platform_host.c\n"
         "\t$(CC) $(CFLAGS) -I . *.c *.S platform/pk_platform_host.c -o $@\n"
-        "run: step\n"
-        "\t./step\n"
+        "run: step  # in run/, where poet compile --run writes batch.bin\n"
+        "\tcd run && ../step\n"
         ".PHONY: run\n"
     )
 
@@ -87,6 +87,7 @@ def write_project(
     params_in_ram: bool,
     lr: float,
     momentum: float = 0.0,
+    rng_seed: int = 0,
     poison: bool = False,
     names: bool = True,
     force: bool = False,
@@ -105,6 +106,7 @@ def write_project(
         params_in_ram=params_in_ram,
         lr=lr,
         momentum=momentum,
+        rng_seed=rng_seed,
     )
     tables = build_tables(kp, schedule, plan, layout0)
     layout = make_layout(
@@ -115,6 +117,7 @@ def write_project(
         params_in_ram=params_in_ram,
         lr=lr,
         momentum=momentum,
+        rng_seed=rng_seed,
     )
     parent = out_dir.resolve().parent
     parent.mkdir(parents=True, exist_ok=True)

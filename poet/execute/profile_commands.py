@@ -11,7 +11,6 @@ the profile (or, with ``--graph-out``, a costed graph) from measurements taken e
 
 from __future__ import annotations
 
-import os
 import statistics
 import sys
 import tempfile
@@ -91,29 +90,9 @@ def register(subparsers) -> None:
 
 def build_model(spec: str, batch_size: int):
     """(model, loss_fn, data) for a built-in name or ``module:function``."""
-    from . import models
+    from .models import load
 
-    if ":" not in spec:
-        return models.build(spec, batch_size=batch_size, seed=0, dropout=0.1)
-    import importlib
-
-    mod, fn = spec.split(":", 1)
-    if os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())
-    try:
-        module = importlib.import_module(mod)
-    except ImportError as e:
-        raise ValueError(
-            f"--model {spec}: cannot import {mod!r} ({e}); run from the directory that holds it, "
-            f"or add that directory to PYTHONPATH"
-        ) from e
-    build = getattr(module, fn, None)
-    if not callable(build):
-        raise ValueError(f"--model {spec}: {mod} has no function {fn!r}")
-    made = build()
-    if not (isinstance(made, tuple) and len(made) == 3):
-        raise ValueError(f"--model {spec} must return (model, loss_fn, data)")
-    return made
+    return load(spec, batch_size=batch_size, seed=0, dropout=0.1)
 
 
 def op_samples(programs, timings):
