@@ -12,11 +12,12 @@ whose graph is not the traced program's.
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 
 EXAMPLE = (
-    "poet plan --model mlp --device m4 --memory 60% --out plan.json && "
-    "poet compile --schedule plan.json --model mlp --target host --out mlp-c --run --check"
+    "poet plan --model cnn --device m4 --memory 60% --out plan.json && "
+    "poet compile --schedule plan.json --model cnn --target host --out cnn-c --run --check"
 )
 
 # RAM a compiled step holds besides its tensors: the stack (qemu-m4's default) and the runtime's
@@ -148,6 +149,13 @@ def cmd_compile(a) -> int:
     try:
         _check_out_dir(a.out, a.force)
         schedule = load_schedule(a.schedule)  # replayed by the validator
+        fixed = (schedule.graph.meta or {}).get("fixed_ram") or {}
+        if a.target == "qemu-m4" and schedule.graph.fixed_ram_bytes and "runtime" not in fixed:
+            say = _progress(a) or (lambda text: None)
+            say(
+                f"note: {a.schedule} keeps no RAM for the compiled step's stack and statics ({RUNTIME_RAM_BYTES:,} B): "
+                f"if they do not fit beside it, plan with poet plan --target qemu-m4"
+            )
         prog, untiled, data, first = traced_program(a, schedule)
         from .compiler import compile_program
 
@@ -175,6 +183,42 @@ def cmd_compile(a) -> int:
         for s, loss in enumerate(res.results.losses):
             print(f"step {s + 1}: loss {loss:.6f}")
     return 0 if res.ok else 1
+
+
+def _report(a, plan, res) -> dict:
+    """``poet train --target --json``: what was compiled, where it lived, what it ran and how close."""
+    t = res.schedule.totals
+    report = {
+        "model": a.model,
+        "target": a.target,
+        "budget_bytes": res.schedule.budget.ram_bytes,
+        "status": res.schedule.status,
+        "nodes": len(res.schedule.graph),
+        "tiled": bool(plan.tiling is not None and plan.tiling.tiled),
+        "arena_bytes": res.arena_bytes,
+        "schedule_peak_bytes": res.peak_bytes,
+        "fixed_bytes": res.schedule.graph.fixed_ram_bytes,
+        "bytes_paged_out": t.bytes_paged_out,
+        "bytes_paged_in": t.bytes_paged_in,
+        "memory": None if res.build is None else dataclasses.asdict(res.build.memory),
+        "losses": list(res.results.losses) if res.results else None,
+        "ok": res.ok,
+    }
+    ins = res.instructions
+    if ins is not None:  # per iteration, the mean of the steps run
+        report["instructions"] = {
+            "predicted": {k: ins.mean_predicted(k) for k in ins.counts},
+            "measured": {k: ins.mean_measured(k) for k in ins.counts},
+            "total_error": ins.total_error,
+        }
+    if res.check is not None:
+        worst = {k: res.check.worst(k) for k in ("loss", "grad", "param", "buffer")}
+        report["check"] = {
+            "ok": res.check.ok,
+            **{f"worst_{k}": None if w is None else w.relative for k, w in worst.items()},
+            "lines": res.check.lines(),
+        }
+    return report
 
 
 def train_on_target(a, plan, data, first) -> int:
@@ -208,18 +252,7 @@ def train_on_target(a, plan, data, first) -> int:
             force=a.force,
             progress=_progress(a),
         )
-        report = {
-            "model": a.model,
-            "target": a.target,
-            "status": plan.schedule.status,
-            "arena_bytes": res.arena_bytes,
-            "schedule_peak_bytes": res.peak_bytes,
-            "memory": None if res.build is None else vars(res.build.memory),
-            "losses": list(res.results.losses) if res.results else None,
-            "ok": res.ok,
-        }
-        if res.check is not None:
-            report["check"] = {"ok": res.check.ok, "lines": res.check.lines()}
+        report = _report(a, plan, res)
         if a.json:
             print(json.dumps(report, indent=1))
         else:

@@ -114,10 +114,11 @@ def compile_program(
     force: bool = False,
     progress: Callable[[str], None] | None = None,
     timeout_s: float = 600.0,
-    fit_time_limit_s: float = 120.0,
+    fit_time_limit_s: float = 300.0,
     reference_program=None,
     rng_seed: int = 0,
     run_dir=None,
+    replan=None,
     instruction_model: InstructionModel | None = None,
 ) -> CompileResult:
     """Compile ``schedule`` of the traced ``program`` into a C project in ``out`` for ``target``.
@@ -128,7 +129,9 @@ def compile_program(
     training steps (``batches``: one ``inputs + targets`` tuple per step; default the example
     batch).  check: also train in PyTorch (``reference_program``: the untiled program of a tiled
     one) and compare, its dropout drawing the compiled step's masks (``rng_seed``: the run's base
-    seed, :mod:`poet.cbackend.rng`).  Raises before building on a schedule or program the backend cannot compile.
+    seed, :mod:`poet.cbackend.rng`).  ``replan(ram_bytes, seconds) -> (program, schedule)`` plans the
+    step again for less RAM when the arena does not fit (default: the same graph solved again).
+    Raises before building on a schedule or program the backend cannot compile.
     On ``qemu-m4`` a run counts instructions and compares them, per iteration and per kind, with the
     prediction from ``program``'s per-node costs (``instruction_model``, measured first if None).
     """
@@ -152,20 +155,32 @@ def compile_program(
         )
     kp = lower_program(program, schedule)
     _say(progress, f"lowered {program.name}: {len(kp.nodes)} nodes, {len(kp.kernels())} distinct kernels")
-    fit = fit_arena(schedule, time_limit_s=fit_time_limit_s, progress=progress)
+    traced = program  # the reference, untiled unless a tiled program was given
+    programs = {id(schedule.graph): program}
+
+    def solve_again(s: Schedule, ram: int, seconds: float) -> Schedule:
+        p2, s2 = replan(ram, seconds)
+        programs[id(s2.graph)] = p2
+        return s2
+
+    fit = fit_arena(schedule, time_limit_s=fit_time_limit_s, progress=progress, solver=solve_again if replan else None)
     if not fit.fits:
+        tried = (
+            "solving again with tighter budgets did not fit it:\n" + "\n".join(fit.lines()) + "\n"
+            if len(fit.attempts) > 1
+            else "no tighter budget could be tried. "
+        )
         raise ArenaTooLarge(
             f"the arena needs {fit.plan.arena_bytes:,} B but the budget leaves {fit.available:,} B after "
             f"{schedule.graph.fixed_ram_bytes:,} B of fixed RAM (schedule peak {fit.attempts[0].peak_bytes:,} B); "
-            + (
-                "solving again with tighter budgets did not fit it:\n" + "\n".join(fit.lines())
-                if len(fit.attempts) > 1
-                else ""
-            )
-            + " give a larger budget, or a longer time limit for the re-solves"
+            f"{tried}Give a larger budget, or a longer time limit for the re-solves"
         )
     schedule = fit.schedule
     fixed = schedule.graph.fixed_ram_bytes
+    if programs.get(id(schedule.graph), program) is not program:  # planned again, tiled another way
+        program = programs[id(schedule.graph)]
+        kp = lower_program(program, schedule)
+        _say(progress, f"lowered the step planned again: {len(kp.nodes)} nodes")
     project = write_project(
         kp,
         schedule,
@@ -220,7 +235,7 @@ def compile_program(
             secs["instructions"] = time.monotonic() - t1
     if check and results is not None:
         t1 = time.monotonic()
-        reference = reference_program or program
+        reference = reference_program or traced
         ref = reference_run(
             reference,
             batches,

@@ -81,6 +81,13 @@ def register(subparsers) -> None:
     p.add_argument("--graph-out", help="write the costed graph (poet-graph/1 JSON) here, e.g. with --costs measured")
     p.add_argument("--force", action="store_true", help="overwrite --out / --graph-out")
     p.add_argument("--quiet", action="store_true", help="no progress line while the solver runs")
+    p.add_argument(
+        "--target",
+        choices=("host", "qemu-m4"),
+        default=None,
+        help="plan for a step compiled to C on this target (poet compile): the budget keeps room for the "
+        "compiled step's stack and statics",
+    )
     p.set_defaults(func=cmd_plan)
 
     t = subparsers.add_parser(
