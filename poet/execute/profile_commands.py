@@ -167,6 +167,7 @@ def _qemu(a, say) -> int:
     import torch
 
     from ..cbackend import qemu_m4
+    from ..cbackend.commands import RUNTIME_RAM_BYTES
     from ..cbackend.instruction_profile import default_declared, profile_programs, profile_toml
     from ..fileio import atomic_write_text
     from ..graph.torch_export import export_training_graph
@@ -192,12 +193,16 @@ def _qemu(a, say) -> int:
         model.train()
         inputs, targets = data.batch()
         say(f"tracing {spec}")
-        prog = export_training_graph(model, inputs, loss_fn, targets)
+        # traced and tiled as `poet train --target qemu-m4` plans it (SGD state and the compiled
+        # step's runtime counted as fixed RAM), so a tiled plan's nodes are the ones measured here
+        prog = export_training_graph(model, inputs, loss_fn, targets, optimizer="sgd")
+        prog.fixed_breakdown["runtime"] = RUNTIME_RAM_BYTES
         programs.append((spec, prog))
         if a.memory is not None:
-            budget = make_budget(prog.costed("m4"), a.memory, None, "serial")
-            tiling = tile_for_budget(prog, "m4", budget.ram_bytes)
-            if tiling.tiled:
+            cg = prog.costed("m4")
+            budget = make_budget(cg, a.memory, None, "serial")
+            tiling = tile_for_budget(prog, "m4", budget.ram_bytes) if budget.ram_bytes < cg.min_ram_bytes() else None
+            if tiling is not None and tiling.tiled:
                 say(f"{spec} is tiled for {budget.ram_bytes:,} B: {len(tiling.program.graph.nodes)} nodes")
                 programs.append((f"{spec}, tiled for {budget.ram_bytes} B", tiling.program))
             else:
