@@ -28,6 +28,8 @@ class Plan:
     device: str
     executor_options: dict = field(default_factory=dict)
     tiling: object = None  # poet.execute.tiled.TilingChoice when tiling was considered
+    untiled: object = None  # the program before tiling (the reference a compiled tiled step is checked against)
+    replan: object = field(default=None, repr=False)  # (ram_bytes, seconds) -> (program, schedule), tiled again
     _executor: object = field(default=None, repr=False)
     threads: int = 0  # torch threads to run with (a measured profile's); 0: leave torch's setting
 
@@ -112,6 +114,30 @@ class Plan:
 
     execute = run
 
+    def compile(self, target: str = "host", out=None, *, run: bool = False, check: bool = False, **options):
+        """Compile the schedule to a C project in ``out`` for ``target`` (``host`` or ``qemu-m4``),
+        and optionally build, run and check it against PyTorch -> :class:`poet.cbackend.CompileResult`.
+
+        ``options`` go to :func:`poet.cbackend.compiler.compile_program` (``batches``, ``steps``,
+        ``lr``, ``momentum``, ``params_in_ram``, ``force``, ``progress`` ...).  When the schedule's
+        arena does not fit the budget, the step is planned again for less RAM (tiled again if need be).
+        """
+        from .cbackend.compiler import compile_program
+
+        if out is None:
+            raise ValueError("plan.compile needs out=: the folder to write the C project to")
+        options.setdefault("replan", self.replan)
+        return compile_program(
+            self.program,
+            self.schedule,
+            target=target,
+            out=out,
+            run=run,
+            check=check,
+            reference_program=self.untiled,
+            **options,
+        )
+
     def train_step(self, inputs, targets=(), optimizer=None):
         """``optimizer.zero_grad(); loss.backward(); optimizer.step()`` via the schedule; returns the result."""
         if optimizer is not None:
@@ -140,6 +166,7 @@ def plan(
     costs: str = "model",
     measure_runs: int = 20,
     tile="auto",
+    runtime_ram_bytes: int = 0,
     **solve_options,
 ) -> Plan:
     """Trace ``model`` with its loss, price it on ``device``, schedule it within the budgets.
@@ -159,6 +186,8 @@ def plan(
     tile: ``"auto"`` (default) tiles the ops that must be split when the budget is below the
     untiled minimum (:func:`poet.execute.tiled.tile_for_budget`); ``"off"`` never tiles; an
     integer forces that many tiles.  Tiled plans match autograd within the bound in docs/torch.md.
+    runtime_ram_bytes: RAM the step's runtime holds besides the tensors (a compiled step's stack and
+    statics, ``poet train --target qemu-m4``), counted as fixed RAM ("runtime").
     """
     from .graph.torch_export import export_training_graph
 
@@ -181,6 +210,7 @@ def plan(
         costs=costs,
         measure_runs=measure_runs,
         tile=tile,
+        runtime_ram_bytes=runtime_ram_bytes,
         **solve_options,
     )
 
@@ -200,6 +230,7 @@ def plan_program(
     costs: str = "model",
     measure_runs: int = 20,
     tile="auto",
+    runtime_ram_bytes: int = 0,
     **solve_options,
 ) -> Plan:
     """:func:`plan` for a program already traced (``export_training_graph``, or a tiled one): no
@@ -209,7 +240,10 @@ def plan_program(
     from .solve import solve
     from .units import parse_bytes
 
+    if runtime_ram_bytes:
+        prog.fixed_breakdown["runtime"] = int(runtime_ram_bytes)
     granularity = prog.granularity
+    untiled = prog
     dev = load_device(device)
     fixed = None if fixed_ram is None else parse_bytes(fixed_ram)
     if costs not in ("model", "measured"):
@@ -251,8 +285,41 @@ def plan_program(
         opts["swap_file"] = swap_file
     if dev.paging_sync:
         opts.update(fsync=True, drop_cache=True)
+
+    def replan(ram_bytes: int, seconds: float):
+        """The step planned again for ``ram_bytes`` (tiled again for it when it needs tiles), with the
+        same strategy, deadline and paging model: a smaller arena when the first one's does not fit."""
+        p2 = untiled
+        if granularity == "aten" and count != 0:
+            from .execute.tiled import tile_for_budget
+
+            t2 = tile_for_budget(untiled, dev, ram_bytes, fixed_ram_bytes=fixed, count=count)
+            p2 = t2.program if t2.tiled else untiled
+        s2 = solve(
+            price(p2),
+            memory=ram_bytes,
+            runtime=sched.budget.runtime_s,
+            strategy=strategy,
+            paging_time=paging_time,
+            time_limit=seconds if time_limit is None else min(seconds, time_limit),  # as long as the first solve
+            find_min_budgets=False,
+        )
+        return p2, s2
+
+    if tiling is not None and tiling.tiled:  # how to tile the traced program again (poet compile --schedule)
+        rep = tiling.report
+        sched.report = sched.report.with_(
+            tiling={"kind": "torch", "count": rep.count, "threshold_bytes": rep.threshold_bytes}
+        )
     return Plan(
-        program=prog, schedule=sched, device=dev.name, executor_options=opts, threads=dev.threads, tiling=tiling
+        program=prog,
+        schedule=sched,
+        device=dev.name,
+        executor_options=opts,
+        threads=dev.threads,
+        tiling=tiling,
+        untiled=untiled if prog is not untiled else None,
+        replan=replan,
     )
 
 

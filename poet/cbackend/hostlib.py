@@ -17,7 +17,10 @@ import tempfile
 from pathlib import Path
 
 RUNTIME = Path(__file__).parent / "runtime"
-CFLAGS = ("-std=c11", "-O2", "-ffp-contract=off", "-fno-fast-math", "-Wall", "-Wextra", "-Werror")
+# -fno-ipa-modref: GCC 12.2 (Debian's gcc and gcc-arm-none-eabi alike) miscompiles a loop that reads a
+# struct's array field after calling a non-inlined function that updates that array in a loop with a
+# variable bound (the read is hoisted out of the loop); tests/test_cbackend_cflags.py holds the case.
+CFLAGS = ("-std=c11", "-O2", "-ffp-contract=off", "-fno-fast-math", "-fno-ipa-modref", "-Wall", "-Wextra", "-Werror")
 MAXDIM = 8
 DTYPES = {"none": 0, "float32": 1, "float64": 2, "int64": 3, "int32": 4, "bool": 5, "uint8": 6}
 STATUS = {0: "ok", 1: "bad arguments", 2: "bad dtype", 3: "unsupported", 4: "i/o error", 5: "checksum mismatch"}
@@ -46,7 +49,8 @@ def kernel_sources() -> list[Path]:
     return sorted(RUNTIME.glob("kernels_*.c")) + sorted(RUNTIME.glob("pk_math*.c"))
 
 
-def _cache_dir() -> Path:
+def cache_dir() -> Path:
+    """Where built libraries are kept (``$POET_CACHE_DIR/cbackend``, else ``~/.cache/poet/cbackend``)."""
     base = os.environ.get("POET_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "poet")
     return Path(base) / "cbackend"
 
@@ -66,23 +70,35 @@ def library() -> ctypes.CDLL:
     global _LIB
     if _LIB is not None:
         return _LIB
-    srcs = kernel_sources()
+    out = shared_library("libpk", kernel_sources(), sorted(RUNTIME.glob("*.h")), CFLAGS, "the kernel library")
+    _LIB = ctypes.CDLL(str(out))
+    return _LIB
+
+
+def content_hash(files, flags) -> str:
+    """A short hash of the files' names and contents and of the flags: the key of a cached build."""
     h = hashlib.sha256()
-    for p in srcs + sorted(RUNTIME.glob("*.h")):
+    for p in files:
         h.update(p.name.encode() + p.read_bytes())
-    h.update(" ".join(CFLAGS).encode())
-    out = _cache_dir() / f"libpk-{h.hexdigest()[:16]}.so"
+    h.update(" ".join(flags).encode())
+    return h.hexdigest()[:16]
+
+
+def shared_library(stem: str, sources: list[Path], headers: list[Path], flags, what: str) -> Path:
+    """``sources`` built with the host's ``cc`` into a shared library, once per content hash (of the
+    sources, the headers and the flags) and kept in :func:`cache_dir`; :class:`KernelError` naming
+    ``what`` if the build fails."""
+    out = cache_dir() / f"{stem}-{content_hash(list(sources) + list(headers), flags)}.so"
     if not out.exists():
         out.parent.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryDirectory(dir=out.parent) as tmp:
             tmp_out = Path(tmp) / out.name
-            cmd = [compiler(), *CFLAGS, "-fPIC", "-shared", "-I", str(RUNTIME), *map(str, srcs), "-o", str(tmp_out)]
+            cmd = [compiler(), *flags, "-fPIC", "-shared", "-I", str(RUNTIME), *map(str, sources), "-o", str(tmp_out)]
             r = subprocess.run(cmd, capture_output=True, text=True)
             if r.returncode != 0:
-                raise KernelError("building the kernel library failed:\n" + r.stderr[-4000:])
+                raise KernelError(f"building {what} failed:\n" + r.stderr[-4000:])
             os.replace(tmp_out, out)  # atomic: a concurrent build of the same sources writes the same file
-    _LIB = ctypes.CDLL(str(out))
-    return _LIB
+    return out
 
 
 def pk_tensor(t) -> PkTensor:

@@ -14,23 +14,11 @@ PLAN_EXAMPLE = "poet plan --model bert --device m4 --memory 60% --strategy pagin
 
 
 def _common(p) -> None:
-    from ..units import BATCH, SECONDS, number_option
+    from ..units import SECONDS, number_option
+    from .model_options import add_model_options
 
     src = p.add_argument_group("model")
-    src.add_argument(
-        "--model",
-        default="cnn",
-        help="cnn, bert, mlp (built-in, generated data) or module:function returning "
-        "(model, loss_fn, data) where data.batch() -> (inputs, targets); the module is "
-        "looked up in the current directory, then on PYTHONPATH",
-    )
-    src.add_argument("--batch-size", type=BATCH, default=8)
-    src.add_argument(
-        "--dropout",
-        type=number_option("float", "a dropout probability in [0, 1)", "0.1", minimum=0.0, below=1.0),
-        default=0.1,
-    )
-    src.add_argument("--seed", type=int, default=0)
+    add_model_options(src)
     src.add_argument(
         "--granularity",
         choices=["aten", "layer"],
@@ -93,6 +81,13 @@ def register(subparsers) -> None:
     p.add_argument("--graph-out", help="write the costed graph (poet-graph/1 JSON) here, e.g. with --costs measured")
     p.add_argument("--force", action="store_true", help="overwrite --out / --graph-out")
     p.add_argument("--quiet", action="store_true", help="no progress line while the solver runs")
+    p.add_argument(
+        "--target",
+        choices=("host", "qemu-m4"),
+        default=None,
+        help="plan for a step compiled to C on this target (poet compile): the budget keeps room for the "
+        "compiled step's stack and statics",
+    )
     p.set_defaults(func=cmd_plan)
 
     t = subparsers.add_parser(
@@ -110,6 +105,9 @@ def register(subparsers) -> None:
         help="also train with plain PyTorch from the same seed and compare the loss curves bit for bit",
     )
     t.add_argument("--quiet", action="store_true")
+    from ..cbackend.commands import add_train_options
+
+    add_train_options(t)
     t.add_argument(
         "--json",
         action="store_true",
@@ -119,35 +117,9 @@ def register(subparsers) -> None:
 
 
 def _load(a):
-    from . import models
+    from .models import load
 
-    if ":" in a.model:
-        import importlib
-        import os
-
-        mod, fn = a.model.split(":", 1)
-        if os.getcwd() not in sys.path:  # a console script does not put it there; python -m does
-            sys.path.insert(0, os.getcwd())
-        try:
-            module = importlib.import_module(mod)
-        except ImportError as e:
-            raise ValueError(
-                f"--model {a.model}: cannot import {mod!r} ({e}); run from the directory that "
-                f"holds it, or add that directory to PYTHONPATH"
-            ) from e
-        build = getattr(module, fn, None)
-        if not callable(build):
-            raise ValueError(f"--model {a.model}: {mod} has no function {fn!r}")
-        try:
-            made = build()
-        except Exception as e:  # noqa: BLE001 - the user's code: say whose and what, not a traceback
-            raise ValueError(f"--model {a.model}: {mod}.{fn}() raised {type(e).__name__}: {e}") from e
-        if not (isinstance(made, tuple) and len(made) == 3):
-            raise ValueError(
-                f"--model {a.model}: {mod}.{fn}() must return (model, loss_fn, data), got {type(made).__name__}"
-            )
-        return made
-    return models.build(a.model, batch_size=a.batch_size, seed=a.seed, dropout=a.dropout)
+    return load(a.model, batch_size=a.batch_size, seed=a.seed, dropout=a.dropout)
 
 
 def _optimizer(a, model):
@@ -185,11 +157,21 @@ def _make_plan(a, model, loss_fn, inputs, targets, optimizer):
                 stop=stop,
                 costs=a.costs,
                 tile=a.tile,
+                runtime_ram_bytes=_runtime_ram(a),
             )
     finally:
         prog.done()
     warn_uncached(pl.schedule)
     return pl
+
+
+def _runtime_ram(a) -> int:
+    """RAM a compiled step (poet train --target) holds besides its tensors: the plan leaves room for it."""
+    if getattr(a, "target", None) is None:
+        return 0
+    from ..cbackend.commands import RUNTIME_RAM_BYTES
+
+    return RUNTIME_RAM_BYTES
 
 
 def _errors():
@@ -268,6 +250,10 @@ def cmd_train(a) -> int:
                 },
             )
             return 3
+        if getattr(a, "target", None) is not None:  # the plan compiled to C, trained there
+            from ..cbackend.commands import train_on_target
+
+            return train_on_target(a, pl, data, tuple(inputs) + tuple(targets))
         losses = []
         results = []
         peak = 0

@@ -11,7 +11,6 @@ the profile (or, with ``--graph-out``, a costed graph) from measurements taken e
 
 from __future__ import annotations
 
-import os
 import statistics
 import sys
 import tempfile
@@ -72,35 +71,28 @@ def register(subparsers) -> None:
         default=None,
         help="with --import --graph-out and no storage rows: the device whose storage prices paging",
     )
+    p.add_argument(
+        "--target",
+        choices=("host", "qemu-m4"),
+        default="host",
+        help="host (default): time this machine; qemu-m4: count the instructions of --model's step on the "
+        "emulated Cortex-M4 (docs/mcu.md), priced with a declared clock and energies",
+    )
+    p.add_argument("--memory", help="with --target qemu-m4: also measure the tiled step this RAM budget needs")
+    p.add_argument("--clock-hz", type=float, default=None, help="with --target qemu-m4: declared clock (default 64e6)")
+    p.add_argument(
+        "--joules-per-instruction", type=float, default=None, help="with --target qemu-m4: declared (default: m4's)"
+    )
+    p.add_argument("--joules-per-byte", type=float, default=None, help="with --target qemu-m4: declared per byte paged")
     p.add_argument("--quiet", action="store_true", help="no progress lines")
     p.set_defaults(func=cmd_profile)
 
 
 def build_model(spec: str, batch_size: int):
     """(model, loss_fn, data) for a built-in name or ``module:function``."""
-    from . import models
+    from .models import load
 
-    if ":" not in spec:
-        return models.build(spec, batch_size=batch_size, seed=0, dropout=0.1)
-    import importlib
-
-    mod, fn = spec.split(":", 1)
-    if os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())
-    try:
-        module = importlib.import_module(mod)
-    except ImportError as e:
-        raise ValueError(
-            f"--model {spec}: cannot import {mod!r} ({e}); run from the directory that holds it, "
-            f"or add that directory to PYTHONPATH"
-        ) from e
-    build = getattr(module, fn, None)
-    if not callable(build):
-        raise ValueError(f"--model {spec}: {mod} has no function {fn!r}")
-    made = build()
-    if not (isinstance(made, tuple) and len(made) == 3):
-        raise ValueError(f"--model {spec} must return (model, loss_fn, data)")
-    return made
+    return load(spec, batch_size=batch_size, seed=0, dropout=0.1)
 
 
 def op_samples(programs, timings):
@@ -147,6 +139,10 @@ def cmd_profile(a) -> int:
     try:
         check_out_path(a.out, a.force)
         check_out_path(a.graph_out, a.force)
+        if a.target == "qemu-m4":
+            return _qemu(a, say)
+        if a.memory is not None or a.clock_hz is not None:
+            raise ValueError("--memory and --clock-hz go with --target qemu-m4")
         if a.import_csv:
             return _import(a, say)
         if not a.out:
@@ -164,6 +160,67 @@ def cmd_profile(a) -> int:
     except (ValueError, OSError, FileExistsError) as e:
         print(f"poet: error: {e}", file=sys.stderr)
         return 2
+
+
+def _qemu(a, say) -> int:
+    """The instruction profile of --model's step (and its tiled step for --memory) on the emulator."""
+    import torch
+
+    from ..cbackend import qemu_m4
+    from ..cbackend.commands import RUNTIME_RAM_BYTES
+    from ..cbackend.instruction_profile import default_declared, profile_programs, profile_toml
+    from ..fileio import atomic_write_text
+    from ..graph.torch_export import export_training_graph
+    from ..solve.api import make_budget
+    from .tiled import tile_for_budget
+
+    if not a.out:
+        raise ValueError("give --out m4-cnn.toml (where to write the profile)")
+    if not a.model:
+        raise ValueError(
+            "give --model: an instruction profile measures one model's own kernel calls (e.g. --model cnn)"
+        )
+    if a.import_csv or a.graph_out:
+        raise ValueError("--import and --graph-out go with --target host")
+    why = qemu_m4.missing()
+    if why:
+        raise ValueError(why)
+    declared = default_declared(a.clock_hz, a.joules_per_instruction, a.joules_per_byte)
+    programs = []
+    for spec in a.model.split(","):
+        torch.manual_seed(0)
+        model, loss_fn, data = build_model(spec, a.batch_size)
+        model.train()
+        inputs, targets = data.batch()
+        say(f"tracing {spec}")
+        # traced and tiled as `poet train --target qemu-m4` plans it (SGD state and the compiled
+        # step's runtime counted as fixed RAM), so a tiled plan's nodes are the ones measured here
+        prog = export_training_graph(model, inputs, loss_fn, targets, optimizer="sgd")
+        prog.fixed_breakdown["runtime"] = RUNTIME_RAM_BYTES
+        programs.append((spec, prog))
+        if a.memory is not None:
+            cg = prog.costed("m4")
+            budget = make_budget(cg, a.memory, None, "serial")
+            tiling = tile_for_budget(prog, "m4", budget.ram_bytes) if budget.ram_bytes < cg.min_ram_bytes() else None
+            if tiling is not None and tiling.tiled:
+                say(f"{spec} is tiled for {budget.ram_bytes:,} B: {len(tiling.program.graph.nodes)} nodes")
+                programs.append((f"{spec}, tiled for {budget.ram_bytes} B", tiling.program))
+            else:
+                say(f"{spec} needs no tiling at {budget.ram_bytes:,} B")
+    t0 = time.monotonic()
+    measured = profile_programs(programs, progress=say)
+    command = "poet profile " + " ".join(sys.argv[2:]) if len(sys.argv) > 2 else "poet profile --target qemu-m4"
+    atomic_write_text(a.out, profile_toml(measured, declared, command=command))
+    say(f"measured in {time.monotonic() - t0:.1f} s; wrote {a.out}")
+    for _, m in measured:
+        total = sum(nd.compute for nd in m.nodes)
+        print(
+            f"{m.program}: {len(m.nodes)} nodes, {len(m.kernel_counts)} kernel calls, "
+            f"{total:,} instructions to compute every node once ({total / declared.clock_hz * 1e3:.1f} ms "
+            f"at {declared.clock_hz / 1e6:g} MHz), update {m.update_in_ram:,}"
+        )
+    print(f"wrote {a.out}: plan with --device {a.out}")
+    return 0
 
 
 def _measure(a, say) -> int:

@@ -1,0 +1,243 @@
+"""``compile_program``: a validated schedule of a traced step to a C project, built, run and checked.
+
+The steps, each refusing bad input before the next starts: validate the schedule against its graph
+and budget; lower the program (every op must have a kernel); plan the arena (and, when it does not
+fit what the budget leaves after fixed RAM, solve again with a tighter budget: :mod:`.fit`); write
+the project; then, as asked, build it for the target, run it on batches, and compare its results
+with PyTorch's.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..schedule.core import Schedule
+from ..schedule.validate import validate
+from .check import CheckReport, compare, dropout_reference, reference_run
+from .fit import ArenaFit, fit_arena
+from .instructions import InstructionComparison, InstructionModel, measure_program
+from .ir import LoweringError
+from .layout import StepResults, read_out, write_batches
+from .lower import lower_program
+from .project import Project, write_project
+from .target_table import get_target
+from .targets import Build, RunOutput, TargetError
+
+__all__ = ["ArenaTooLarge", "CompileResult", "compile_program"]
+
+
+class ArenaTooLarge(LoweringError):
+    """No schedule found whose arena fits the budget (the message gives the numbers)."""
+
+
+@dataclass(frozen=True)
+class CompileResult:
+    """What compiling (and, if asked, building, running and checking) a step gave."""
+
+    project: Project
+    schedule: Schedule  # the schedule compiled (re-solved when the first one's arena did not fit)
+    fit: ArenaFit
+    target: str
+    build: Build | None
+    run: RunOutput | None
+    results: StepResults | None
+    check: CheckReport | None
+    seconds: dict  # 'compile', 'build', 'run', 'check'
+    # qemu-m4 runs: predicted beside measured instructions per iteration and per kind
+    instructions: InstructionComparison | None = None
+
+    @property
+    def arena_bytes(self) -> int:
+        return self.fit.plan.arena_bytes
+
+    @property
+    def peak_bytes(self) -> int:
+        """The schedule's peak of live activation bytes (fixed RAM left out)."""
+        return self.schedule.totals.peak_ram_bytes - self.schedule.graph.fixed_ram_bytes
+
+    @property
+    def ok(self) -> bool:
+        return (self.run is None or self.run.ok) and (self.check is None or self.check.ok)
+
+    def lines(self) -> list[str]:
+        lay = self.project.layout
+        where = "in RAM" if lay.params_in_ram else "in flash (const), gradients outside the RAM budget"
+        out = [
+            f"arena {self.arena_bytes:,} B for a schedule peak of {self.peak_bytes:,} B of activations "
+            f"({self.fit.available:,} B available after {self.schedule.graph.fixed_ram_bytes:,} B fixed); "
+            f"planner order: {self.fit.plan.order}",
+            f"parameters {where}: {lay.param_bytes:,} B; buffers {lay.buffer_bytes:,} B; batch {lay.batch_bytes:,} B",
+        ]
+        if len(self.fit.attempts) > 1:
+            out.append("the first schedule's arena did not fit; solved again:")
+            out += self.fit.lines()
+        if self.build is not None:
+            out.append(f"built for {self.target}: {self.build.memory.describe()}")
+            out += self.build.notes
+        if self.run is not None:
+            why = self.run.problem()
+            out.append(f"ran on {self.target}: " + (why or "ok"))
+        if self.instructions is not None:
+            out += self.instructions.lines()
+        if self.check is not None:
+            out.append("against PyTorch: " + ("match within the bounds" if self.check.ok else "MISMATCH"))
+            out += ["  " + x for x in self.check.lines()]
+        return out
+
+
+def _say(progress, text: str) -> None:
+    if progress is not None:
+        progress(text)
+
+
+def compile_program(
+    program,
+    schedule: Schedule,
+    *,
+    out,
+    target: str = "host",
+    run: bool = False,
+    check: bool = False,
+    batches: Sequence | None = None,
+    steps: int = 1,
+    params_in_ram: bool | None = None,
+    lr: float = 0.05,
+    momentum: float = 0.0,
+    force: bool = False,
+    progress: Callable[[str], None] | None = None,
+    timeout_s: float = 600.0,
+    fit_time_limit_s: float = 300.0,
+    reference_program=None,
+    rng_seed: int = 0,
+    run_dir=None,
+    replan=None,
+    instruction_model: InstructionModel | None = None,
+) -> CompileResult:
+    """Compile ``schedule`` of the traced ``program`` into a C project in ``out`` for ``target``.
+
+    params_in_ram: None decides by the schedule's budget: parameters in RAM when it counts fixed RAM
+    (``poet train``: the budget covers everything), const in flash with the gradients outside the
+    budget when it counts activations only (the paper's setting).  run: build and run ``steps``
+    training steps (``batches``: one ``inputs + targets`` tuple per step; default the example
+    batch).  check: also train in PyTorch (``reference_program``: the untiled program of a tiled
+    one) and compare, its dropout drawing the compiled step's masks (``rng_seed``: the run's base
+    seed, :mod:`poet.cbackend.rng`).  ``replan(ram_bytes, seconds) -> (program, schedule)`` plans the
+    step again for less RAM when the arena does not fit (default: the same graph solved again).
+    Raises before building on a schedule or program the backend cannot compile.
+    On ``qemu-m4`` a run counts instructions and compares them, per iteration and per kind, with the
+    prediction from ``program``'s per-node costs (``instruction_model``, measured first if None).
+    """
+    t0 = time.monotonic()
+    secs: dict = {}
+    if not schedule.feasible:
+        raise LoweringError(f"the schedule has no steps to compile (status {schedule.status})")
+    totals = validate(schedule.graph, schedule.steps, schedule.budget)  # never compile an unchecked schedule
+    schedule = schedule.with_(totals=totals)
+    if params_in_ram is None:
+        params_in_ram = schedule.graph.fixed_ram_bytes > 0
+    if batches is None:
+        batches = [program.example_batch] * steps
+    batches = list(batches)
+    if (run or check) and not batches:
+        raise ValueError("running the step needs at least one batch")
+    if not params_in_ram and len(batches) > 1:
+        raise ValueError(
+            "with the parameters in flash (the paper's setting) a run is one step: the update cannot be "
+            "written back; budget the parameters in RAM (poet train) to train several steps"
+        )
+    kp = lower_program(program, schedule)
+    _say(progress, f"lowered {program.name}: {len(kp.nodes)} nodes, {len(kp.kernels())} distinct kernels")
+    traced = program  # the reference, untiled unless a tiled program was given
+    programs = {id(schedule.graph): program}
+
+    def solve_again(s: Schedule, ram: int, seconds: float) -> Schedule:
+        p2, s2 = replan(ram, seconds)
+        programs[id(s2.graph)] = p2
+        return s2
+
+    fit = fit_arena(schedule, time_limit_s=fit_time_limit_s, progress=progress, solver=solve_again if replan else None)
+    if not fit.fits:
+        tried = (
+            "solving again with tighter budgets did not fit it:\n" + "\n".join(fit.lines()) + "\n"
+            if len(fit.attempts) > 1
+            else "no tighter budget could be tried. "
+        )
+        raise ArenaTooLarge(
+            f"the arena needs {fit.plan.arena_bytes:,} B but the budget leaves {fit.available:,} B after "
+            f"{schedule.graph.fixed_ram_bytes:,} B of fixed RAM (schedule peak {fit.attempts[0].peak_bytes:,} B); "
+            f"{tried}Give a larger budget, or a longer time limit for the re-solves"
+        )
+    schedule = fit.schedule
+    fixed = schedule.graph.fixed_ram_bytes
+    if programs.get(id(schedule.graph), program) is not program:  # planned again, tiled another way
+        program = programs[id(schedule.graph)]
+        kp = lower_program(program, schedule)
+        _say(progress, f"lowered the step planned again: {len(kp.nodes)} nodes")
+    project = write_project(
+        kp,
+        schedule,
+        fit.plan,
+        out,
+        params_in_ram=params_in_ram,
+        lr=lr,
+        momentum=momentum if params_in_ram else 0.0,
+        rng_seed=rng_seed,
+        poison=check,
+        force=force,
+    )
+    secs["compile"] = time.monotonic() - t0
+    _say(
+        progress,
+        f"wrote {project.path}: {len(project.tables.steps)} instructions, {len(project.tables.calls)} calls, "
+        f"arena {fit.plan.arena_bytes:,} B (schedule peak {schedule.totals.peak_ram_bytes - fixed:,} B)",
+    )
+    build = run_out = results = report = comparison = None
+    if run or check or target != "host":
+        tgt = get_target(target)
+        why = tgt.missing()
+        if why:
+            raise TargetError(why)
+        t1 = time.monotonic()
+        _say(progress, f"building for {target} ...")
+        build = tgt.build(project.path, schedule.budget.ram_bytes)
+        secs["build"] = time.monotonic() - t1
+        _say(progress, f"built {build.binary} in {secs['build']:.1f} s: {build.memory.describe()}")
+    if run or check:
+        rd = Path(run_dir) if run_dir is not None else project.path / "run"
+        rd.mkdir(parents=True, exist_ok=True)
+        for stale in ("out.bin", "pages.bin"):
+            (rd / stale).unlink(missing_ok=True)
+        write_batches(project.layout, [tuple(b) for b in batches], rd / "batch.bin")
+        t1 = time.monotonic()
+        _say(progress, f"running {len(batches)} step(s) on {target} in {rd} ...")
+        counting = target == "qemu-m4"  # the emulator counts instructions exactly: every run compares them
+        run_out = tgt.run(build, rd, count=counting, timeout_s=timeout_s)
+        secs["run"] = time.monotonic() - t1
+        why = run_out.problem()
+        _say(progress, f"ran in {secs['run']:.2f} s: " + (why or "ok"))
+        if run_out.ok:
+            results = read_out(project.layout, rd / "out.bin")
+        if counting and run_out.ok:
+            t1 = time.monotonic()
+            m = momentum if project.layout.params_in_ram else 0.0
+            model = instruction_model or measure_program(program, momentum=m, progress=progress, timeout_s=timeout_s)
+            comparison = InstructionComparison.of(
+                model, schedule.steps, run_out.marks, params_in_ram=project.layout.params_in_ram, poison=check
+            )
+            secs["instructions"] = time.monotonic() - t1
+    if check and results is not None:
+        t1 = time.monotonic()
+        reference = reference_program or traced
+        ref = reference_run(
+            reference,
+            batches,
+            lr=lr,
+            momentum=momentum if params_in_ram else 0.0,
+            dropout=dropout_reference(rng_seed, compiled=program, reference=reference),
+        )
+        report = compare(results, ref)
+        secs["check"] = time.monotonic() - t1
+    return CompileResult(project, schedule, fit, target, build, run_out, results, report, secs, comparison)

@@ -1,0 +1,49 @@
+"""Tests that need a system toolchain: skipped, with the reason, on a machine without it; failed in
+CI (``CI=true``), where ``.ci/run`` installs it, so a broken installation is never a silent skip."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+
+def require(missing: str | None) -> None:
+    """Skip (or, in CI, fail) the calling test when ``missing`` (a target's ``missing()``) says so."""
+    if missing is None:
+        return
+    if os.environ.get("CI", "").strip().lower() in ("true", "1", "yes"):
+        pytest.fail(f"CI must provide the toolchain (see .ci/run): {missing}")
+    pytest.skip(missing)
+
+
+def require_qemu_m4() -> None:
+    """The qemu-m4 target's toolchain (arm-none-eabi-gcc, newlib, qemu-system-arm) and the host's cc."""
+    from poet.cbackend import hostlib, qemu_m4
+
+    require(qemu_m4.missing())
+    try:
+        hostlib.compiler()
+    except hostlib.KernelError as e:
+        require(str(e))
+
+
+@pytest.fixture(scope="session")
+def build_cache_dir(tmp_path_factory):
+    """One cache of built kernel libraries and plugins for the whole test session, shared by the
+    xdist workers (each test otherwise gets an empty POET_CACHE_DIR from conftest, and would compile
+    every kernel again).  Builds land in it atomically under content-hashed names, so workers that
+    build the same library at once only duplicate work; the user's own cache is never touched."""
+    base = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        base = base.parent  # the session's folder, above each worker's own
+    path = base / "cbackend-build-cache"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+@pytest.fixture
+def qemu_m4_ready(build_cache_dir, monkeypatch):
+    """The qemu-m4 toolchain is there (else skip, or fail in CI), and builds share the session's cache."""
+    require_qemu_m4()
+    monkeypatch.setenv("POET_CACHE_DIR", str(build_cache_dir))
