@@ -26,7 +26,7 @@ from .project import Project, write_project
 from .target_table import get_target
 from .targets import Build, RunOutput, TargetError
 
-__all__ = ["ArenaTooLarge", "CompileResult", "compile_program", "schedule_kinds"]
+__all__ = ["ArenaTooLarge", "CompileResult", "compile_program"]
 
 
 class ArenaTooLarge(LoweringError):
@@ -86,11 +86,6 @@ class CompileResult:
             out.append("against PyTorch: " + ("match within the bounds" if self.check.ok else "MISMATCH"))
             out += ["  " + x for x in self.check.lines()]
         return out
-
-
-def schedule_kinds(schedule: Schedule) -> tuple[str, ...]:
-    """The kind of each pk_mark interval of one step: 'begin' -> instructions' ops -> 'update'."""
-    return tuple(s.op for s in schedule.steps) + ("update",)
 
 
 def _say(progress, text: str) -> None:

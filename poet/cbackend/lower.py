@@ -215,10 +215,10 @@ def _item(name: str, t: torch.Tensor, trainable: bool = True, with_data: bool = 
 
 def lower_program(program, schedule: Schedule | None = None) -> KernelProgram:
     """The kernel program of ``program`` (checked against ``schedule``'s graph when given)."""
-    if program.granularity == "aten" and schedule is not None:
-        check_schedule_matches(program, schedule)
     if program.granularity != "aten":
         _check_supported(program)  # refuses it, saying why
+    if schedule is not None:
+        check_schedule_matches(program, schedule)
     p = program
     param_names = list(p.params)
     buffer_names = list(p.buffers)
@@ -238,7 +238,7 @@ def lower_program(program, schedule: Schedule | None = None) -> KernelProgram:
             if src.sizes not in ((), (1,)):
                 raise LoweringError(f"the loss has shape {src.sizes}; the C step takes a scalar loss")
             loss_dtype = src.dtype
-            dst = TensorRef("loss", 0, 0, src.dtype, src.sizes, src.strides)
+            dst = TensorRef("loss", 0, 0, src.dtype, src.sizes, contiguous_strides(src.sizes))
         elif b.role == "grad":
             dst = TensorRef("grad", param_names.index(b.name), 0, src.dtype, src.sizes, contiguous_strides(src.sizes))
         else:
