@@ -166,3 +166,18 @@ def test_a_tiled_plan_is_priced_from_the_tiled_step_measured(tmp_path, build_cac
                    runtime_ram_bytes=RUNTIME_RAM_BYTES, time_limit=10)  # fmt: skip
     assert pl.tiling is not None and pl.tiling.tiled
     assert pl.graph.meta["priced_by"] == "instructions of cnn, tiled for 90000 B"
+
+
+def test_a_model_the_kernels_do_not_cover_is_refused_naming_the_op(tmp_path, capsys, monkeypatch):
+    (tmp_path / "qprof_bad.py").write_text(
+        textwrap.dedent(MODEL).replace("nn.ReLU()", "nn.Softplus()").replace("def mlp", "def bad")
+    )
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    try:
+        rc = main(["profile", "--target", "qemu-m4", "--model", "qprof_bad:bad", "--out", "x.toml", "--quiet"])
+    finally:
+        sys.modules.pop("qprof_bad", None)
+    assert rc == 2
+    err = capsys.readouterr().err
+    assert "no kernel for" in err and "softplus" in err and not (tmp_path / "x.toml").exists()

@@ -140,7 +140,12 @@ def cmd_profile(a) -> int:
         check_out_path(a.out, a.force)
         check_out_path(a.graph_out, a.force)
         if a.target == "qemu-m4":
-            return _qemu(a, say)
+            from ..cbackend.target_types import TargetError
+
+            try:
+                return _qemu(a, say)
+            except TargetError as e:  # the emulator or the toolchain: say what, not a traceback
+                raise ValueError(str(e)) from e
         if a.memory is not None or a.clock_hz is not None:
             raise ValueError("--memory and --clock-hz go with --target qemu-m4")
         if a.import_csv:
