@@ -39,7 +39,7 @@ from bisect import bisect_left, bisect_right
 from collections import defaultdict
 
 from ...graph.core import CostedGraph
-from ...schedule.core import PAGING_HIDDEN, PAGING_OVERLAP, Budget, Step
+from ...schedule.core import PAGING_HIDDEN, PAGING_OVERLAP, Budget, Op, Step
 from ...schedule.validate import simulate
 
 SWAP = "swap"
@@ -141,7 +141,7 @@ class _Plan:
         def temp_back(x: int, k: int):
             """Bring x back only for the recomputation at hand; the caller frees it."""
             if x in stored:
-                out.append(Step("page_in", x, k))
+                out.append(Step(Op.PAGE_IN, x, k))
                 put(x)
             else:
                 recompute(x, k)
@@ -152,34 +152,34 @@ class _Plan:
                 if p not in resident:
                     temp_back(p, k)
                     temps.append(p)
-            out.append(Step("compute", x, k))
+            out.append(Step(Op.COMPUTE, x, k))
             put(x)
             for p in temps:
                 resident.discard(p)
-                out.append(Step("free", p, k))
+                out.append(Step(Op.FREE, p, k))
 
         for k in range(n):
             for i, m in sorted(returns[k]):
                 if i in resident:
                     continue  # already brought back as a temporary's neighbour (cannot happen in order)
                 if m == SWAP:
-                    out.append(Step("page_in", i, k))
+                    out.append(Step(Op.PAGE_IN, i, k))
                     put(i)
                 else:
                     recompute(i, k)
             for p in g.preds[k]:
                 if p not in resident:  # defensive: plan inconsistency, fetch it anyway
                     temp_back(p, k)
-            out.append(Step("compute", k, k))
+            out.append(Step(Op.COMPUTE, k, k))
             put(k)
             for i, m in sorted(evicts[k]):
                 if i not in resident:
                     continue
                 if m == SWAP and i not in stored:
-                    out.append(Step("page_out", i, k))
+                    out.append(Step(Op.PAGE_OUT, i, k))
                     stored.add(i)
                 resident.discard(i)
-                out.append(Step("free", i, k))
+                out.append(Step(Op.FREE, i, k))
             done = set()
             while ending and ending[0][0] <= k:
                 i = heapq.heappop(ending)[1]
@@ -187,7 +187,7 @@ class _Plan:
                     done.add(i)
             for i in sorted(done):
                 resident.discard(i)
-                out.append(Step("free", i, k))
+                out.append(Step(Op.FREE, i, k))
         return out
 
 
@@ -203,11 +203,11 @@ def _stage_times(g: CostedGraph, steps: list[Step]) -> tuple[dict, dict]:
     page: dict[int, float] = defaultdict(float)
     for s in steps:
         nd = g.nodes[s.node]
-        if s.op == "compute":
+        if s.op == Op.COMPUTE:
             comp[s.stage] += nd.compute_time_s
-        elif s.op == "page_in":
+        elif s.op == Op.PAGE_IN:
             page[s.stage] += nd.pagein_time_s
-        elif s.op == "page_out":
+        elif s.op == Op.PAGE_OUT:
             page[s.stage] += nd.pageout_time_s
     return comp, page
 

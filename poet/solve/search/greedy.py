@@ -16,7 +16,7 @@ import time
 from ...graph.core import CostedGraph
 from ...schedule.core import Budget
 from ..stage.emit import replays, without_deadline
-from ..stage.plan import Plan, drop_unread_pageouts, plan_costs
+from ..stage.plan import GuideKind, Plan, drop_unread_pageouts, plan_costs
 from .greedy_run import GreedyFailed, GreedyOverrun, greedy_run
 
 
@@ -45,7 +45,7 @@ def greedy_plan(
     next use) or ``cascade`` (``closure``, with a tensor's restoration counted once
     more for every dropped tensor still waiting to be recomputed from it).
     guide: tensors to evict first and how to restore them (``eviction_cover``'s
-    choice: ``"page"`` or ``"remat"``), or to evict last (``"keep"``); the others
+    choice: ``GuideKind.PAGE`` or ``REMAT``), or to evict last (``KEEP``); the others
     follow the rule.  guide_once: a tensor listed for eviction loses that priority once it
     has been restored (recomputed or paged in), so a recomputed chain can stay for its
     next readers instead of being evicted first again.
@@ -204,15 +204,15 @@ def checkpointed(g: CostedGraph, guide: dict[int, str], every: int = 3) -> dict[
                 seen.add(p)
                 if last_reader[p] == u and mem[p] > 0:
                     stack.append(p)  # past its use: recomputed along with u
-                elif guide.get(p) == "remat":
+                elif guide.get(p) == GuideKind.REMAT:
                     out.add(p)
         return out
 
-    needs = {v: live_remat_inputs(v) for v, k in guide.items() if k == "remat"}
+    needs = {v: live_remat_inputs(v) for v, k in guide.items() if k == GuideKind.REMAT}
     links = sorted({p for ins in needs.values() for p in ins if needs.get(p)})
     if not links:
         return {}
-    return {**guide, **{v: "keep" for v in links[every - 1 :: every]}}
+    return {**guide, **{v: GuideKind.KEEP for v in links[every - 1 :: every]}}
 
 
 def rule_names(remat: bool = True, paging: bool = True) -> list[str]:

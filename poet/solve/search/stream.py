@@ -21,7 +21,7 @@ import math
 import time
 
 from ...graph.core import CostedGraph
-from ...schedule.core import PAGING_HIDDEN, PAGING_OVERLAP, Budget, Step
+from ...schedule.core import PAGING_HIDDEN, PAGING_OVERLAP, Budget, Op, Step
 from ..stage.plan import ram_cap
 
 CLOCK_EVERY = 256  # stages between two looks at the clock and the stop flag
@@ -81,11 +81,11 @@ def stream_schedule(
                 held.append((key, x))
                 continue
             if x not in stored:
-                steps.append(Step("page_out", x, t))
+                steps.append(Step(Op.PAGE_OUT, x, t))
                 stored.add(x)
                 stage_e.append(nd[x].pageout_energy_j)
                 stage_t.append(nd[x].pageout_time_s)
-            steps.append(Step("free", x, t))
+            steps.append(Step(Op.FREE, x, t))
             resident.discard(x)
             used -= m[x]
         for entry in held:
@@ -93,14 +93,14 @@ def stream_schedule(
         for p in missing:
             if p not in stored:
                 return None  # cannot happen: a tensor leaves RAM early only through a page-out
-            steps.append(Step("page_in", p, t))
+            steps.append(Step(Op.PAGE_IN, p, t))
             stage_e.append(nd[p].pagein_energy_j)
             stage_t.append(nd[p].pagein_time_s)
             resident.add(p)
             used += m[p]
         page_e += stage_e
         page_t.append(math.fsum(stage_t))
-        steps.append(Step("compute", t, t))
+        steps.append(Step(Op.COMPUTE, t, t))
         resident.add(t)
         used += m[t]
         for x in sorted(ins) + [t]:
@@ -108,7 +108,7 @@ def stream_schedule(
             while reader[x] < len(r) and r[reader[x]] <= t:
                 reader[x] += 1
             if reader[x] == len(r):
-                steps.append(Step("free", x, t))
+                steps.append(Step(Op.FREE, x, t))
                 resident.discard(x)
                 used -= m[x]
             elif m[x] > 0:
