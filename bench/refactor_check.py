@@ -32,6 +32,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import hashlib
+import inspect
 import io
 import json
 import sys
@@ -195,7 +196,12 @@ def plan_sha(plan) -> str | None:
 
 
 def cover_of(g, b, **kw):
-    """(bound, guide) of the eviction cover, whichever form it returns them in."""
+    """(bound, guide) of the eviction cover, whichever form it returns them in (and takes its chain
+    depth in: arguments before the refactor, SolvePolicy fields after)."""
+    if "chain_depth" in kw and "policy" in inspect.signature(eviction_cover).parameters:
+        from poet.solve.policy import SolvePolicy
+
+        kw["policy"] = SolvePolicy(cover_chain_depth=kw.pop("chain_depth"), cover_max_links=kw.pop("max_links"))
     r = eviction_cover(g, b, **kw)
     return (r.bound, r.guide) if hasattr(r, "bound") else r
 

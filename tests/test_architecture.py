@@ -20,9 +20,10 @@ SOLVE_LAYERS = [
     ["stage"],
     ["lp"],
     ["milp", "bounds"],
-    ["baselines"],
+    ["baselines", "problem"],
     ["search"],
-    ["min_budgets", "pipeline_milp", "pipeline"],
+    ["min_budgets"],
+    ["phases"],
     ["strategies"],
     ["cache"],
     ["api"],
@@ -117,11 +118,11 @@ def cycles(g: dict[str, set[str]]) -> list[list[str]]:
 
 def test_the_import_graph_finds_the_modules_and_their_edges():
     g = graph()
-    assert "poet.solve.pipeline" in g and "poet.solve.stage.emit" in g
-    assert "poet.solve.stage.emit" in g["poet.solve.pipeline_milp"]
-    assert "poet.solve.pipeline_milp" in g["poet.solve.pipeline"]
+    assert "poet.solve.phases.answer" in g and "poet.solve.stage.emit" in g
+    assert "poet.solve.stage.emit" in g["poet.solve.phases.answer"]
+    assert "poet.solve.phases.state" in g["poet.solve.phases.milp"]
     assert "poet.solve.cache" in g["poet.solve.api"]  # `from . import cache as disk`
-    assert "poet.solve.search.intervals" in g["poet.solve.pipeline"]  # `from .search import intervals`
+    assert "poet.solve.search.intervals" in g["poet.solve.phases.guide_search"]  # `from ..search import intervals`
 
 
 def test_there_is_no_import_cycle_in_poet():

@@ -37,8 +37,9 @@ def _plain(x):
 
 @dataclass(frozen=True)
 class PhaseRecord:
-    """One phase of the pipeline (:mod:`poet.solve.pipeline`): what it was, how long it took, the best
-    energy held when it ended, and its own facts (the guide search's rounds, CP-SAT's status, ...)."""
+    """One phase of the portfolio (:data:`poet.solve.phases.PHASES`) or a step within one: what it was, how
+    long it took, the best energy held when it ended, and its own facts (the guide search's rounds,
+    CP-SAT's status, ...; ``skipped``: why it did not run)."""
 
     name: str
     seconds: float
@@ -128,8 +129,14 @@ class SolveReport:
     tiling: Mapping[str, Any] | None = None  # what automatic tiling did (poet solve)
 
     def phase(self, name: str) -> PhaseRecord | None:
-        """The last record of the phase ``name``, or None when it did not run."""
-        return next((p for p in reversed(self.phases) if p.name == name), None)
+        """The last record of the phase ``name`` that ran, or None when it did not run (a phase skipped
+        has a record too, whose ``facts["skipped"]`` says why: :meth:`skipped`)."""
+        return next((p for p in reversed(self.phases) if p.name == name and "skipped" not in p.facts), None)
+
+    def skipped(self, name: str) -> str | None:
+        """Why the phase ``name`` did not run, or None when it ran (or has no record)."""
+        records = (p for p in reversed(self.phases) if p.name == name and "skipped" in p.facts)
+        return next((p.facts["skipped"] for p in records), None)
 
     def with_(self, **changes) -> SolveReport:
         return dataclasses.replace(self, **changes)

@@ -37,6 +37,7 @@ import heapq
 import time
 from bisect import bisect_left, bisect_right
 from collections import defaultdict
+from dataclasses import dataclass
 
 from ...graph.core import CostedGraph
 from ...schedule.core import PAGING_HIDDEN, PAGING_OVERLAP, Budget, Op, Step
@@ -228,15 +229,43 @@ def _delta_time(mode: str, comp, page, adds: list[tuple[int, float, float]]) -> 
     return d
 
 
+@dataclass(frozen=True)
+class CapuchinResult:
+    """The heuristic's steps (they may not fit the budgets: the caller judges them) and what it did."""
+
+    steps: tuple[Step, ...]
+    evictions: int
+    swap_evictions: int
+    recompute_evictions: int
+    reverted: int  # evictions undone because they broke the deadline
+    rounds: int
+    candidates: int  # the idle gaps it could evict across
+    stopped: str | None  # why it stopped before its peak fit ("time limit (...)", "stop request"), if it did
+
+    def facts(self) -> dict:
+        """Its facts as the report gives them (``stopped`` only when it stopped)."""
+        out = {
+            "evictions": self.evictions,
+            "swap_evictions": self.swap_evictions,
+            "recompute_evictions": self.recompute_evictions,
+            "reverted": self.reverted,
+            "rounds": self.rounds,
+            "candidates": self.candidates,
+        }
+        if self.stopped:
+            out["stopped"] = self.stopped
+        return out
+
+
 def capuchin_plan(
     g: CostedGraph, budget: Budget, max_rounds: int | None = None, time_limit: float | None = None, stop=None
-) -> tuple[_Plan, list[Step], dict]:
+) -> CapuchinResult:
     """Greedy swap-or-recompute evictions until the replayed peak fits (or nothing is left).
 
     Each round replays the whole plan, so the work grows about as the cube of the graph's size
     (3.5 s on 658 nodes, 41 s on 1,618); past ``time_limit`` seconds, or once ``stop()`` is true,
     it stops where it is (within a round, which takes seconds on a dense 1,000-node DAG) and says
-    so in ``info["stopped"]``.
+    so (``stopped``).
     """
     t0 = time.perf_counter()
     plan = _Plan(g)
@@ -317,14 +346,6 @@ def capuchin_plan(
             swaps += 1
         else:
             recomputes += 1
-    info = {
-        "evictions": len(plan.decisions),
-        "swap_evictions": swaps,
-        "recompute_evictions": recomputes,
-        "reverted": reverted,
-        "rounds": rounds,
-        "candidates": len(cands),
-    }
-    if stopped:
-        info["stopped"] = stopped
-    return plan, steps, info
+    return CapuchinResult(
+        tuple(steps), len(plan.decisions), swaps, recomputes, reverted, rounds, len(cands), stopped or None
+    )
