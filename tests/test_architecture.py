@@ -223,3 +223,16 @@ print(json.dumps({{"at_import": loaded, "rc": rc, "after": [m for m in {HEAVY!r}
 """
     got = run_python(code, tmp_path)
     assert got == {"at_import": [], "rc": 0, "after": []}
+
+
+def test_the_docs_in_order_table_lists_the_phases_in_order_with_their_modules():
+    # docs/pipeline.md's "In order" table is poet.solve.phases.PHASES: a newcomer reads the order there
+    from poet.solve.phases import PHASES
+
+    text = (ROOT / "docs" / "pipeline.md").read_text()
+    section = text.split("\n## In order\n", 1)[1].split("\n#", 1)[0]
+    rows = [line.split("|") for line in section.splitlines() if line.startswith("| ") and not line.startswith("| #")]
+    assert [cells[2].strip().strip("`") for cells in rows] == [phase.name for phase in PHASES]
+    modules = [cells[3].strip().strip("`") for cells in rows]
+    assert modules == [type(phase).__module__.rpartition(".")[2] + ".py" for phase in PHASES]
+    assert [int(cells[1]) for cells in rows] == list(range(1, len(PHASES) + 1))

@@ -14,8 +14,10 @@ is returned; a strategy whose schedule does not validate is a bug and raises.
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import time
 from dataclasses import dataclass
+from types import SimpleNamespace
 
 from ..graph.core import CostedGraph
 from ..graph.tiling_plan import TILE_AUTO
@@ -28,7 +30,7 @@ from .policy import DEFAULT_POLICY, SolvePolicy
 from .problem import TiledProblem, costed_graph, make_budget, tiled_problem
 from .result import checked
 
-__all__ = ["Solved", "SolveOptions", "costed_graph", "make_budget", "plan_and_solve", "solve", "solve_costed"]
+__all__ = ["SolveOptions", "Solved", "costed_graph", "make_budget", "plan_and_solve", "solve", "solve_costed"]
 
 
 def strategy_table() -> dict:
@@ -110,87 +112,52 @@ def solve(
     The result's ``status`` is ``optimal`` only when the solver proved the
     relative gap ``<= gap``; its totals come from the validator's replay.
     """
-    return plan_and_solve(
-        graph,
-        device,
-        memory=memory,
-        runtime=runtime,
-        strategy=strategy,
-        paging_time=paging_time,
-        time_limit=time_limit,
-        threads=threads,
-        gap=gap,
-        method=method,
-        backend=backend,
-        batch_size=batch_size,
-        fixed_ram=fixed_ram,
-        tile=tile,
-        progress=progress,
-        verbose=verbose,
-        find_min_budgets=find_min_budgets,
-        cache=cache,
-        stop=stop,
-        policy=policy,
-    ).schedule
+    return plan_and_solve(**locals()).schedule  # (its parameters, exactly)
 
 
-def plan_and_solve(
-    graph,
-    device=None,
-    *,
-    memory,
-    runtime=None,
-    strategy: str = "poet",
-    paging_time: str = PAGING_SERIAL,
-    time_limit: float | None = None,
-    threads: int | None = None,
-    gap: float = 1e-3,
-    method: str = "auto",
-    backend: str = "highs",
-    batch_size: int = 1,
-    fixed_ram=None,
-    tile=TILE_AUTO,
-    progress=None,
-    verbose: bool = False,
-    find_min_budgets: bool = True,
-    cache: bool = False,
-    stop=None,
-    policy: SolvePolicy | None = None,
-) -> Solved:
-    """:func:`solve`, with the problem it solved and the limits it had (the module docstring)."""
-    policy = policy if policy is not None else DEFAULT_POLICY
+def plan_and_solve(graph, device=None, **ask) -> Solved:
+    """:func:`solve` (``ask``: its keyword arguments), with the problem it solved and the limits it had
+    (the module docstring).  ``poet solve`` calls it."""
+    args = inspect.signature(solve).bind(graph, device, **ask)
+    args.apply_defaults()
+    return tile_and_solve(SimpleNamespace(**args.arguments))
+
+
+def tile_and_solve(a) -> Solved:
+    """The path of the module docstring, for the arguments ``a`` of :func:`solve`."""
+    policy = a.policy if a.policy is not None else DEFAULT_POLICY
     planning_from = time.perf_counter()
     # the budgets are read against the untiled graph; tiling happens only when its minimum does not fit
     problem = tiled_problem(
-        graph,
-        device,
-        memory=memory,
-        runtime=runtime,
-        paging_time=paging_time,
-        batch_size=batch_size,
-        fixed_ram=fixed_ram,
-        tile=tile,
+        a.graph,
+        a.device,
+        memory=a.memory,
+        runtime=a.runtime,
+        paging_time=a.paging_time,
+        batch_size=a.batch_size,
+        fixed_ram=a.fixed_ram,
+        tile=a.tile,
     )
-    if strategy not in strategy_table():
-        raise BudgetError(f"unknown strategy {strategy!r}; choose one of {', '.join(strategy_table())}")
+    if a.strategy not in strategy_table():
+        raise BudgetError(f"unknown strategy {a.strategy!r}; choose one of {', '.join(strategy_table())}")
     planning_s = time.perf_counter() - planning_from
-    limit = solve_limit = time_limit
+    limit = solve_limit = a.time_limit
     if problem.tiled:
-        limit, solve_limit = policy.tiled_solve_limit(time_limit, planning_s)
+        limit, solve_limit = policy.tiled_solve_limit(a.time_limit, planning_s)
     opts = SolveOptions(
         time_limit_s=solve_limit,
-        threads=threads,
-        gap=gap,
-        backend=backend,
-        method=method,
-        progress=progress,
-        verbose=verbose,
-        find_min_budgets=find_min_budgets,
-        cache=cache,
-        stop=stop,
+        threads=a.threads,
+        gap=a.gap,
+        backend=a.backend,
+        method=a.method,
+        progress=a.progress,
+        verbose=a.verbose,
+        find_min_budgets=a.find_min_budgets,
+        cache=a.cache,
+        stop=a.stop,
         policy=policy,
     )
-    s = solve_problem(problem, strategy, opts)
+    s = solve_problem(problem, a.strategy, opts)
     if problem.plan is not None:
         s.report = s.report.with_(tiling=problem.plan.summary())
     return Solved(s, problem, limit, solve_limit, planning_s)

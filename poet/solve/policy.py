@@ -139,6 +139,16 @@ class SolvePolicy:
     # estimate (on a 20,000-node chain at 80%: 44 million pairs, minutes): the plan held is the answer.
     greedy_s_per_node: float = 4e-5
     greedy_s_per_pair: float = 5e-6
+    # Where the rules, the deadline search and the idle-gap plan end with no schedule, the search for one
+    # (randomized idle-gap covers and greedy runs under random guides, in turns of ``hunt_turn_s``) goes
+    # on until the time limit (``hunt_seconds`` without one): the solve used to give up there with half
+    # of its limit unspent (layered:250 seeds at 80% of their peak, remat: 30 s of 60).
+    # When the MILP may follow (methods fast and warm, up to 200 nodes with auto), the search gets this
+    # share of what is left and the MILP the rest (HiGHS found the one schedule of layered:80:18 at 80%,
+    # remat, in 84 s; the search found one in 0.1 s).
+    hunt_seconds: float = 60.0
+    hunt_turn_s: float = 1.0
+    hunt_share_before_milp: float = 0.5
     # -- tiled graphs (the tiling planner's rewrite of a zoo model, solved by the poet strategy)
     # Above this many nodes the portfolio (MILP, covers, guided rules) is not tried: its phases do not
     # answer a graph this size within minutes, and the streaming page rule (the one-pass paging

@@ -20,6 +20,7 @@ from .capuchin import CapuchinPrelude
 from .gap_drops import GapDrops
 from .greedy_rules import DeadlineSearch, GreedyRules
 from .guide_search import GuideSearchPhase
+from .hunt import ScheduleHunt
 from .interval_search import IntervalSearch
 from .lower_bound import LowerBound
 from .milp import Milp
@@ -35,6 +36,7 @@ PHASES: tuple[Phase, ...] = (
     LowerBound(),  # the eviction cover: the proven bound, and the guide
     GreedyRules(),  # the rules, guided by the cover (and by covers for stricter deadlines)
     DeadlineSearch(),  # every rule overran the deadline: search the nearest miss's guide
+    ScheduleHunt(),  # still nothing held: randomized searches for a first schedule, until the limit
     GuideSearchPhase(),  # local search over the guides of the best plans, in rounds, on every core
     IntervalSearch(),  # retention intervals on CP-SAT, mid-sized graphs
     Milp(),  # the MILP, warm-started from the best plan, while the gap is open

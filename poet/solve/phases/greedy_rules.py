@@ -19,20 +19,13 @@ from ..search.greedy import best_greedy, checkpointed, rule_names
 from ..stage.plan import Plan, plan_costs
 from .state import Origin, SolveState
 
-FAITHFUL = "the faithful method runs the MILP alone"
-DEADLINE_OUT_OF_REACH = "the eviction cover proved the deadline out of reach"
-
 
 class GreedyRules:
     name = "greedy rules"
 
     def skip_reason(self, state: SolveState, policy: SolvePolicy) -> str | None:
-        if state.size_rule:
-            return state.size_rule
-        if state.method == "faithful":
-            return FAITHFUL
-        if state.infeasible:
-            return DEADLINE_OUT_OF_REACH
+        if state.searches_skip():
+            return state.searches_skip()
         rules_s = state.rules_seconds()
         if state.stream is not None and rules_s is not None:
             # not even one run would end in time (its time grows with the tensors resident per stage,
@@ -80,12 +73,8 @@ class DeadlineSearch:
     name = "deadline search"
 
     def skip_reason(self, state: SolveState, policy: SolvePolicy) -> str | None:
-        if state.size_rule:
-            return state.size_rule
-        if state.method == "faithful":
-            return FAITHFUL
-        if state.infeasible:
-            return DEADLINE_OUT_OF_REACH
+        if state.searches_skip():
+            return state.searches_skip()
         if state.rules_plan is not None:
             return "a rule's plan meets the deadline"
         if state.nearest is None:

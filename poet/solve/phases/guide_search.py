@@ -33,7 +33,17 @@ class GuideSearchPhase:
     name = "guide search"
 
     def skip_reason(self, state: SolveState, policy: SolvePolicy) -> str | None:
-        return searches_skip(state)
+        if state.searches_skip():
+            return state.searches_skip()
+        if state.plan is None:
+            return "no plan to search from"
+        if state.plan_proven():
+            return "the plan held is within the gap of the bound"
+        if state.capuchin_proven():
+            return "the Capuchin-style schedule is within the gap of the bound"
+        if state.stopped():  # (not even the searches' setup, which loads OR-Tools and forks workers)
+            return "asked to stop"
+        return None
 
     def run(self, state: SolveState) -> PhaseRecord:
         state.searches = plan_searches(state)
@@ -87,25 +97,6 @@ class GuideSearchPhase:
                 rounds += 1
         state.note(heuristic_energy_j=state.plan_e)
         return state.phase_record(self.name, since, rounds=rounds, searches=len(searches))
-
-
-def searches_skip(state: SolveState) -> str | None:
-    """Why the searches after the greedy rules do not run (None: they do)."""
-    if state.size_rule:
-        return state.size_rule
-    if state.method == "faithful":
-        return "the faithful method runs the MILP alone"
-    if state.infeasible:
-        return "the eviction cover proved the deadline out of reach"
-    if state.plan is None:
-        return "no plan to search from"
-    if state.plan_proven():
-        return "the plan held is within the gap of the bound"
-    if state.capuchin_proven():
-        return "the Capuchin-style schedule is within the gap of the bound"
-    if state.stopped():  # (not even the searches' setup, which loads OR-Tools and forks workers)
-        return "asked to stop"
-    return None
 
 
 def search_starts(state: SolveState) -> list:

@@ -75,6 +75,7 @@ class SolveState:
     paging: bool
     method: str  # the method that runs: auto already resolved to fast or heuristic
     time: TimeBudget  # the phases' time: the limit less what emitting and validating the answer takes
+    full_time: TimeBudget  # the limit itself, from the same start (the smallest budgets' MILPs count on it)
     started: float  # the clock when the solve began (the answer's solve_seconds count from it)
     report: SolveReport
     records: list[PhaseRecord] = field(default_factory=list)
@@ -106,7 +107,8 @@ class SolveState:
             requested_method=opts.method, requested_gap=opts.gap, time_limit_s=opts.time_limit_s, threads=opts.threads
         )
         started = opts.clock()
-        state = cls(g, budget, opts, strategy, remat, paging, method, TimeBudget(None, opts.clock), started, report)
+        unset = TimeBudget(None, opts.clock)  # (set next)
+        state = cls(g, budget, opts, strategy, remat, paging, method, unset, unset, started, report)
         state.restart_clock(opts.time_limit_s)
         return state
 
@@ -129,6 +131,17 @@ class SolveState:
         if not self.tiled_rules or n <= most:
             return None
         return f"the tiled graph has {n:,} nodes, more than the portfolio answers in minutes ({most:,})"
+
+    def searches_skip(self) -> str | None:
+        """Why none of the searches for plans runs (the greedy rules and the searches after them): a tiled
+        graph too large for the portfolio, the faithful method, or a deadline proven out of reach."""
+        if self.size_rule:
+            return self.size_rule
+        if self.method == "faithful":
+            return "the faithful method runs the MILP alone"
+        if self.infeasible:
+            return "the eviction cover proved the deadline out of reach"
+        return None
 
     @property
     def lb(self) -> float:
