@@ -142,7 +142,8 @@ class SolvePolicy:
     # Where the rules, the deadline search and the idle-gap plan end with no schedule, the search for one
     # (randomized idle-gap covers and greedy runs under random guides, in turns of ``hunt_turn_s``) goes
     # on until the time limit (``hunt_seconds`` without one): the solve used to give up there with half
-    # of its limit unspent (layered:250 seeds at 80% of their peak, remat: 30 s of 60).
+    # of its limit unspent (layered:250 seeds at 80% of their peak, remat: after 31-32 s of 60, with no
+    # schedule on 6 of 15 seeds; now 2 of 15, after 60 s: bench/no_schedule_yet.py, docs/reliability.md).
     # When the MILP may follow (methods fast and warm, up to 200 nodes with auto), the search gets this
     # share of what is left and the MILP the rest (HiGHS found the one schedule of layered:80:18 at 80%,
     # remat, in 84 s; the search found one in 0.1 s).
