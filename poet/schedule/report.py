@@ -4,7 +4,8 @@ It travels with its :class:`~poet.schedule.core.Schedule` (``schedule.report``) 
 the ``poet-schedule/1`` file as its ``"solver"`` object, in the same flat JSON form older files
 have, so both read each other.  Fields that do not apply to the path a solve took hold None (or
 an empty tuple); a fact of one strategy alone (Chen's checkpoints, the Capuchin heuristic's
-eviction counts) is in ``strategy_facts``; what each phase of the pipeline did is in ``phases``.
+eviction counts) is in ``strategy_facts``; what each phase of the portfolio did (or why it did not
+run) is in ``phases``.
 """
 
 from __future__ import annotations
@@ -108,8 +109,8 @@ class SolveReport:
     warm_start: str | None = None  # what the MILP was started from ("greedy", "intervals", "none (why)")
     deadline_bound: bool | None = None  # the cover's evictions took the deadline's whole slack
     nearest_runtime_s: float | None = None  # no plan met the deadline: the nearest one's runtime
-    incumbent: str | None = None  # "capuchin" when that heuristic's schedule beat the pipeline's
-    superseded_method: str | None = None  # and what the pipeline's method was
+    incumbent: str | None = None  # "capuchin" when that heuristic's schedule beat the portfolio's
+    superseded_method: str | None = None  # and what the portfolio's method was
     phases: tuple[PhaseRecord, ...] = ()
     min_budgets: MinBudgets = field(default_factory=MinBudgets)
     cache: CacheHit | None = None  # answered from the cache

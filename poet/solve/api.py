@@ -106,7 +106,7 @@ def solve(
              HiGHS solve at its next callback) and returns the best validated
              schedule found so far, with its gap and ``report.stopped_early``.
              Such an answer is not cached unless it is proven.
-    policy:  the pipeline's tuning (:class:`~poet.solve.policy.SolvePolicy`); the default
+    policy:  the portfolio's tuning (:class:`~poet.solve.policy.SolvePolicy`); the default
              is what the benchmarks were measured with.
 
     The result's ``status`` is ``optimal`` only when the solver proved the
@@ -201,7 +201,7 @@ def solve_costed(g: CostedGraph, budget: Budget, strategy: str, opts: SolveOptio
     sched = strategy_table()[strategy](g, budget, opts)
     if notes:
         sched.report = sched.report.with_(cache_note=notes[0])
-    if not sched.report.solve_seconds:  # the pipeline times itself; the baselines are timed here
+    if not sched.report.solve_seconds:  # the portfolio times itself; the baselines are timed here
         sched.report = sched.report.with_(solve_seconds=opts.clock() - t0)
     if opts.stop is not None and opts.stop():
         sched.report = sched.report.with_(

@@ -375,7 +375,7 @@ def moment_bound(
     least ``need_k`` bytes; an absent tensor i costs at least ``c_i``, the cheaper of its page-out plus
     page-in and its recomputation.  So every schedule pays at least ``need_k * min c_i / bytes_i``
     over the tensors alive there, and the largest of these over the moments is a bound.  It is what
-    the pipeline uses where the full cover is too large to solve in time.
+    the portfolio uses where the full cover is too large to solve in time.
     """
     nd, m = g.nodes, g.ram
     serial = budget.paging_time == PAGING_SERIAL

@@ -1,4 +1,4 @@
-"""How a solve spends its time: the tuning of the pipeline, and the clock it is measured by.
+"""How a solve spends its time: the tuning of the portfolio, and the clock it is measured by.
 
 :class:`SolvePolicy` holds every tuning number of the solve (:mod:`poet.solve.phases`, the eviction
 cover, the front door's rules for tiled graphs) in one frozen,
@@ -6,7 +6,7 @@ documented object (``SolveOptions(policy=...)``); the defaults are what the benc
 ``bench/results.md`` were measured with.  The numbers quoted next to each field were measured
 when it was set and go stale as the code changes: re-measure before relying on them.
 
-:class:`TimeBudget` is the time limit as the pipeline sees it, read from a clock that a test can
+:class:`TimeBudget` is the time limit as the phases see it, read from a clock that a test can
 replace (``SolveOptions(clock=...)``) instead of patching ``time``.
 """
 
@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class SolvePolicy:
-    """The pipeline's tuning.  Changing a field changes which phases run and for how long, never
+    """The portfolio's tuning.  Changing a field changes which phases run and for how long, never
     what counts as a valid or a proven schedule."""
 
     # ``auto`` runs the MILP (method ``fast``) up to this many nodes, only the heuristics beyond.

@@ -2,7 +2,7 @@
 
 A move adds a tensor to the guide, drops one, changes its kind or swaps two; the rule
 that made the plan re-runs with the new guide, and a cheaper plan within the budgets is
-kept.  :class:`GuideSearch` is resumable, so the pipeline runs searches in rounds, side by
+kept.  :class:`GuideSearch` is resumable, so the portfolio runs searches in rounds, side by
 side in worker processes (:mod:`poet.solve.search.pool`).
 """
 

@@ -10,7 +10,7 @@ output do not fit next to what is resident, pages out the resident tensor read f
 (Belady's rule; a tensor already on storage is just freed), then pages missing inputs back in.  It
 writes the validator's instructions directly: O((nodes + edges) log nodes) time, and memory linear in
 the graph and the schedule.  It makes no optimality claim and recomputes nothing (it needs paging);
-the pipeline (:mod:`poet.solve.pipeline`) holds it from the start on large graphs, so that a time
+the portfolio (:mod:`poet.solve.phases.one_pass`) holds it from the start on large graphs, so that a time
 limit or a stop always has a validated schedule to return, and keeps whatever beats it.
 """
 
