@@ -232,7 +232,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_tile_option(bud)
     sol = s.add_argument_group("solver")
-    sol.add_argument("--strategy", default="poet", help="poet (default), remat, paging, keep-all, chen, capuchin")
+    sol.add_argument(
+        "--strategy",
+        default="poet",
+        help="poet (default), remat, paging, keep-all, chen, capuchin, capuchin-paper, pofo",
+    )
     sol.add_argument("--time-limit", type=SECONDS, default=None, help="seconds; the best schedule found is returned")
     sol.add_argument(
         "--threads",

@@ -22,7 +22,9 @@ def brute_force_energy(
     paging: bool = True,
     remat: bool = True,
     count_paging_time: bool = True,
+    pageable=None,
 ) -> float | None:
+    """``pageable``: the nodes whose outputs may be paged (default: every node)."""
     n = len(g.nodes)
     full = (1 << n) - 1
     ram = g.ram
@@ -33,6 +35,7 @@ def brute_force_energy(
     heap = [(0.0, 0.0, next(tie), start)]
     labels: dict[tuple, list[tuple[float, float]]] = {start: [(0.0, 0.0)]}
     limit = float("inf") if runtime_s is None else runtime_s * (1 + 1e-9)
+    may_page = [paging and (pageable is None or v in pageable) for v in range(n)]
 
     def used(res):
         return g.fixed_ram_bytes + sum(ram[v] for v in range(n) if res >> v & 1)
@@ -58,7 +61,7 @@ def brute_force_energy(
             bit = 1 << v
             if res & bit:
                 push((res & ~bit, sto, comp), e, r)  # free
-                if paging and not sto & bit:
+                if may_page[v] and not sto & bit:
                     t = nd[v].pageout_time_s if count_paging_time else 0.0
                     push((res, sto | bit, comp), e + nd[v].pageout_energy_j, r + t)
             else:
@@ -66,7 +69,7 @@ def brute_force_energy(
                     continue
                 if preds[v] & res == preds[v] and (remat or not comp & bit):
                     push((res | bit, sto, comp | bit), e + nd[v].compute_energy_j, r + nd[v].compute_time_s)
-                if paging and sto & bit:
+                if may_page[v] and sto & bit:
                     t = nd[v].pagein_time_s if count_paging_time else 0.0
                     push((res | bit, sto, comp), e + nd[v].pagein_energy_j, r + t)
     return None

@@ -20,6 +20,8 @@ STYLE = {  # strategy -> (colour, marker, label)
     "remat": ("#1f77b4", "s", "remat only (MILP)"),
     "paging": ("#2ca02c", "^", "paging only (MILP)"),
     "capuchin": ("#9467bd", "D", "Capuchin-style greedy"),
+    "capuchin-paper": ("#8c564b", "P", "Capuchin as published"),
+    "pofo": ("#e377c2", "*", "POFO (chain DP)"),
     "chen": ("#ff7f0e", "v", "Chen sqrt(n) checkpointing"),
     "keep-all": ("#444444", "x", "keep-all (plain backprop)"),
 }

@@ -257,6 +257,29 @@ class CapuchinResult:
         return out
 
 
+def eviction_candidates(g: CostedGraph, plan: _Plan) -> list[tuple[int, int, int]]:
+    """(tensor, access a, next access b) of every idle gap worth evicting across: b > a + 1, bytes > 0."""
+    return [
+        (i, acc[j], acc[j + 1])
+        for i, acc in enumerate(plan.access)
+        for j in range(len(acc) - 1)
+        if acc[j + 1] > acc[j] + 1 and g.nodes[i].ram_bytes > 0
+    ]
+
+
+def out_of_time_check(t0: float, time_limit: float | None, stop):
+    """A function saying why to stop now (the time limit since ``t0``, or a stop request), or None."""
+
+    def out_of_time() -> str | None:
+        if time_limit is not None and time.perf_counter() - t0 > time_limit:
+            return f"time limit ({time_limit:.3g} s)"
+        if stop is not None and stop():
+            return "stop request"
+        return None
+
+    return out_of_time
+
+
 def capuchin_plan(
     g: CostedGraph, budget: Budget, max_rounds: int | None = None, time_limit: float | None = None, stop=None
 ) -> CapuchinResult:
@@ -272,25 +295,14 @@ def capuchin_plan(
     nob = Budget(ram_bytes=10**30, runtime_s=None, paging_time=budget.paging_time)
     deadline = budget.runtime_s
     mode = budget.paging_time
-    cands = [
-        (i, acc[j], acc[j + 1])
-        for i, acc in enumerate(plan.access)
-        for j in range(len(acc) - 1)
-        if acc[j + 1] > acc[j] + 1 and g.nodes[i].ram_bytes > 0
-    ]
+    cands = eviction_candidates(g, plan)
     banned: set[tuple[int, int, str]] = set()
     steps = plan.steps()
     rep = simulate(g, steps, nob)
     rounds = swaps = recomputes = reverted = 0
     limit = max_rounds if max_rounds is not None else 4 * len(cands) + 10
     stopped = None
-
-    def out_of_time() -> str | None:
-        if time_limit is not None and time.perf_counter() - t0 > time_limit:
-            return f"time limit ({time_limit:.3g} s)"
-        if stop is not None and stop():
-            return "stop request"
-        return None
+    out_of_time = out_of_time_check(t0, time_limit, stop)
 
     while rounds < limit:
         rounds += 1
@@ -349,3 +361,10 @@ def capuchin_plan(
     return CapuchinResult(
         tuple(steps), len(plan.decisions), swaps, recomputes, reverted, rounds, len(cands), stopped or None
     )
+
+
+# The published policy (:mod:`.capuchin_paper`) replays its plans with the same machinery.
+EvictionPlan = _Plan
+stage_profile = _stage_profile
+stage_times = _stage_times
+delta_time = _delta_time

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from . import capuchin, chen, keep_all, paging, poet, remat
+from . import capuchin, capuchin_paper, chen, keep_all, paging, poet, pofo, remat
 
 # name -> callable(graph, budget, options) -> Schedule (steps not yet validated)
 STRATEGIES: dict[str, Callable] = {
@@ -18,6 +18,8 @@ STRATEGIES: dict[str, Callable] = {
     "keep-all": keep_all.solve_keep_all,
     "chen": chen.solve_chen,
     "capuchin": capuchin.solve_capuchin,
+    "capuchin-paper": capuchin_paper.solve_capuchin_paper,
+    "pofo": pofo.solve_pofo,
 }
 DESCRIPTIONS: dict[str, str] = {
     "poet": poet.DESCRIPTION,
@@ -26,6 +28,8 @@ DESCRIPTIONS: dict[str, str] = {
     "keep-all": keep_all.DESCRIPTION,
     "chen": chen.DESCRIPTION,
     "capuchin": capuchin.DESCRIPTION,
+    "capuchin-paper": capuchin_paper.DESCRIPTION,
+    "pofo": pofo.DESCRIPTION,
 }
 
 
