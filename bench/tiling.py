@@ -150,7 +150,7 @@ def main(argv=None) -> int:
         type=int,
         default=100_000,
         help="plan but do not solve tiled graphs larger than this (default 100,000; graphs above "
-        "poet.solve.tiled.PORTFOLIO_MAX_NODES go to the streaming page rule, linear in the graph)",
+        "SolvePolicy.tiled_portfolio_max_nodes go to the streaming page rule, linear in the graph)",
     )
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument(

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
 
 from .cbackend import commands as cbackend_commands
 from .console import OutputPathError, Progress, check_out_path, ctrl_c_stops_the_solve, warn_uncached
@@ -32,34 +31,16 @@ __all__ = [
 # OSError: a file that could not be read or written (disk full, no such directory)
 USER_ERRORS = (BudgetError, GraphError, DeviceError, ScheduleError, OutputPathError, OSError)
 
-TILED_TIME_LIMIT_S = 240.0  # solve's default time limit when the graph was tiled (none otherwise)
 EXAMPLE = "poet solve --model resnet18_cifar --device a72 --memory 3MB --runtime 7.6x"
-
-
-def _fixed_ram(value: str | None, g) -> int | None:
-    """Bytes, or a multiple of the model's parameters: params, sgd (+grads), adam (+grads, 2 moments)."""
-    if value is None:
-        return None
-    mult = {"params": 1, "sgd": 2, "adam": 4}.get(value.lower())
-    if mult is None:
-        from .units import parse_bytes
-
-        return parse_bytes(value, "--fixed-ram", allow_zero=True)
-    pb = g.meta.get("param_bytes")
-    if not pb:
-        raise BudgetError(
-            f"--fixed-ram {value} needs the model's parameter bytes, which this graph does not "
-            f"carry; give bytes instead (e.g. --fixed-ram 1.2MB)"
-        )
-    return mult * int(pb)
 
 
 def cmd_solve(a) -> int:
     from .report.text import summary_text
     from .report.tiling import tiling_text
     from .schedule.io import save_schedule
-    from .solve.api import SolveOptions, costed_graph
-    from .solve.tiled import solve_tiled, tiled_problem, tiling_costs
+    from .solve.api import plan_and_solve
+    from .solve.problem import PARAMETER_MULTIPLES, tiling_costs
+    from .units import parse_bytes
 
     if (a.graph is None) == (a.model is None):
         raise BudgetError("give either --model NAME --device DEVICE or --graph FILE.json")
@@ -72,60 +53,43 @@ def cmd_solve(a) -> int:
             f"carries its costs; drop --device, or re-price the model with --model NAME --device "
             f"{a.device}"
         )
-    g = costed_graph(a.graph or a.model, a.device, batch_size=a.batch_size)
-    fixed = _fixed_ram(a.fixed_ram, g)
-    paging_time = "hidden" if a.paging_overlap else a.paging_time
-    # the budgets are read against the untiled graph; tiling happens only when its minimum does not fit
-    planning_from = time.perf_counter()
-    problem = tiled_problem(
-        a.graph or a.model,
-        a.device,
-        memory=a.memory,
-        runtime=a.runtime,
-        paging_time=paging_time,
-        batch_size=a.batch_size,
-        fixed_ram_bytes=fixed,
-        tile=a.tile,
-    )
-    g = problem.graph
-    from .solve.strategies import STRATEGIES
-
-    if a.strategy not in STRATEGIES:
-        raise BudgetError(f"unknown strategy {a.strategy!r}; choose one of {', '.join(STRATEGIES)}")
+    fixed_ram = a.fixed_ram
+    if fixed_ram is not None and fixed_ram.lower() not in PARAMETER_MULTIPLES:
+        fixed_ram = parse_bytes(fixed_ram, "--fixed-ram", allow_zero=True)  # named as the option it came from
     prog = Progress(enabled=not a.quiet and not a.json)
-    time_limit = a.time_limit
-    if time_limit is None and problem.plan is not None and problem.plan.tiled:
-        time_limit = TILED_TIME_LIMIT_S  # a tiled graph has thousands of nodes: answer within minutes
-    planning_s = time.perf_counter() - planning_from
-    solve_limit = time_limit
-    if time_limit is not None and problem.plan is not None and problem.plan.tiled:
-        # planning the tiles is part of answering (seconds to tens of seconds on large models): it comes
-        # out of the time limit, the solve keeps at least a quarter of it
-        solve_limit = max(0.25 * time_limit, time_limit - planning_s)
     try:
         with ctrl_c_stops_the_solve() as stop:
-            opts = SolveOptions(
-                time_limit_s=solve_limit,
+            # the front door poet.solve() goes through: tiling, a tiled graph's time limit, the cache
+            solved = plan_and_solve(
+                a.graph or a.model,
+                a.device,
+                memory=a.memory,
+                runtime=a.runtime,
+                strategy=a.strategy,
+                paging_time="hidden" if a.paging_overlap else a.paging_time,
+                time_limit=a.time_limit,
                 threads=a.threads,
                 gap=a.gap,
                 method=a.method,
+                batch_size=a.batch_size,
+                fixed_ram=fixed_ram,
+                tile=a.tile,
                 progress=prog,
                 verbose=a.verbose,
                 cache=not a.no_cache,
                 stop=stop,
             )
-            s = solve_tiled(problem, a.strategy, opts)
     finally:
         prog.done()
+    s, problem = solved.schedule, solved.problem
+    g = problem.graph
     warn_uncached(s)
     costs = None
-    if problem.plan is not None:
-        s.report = s.report.with_(tiling=problem.plan.summary())
-        if problem.plan.tiled and s.totals is not None:
-            from .hardware.device import load_device
+    if problem.tiled and s.totals is not None:
+        from .hardware.device import load_device
 
-            dev = load_device(a.device)
-            costs = tiling_costs(problem, s, dev.read_latency_s, dev.write_latency_s, dev.storage_power_w)
+        dev = load_device(a.device)
+        costs = tiling_costs(problem, s, dev.read_latency_s, dev.write_latency_s, dev.storage_power_w)
     if a.out and s.feasible:
         save_schedule(s, a.out)
     if a.json:
@@ -149,11 +113,16 @@ def cmd_solve(a) -> int:
     else:
         print(summary_text(s))
         extra = tiling_text(problem, s, costs)
-        solved = problem.plan is None or problem.plan.fits  # below the tiled minimum nothing is solved
-        if solved and time_limit != a.time_limit:
-            extra += f"\nThe tiled graph was solved with a {time_limit:.0f}-s time limit (--time-limit S to change)"
-        if solved and solve_limit != time_limit:
-            extra += f"\nPlanning the tiles took {planning_s:.1f} s of the limit, the solve had {solve_limit:.1f} s."
+        solved_here = problem.plan is None or problem.plan.fits  # below the tiled minimum nothing is solved
+        if solved_here and solved.time_limit_s != a.time_limit:
+            extra += (
+                f"\nThe tiled graph was solved with a {solved.time_limit_s:.0f}-s time limit (--time-limit S to change)"
+            )
+        if solved_here and solved.solve_limit_s != solved.time_limit_s:
+            extra += (
+                f"\nPlanning the tiles took {solved.planning_s:.1f} s of the limit, "
+                f"the solve had {solved.solve_limit_s:.1f} s."
+            )
         if extra:
             print(extra)
         if a.out and s.feasible:

@@ -20,9 +20,10 @@ SOLVE_LAYERS = [
     ["stage"],
     ["lp"],
     ["milp", "bounds"],
-    ["baselines"],
+    ["baselines", "problem"],
     ["search"],
-    ["min_budgets", "pipeline_milp", "pipeline"],
+    ["min_budgets"],
+    ["phases"],
     ["strategies"],
     ["cache"],
     ["api"],
@@ -117,11 +118,11 @@ def cycles(g: dict[str, set[str]]) -> list[list[str]]:
 
 def test_the_import_graph_finds_the_modules_and_their_edges():
     g = graph()
-    assert "poet.solve.pipeline" in g and "poet.solve.stage.emit" in g
-    assert "poet.solve.stage.emit" in g["poet.solve.pipeline_milp"]
-    assert "poet.solve.pipeline_milp" in g["poet.solve.pipeline"]
+    assert "poet.solve.phases.answer" in g and "poet.solve.stage.emit" in g
+    assert "poet.solve.stage.emit" in g["poet.solve.phases.answer"]
+    assert "poet.solve.phases.state" in g["poet.solve.phases.milp"]
     assert "poet.solve.cache" in g["poet.solve.api"]  # `from . import cache as disk`
-    assert "poet.solve.search.intervals" in g["poet.solve.pipeline"]  # `from .search import intervals`
+    assert "poet.solve.search.intervals" in g["poet.solve.phases.guide_search"]  # `from ..search import intervals`
 
 
 def test_there_is_no_import_cycle_in_poet():
@@ -222,3 +223,16 @@ print(json.dumps({{"at_import": loaded, "rc": rc, "after": [m for m in {HEAVY!r}
 """
     got = run_python(code, tmp_path)
     assert got == {"at_import": [], "rc": 0, "after": []}
+
+
+def test_the_docs_in_order_table_lists_the_phases_in_order_with_their_modules():
+    # docs/pipeline.md's "In order" table is poet.solve.phases.PHASES: a newcomer reads the order there
+    from poet.solve.phases import PHASES
+
+    text = (ROOT / "docs" / "pipeline.md").read_text()
+    section = text.split("\n## In order\n", 1)[1].split("\n#", 1)[0]
+    rows = [line.split("|") for line in section.splitlines() if line.startswith("| ") and not line.startswith("| #")]
+    assert [cells[2].strip().strip("`") for cells in rows] == [phase.name for phase in PHASES]
+    modules = [cells[3].strip().strip("`") for cells in rows]
+    assert modules == [type(phase).__module__.rpartition(".")[2] + ".py" for phase in PHASES]
+    assert [int(cells[1]) for cells in rows] == list(range(1, len(PHASES) + 1))

@@ -167,9 +167,9 @@ def test_fixed_rules_are_valid_or_honestly_infeasible(seed, n, frac, rt, mode):
 
 def test_capuchin_plan_stops_when_nothing_is_left():
     g = _random_graph(3, 6)
-    plan, steps, info = capuchin_plan(g, Budget(ram_bytes=1, runtime_s=None))
-    assert info["evictions"] <= info["candidates"]
-    validate(g, steps, Budget(10**12))
+    found = capuchin_plan(g, Budget(ram_bytes=1, runtime_s=None))
+    assert found.evictions <= found.candidates and found.stopped is None
+    validate(g, found.steps, Budget(10**12))
 
 
 def test_capuchin_stopped_by_its_time_limit_says_so_and_returns_no_schedule(r18):
@@ -182,5 +182,5 @@ def test_capuchin_stopped_by_its_time_limit_says_so_and_returns_no_schedule(r18)
     s = poet.solve(r18, memory=budget, strategy="capuchin", time_limit=1e-9)
     assert s.status == "no_solution" and not s.steps
     assert "time limit" in s.report.message and "longer time limit" in s.report.message
-    plan, steps, info = capuchin_plan(r18, Budget(budget), time_limit=1e-9)
-    assert info["stopped"] and info["rounds"] == 1
+    found = capuchin_plan(r18, Budget(budget), time_limit=1e-9)
+    assert found.stopped and found.rounds == 1

@@ -239,7 +239,7 @@ def test_a_long_solve_shows_which_step_it_is_in_and_the_best_energy_and_bound_so
         < phases.index("guide search")
     )
     g = costed_graph("resnet18_cifar", "m4")
-    lb, _ = eviction_cover(g, make_budget(g, "1.8MB", "1.2x", "serial"))
+    lb = eviction_cover(g, make_budget(g, "1.8MB", "1.2x", "serial")).bound
     assert all(f"bound {lb:.4g} J" in ln for ln in lines if ln.startswith(("solving (greedy", "solving (guide")))
     assert any("best" in ln and "gap" in ln for ln in lines if ln.startswith("solving (guide"))
     rc, text, err = run(capsys, *argv, "--time-limit", "1", "--json")

@@ -35,7 +35,7 @@ def test_interval_plans_reach_the_oracle_on_small_chains(layers, seed, frac, sla
     g = training_chain(layers, seed, skip=skip)
     b = _budget(g, frac, slack)
     expected = brute_force_energy(g, b.ram_bytes, b.runtime_s)
-    plan = intervals.interval_plan(g, b, time_limit=30.0, lives=3)
+    plan = intervals.interval_plan(g, b, time_limit=30.0, lives=3).plan
     if expected is None:
         assert plan is None
         return
@@ -61,7 +61,7 @@ def test_interval_plans_equal_the_milp_optimum_on_random_dags(seed, mode):
         method="faithful",
         find_min_budgets=False,
     )
-    plan = intervals.interval_plan(g, b, time_limit=20.0, lives=3)
+    plan = intervals.interval_plan(g, b, time_limit=20.0, lives=3).plan
     if plan is None:
         assert mode == "overlap" or not ref.steps
         return
@@ -79,13 +79,13 @@ def test_a_plan_maps_onto_its_lives_and_back_at_the_same_cost():
 
     g = costed_graph("vgg16_cifar", "m4")
     b = _budget(g, 0.1, 1.2)
-    lb, guide = eviction_cover(g, b)
+    guide = eviction_cover(g, b).guide
     start = best_greedy(g, b, guide=guide)
     lives, out_at = intervals.plan_lives(g, start)
     assert all(L and L[0][0] == "comp" and L[0][1] < L[0][2] for L in lives.values())
     assert all(a[2] <= b_[1] for L in lives.values() for a, b_ in zip(L, L[1:]))
     e0 = plan_costs(g, start, b.paging_time)[0]
-    plan = intervals.interval_plan(g, b, start=start, time_limit=30.0)  # generous: CP-SAT on a loaded machine
+    plan = intervals.interval_plan(g, b, start=start, time_limit=30.0).plan  # generous: CP-SAT on a loaded machine
     assert plan is not None
     validate(g, emit(g, plan), b)
     assert plan_costs(g, plan, b.paging_time)[0] <= e0 * (1 + 1e-9)
@@ -176,7 +176,7 @@ def test_single_technique_interval_plans_use_only_it_and_reach_the_oracle(kw):
     g = training_chain(4, 3, skip=True)
     b = _budget(g, 0.0, 1.5)
     expected = brute_force_energy(g, b.ram_bytes, b.runtime_s, **kw)
-    plan = intervals.interval_plan(g, b, time_limit=30.0, lives=3, **kw)
+    plan = intervals.interval_plan(g, b, time_limit=30.0, lives=3, **kw).plan
     assert (plan is None) == (expected is None)
     if plan is None:
         return
@@ -197,7 +197,7 @@ def test_every_greedy_plan_is_a_solution_of_the_interval_model_at_its_own_cost(m
 
     g = costed_graph(model, "m4")
     b = _budget(g, frac, 1.2)
-    lb, guide = eviction_cover(g, b)
+    guide = eviction_cover(g, b).guide
     plans: list = []
     best_greedy(g, b, guide=guide, per_rule=plans)
     assert len(plans) >= 3

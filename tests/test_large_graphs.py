@@ -1,7 +1,7 @@
 """Large graphs: the portfolio skips or budgets what cannot finish and still answers within its time limit.
 
 The one-pass paging schedule (``poet.solve.search.stream``), the eviction cover's size estimate and its
-moment bound (``poet.solve.bounds``), and the size-aware skips of the pipeline.  Times are checked only
+moment bound (``poet.solve.bounds``), and the size-aware skips of the portfolio.  Times are checked only
 against generous bounds (the machine is shared); speed figures are in bench/large_graphs.py.
 """
 
@@ -30,54 +30,47 @@ def test_moment_bound_never_exceeds_the_cover_nor_falls_below_plain(spec):
         for remat, paging, objective in ((1, 1, "energy"), (1, 0, "energy"), (0, 1, "time"), (1, 1, "time")):
             plain = g.plain_runtime_s if objective == "time" else g.plain_energy_j
             kw = dict(remat=bool(remat), paging=bool(paging), objective=objective)
-            full, _ = eviction_cover(g, b, time_limit=30, **kw)
-            info: dict = {}
-            moment, guide = eviction_cover(g, b, time_limit=1e-9, info=info, **kw)
-            assert "skipped_nonzeros" in info and guide == {}
+            full = eviction_cover(g, b, time_limit=30, **kw).bound
+            cover = eviction_cover(g, b, time_limit=1e-9, **kw)
+            moment, guide = cover.bound, cover.guide
+            assert cover.skipped_nonzeros is not None and guide == {}
             assert plain <= moment <= full + 2e-6 * plain
 
 
 def test_moment_bound_is_above_plain_where_ram_is_short():
     g = costed_graph("unet:60:2", "m4")
     b = make_budget(g, "40%")
-    moment, _ = eviction_cover(g, b, time_limit=1e-9)
+    moment = eviction_cover(g, b, time_limit=1e-9).bound
     assert moment > g.plain_energy_j * (1 + 1e-6)
 
 
 @pytest.mark.parametrize("spec", ["layered:120:1", "unet:80:1", "resnet18_cifar"])
-def test_the_cover_size_is_known_before_it_is_built(spec, monkeypatch):
+def test_the_cover_size_is_known_before_it_is_built(spec):
     # the estimate decides the skip; it is within 10% of the ILP built (it counts a tensor also at the
     # moments where it is an input, which the ILP leaves out)
-    from poet.solve import bounds
-
     g = costed_graph(spec, "a72")
     b = make_budget(g, "60%")
-    estimated: dict = {}
-    eviction_cover(g, b, time_limit=1e-9, info=estimated)
+    estimated = eviction_cover(g, b, time_limit=1e-9).skipped_nonzeros
     # a setup over a second, no time limit, and a stop asked between the estimate and the solve: the
     # cover is built, then skipped, and says how large it was
-    monkeypatch.setattr(bounds, "COVER_SETUP_S_PER_NONZERO", 2.0 / estimated["skipped_nonzeros"])
+    slow = SolvePolicy(milp_setup_s_per_nonzero=2.0 / estimated)
     asked = iter([False, True])
-    built: dict = {}
-    eviction_cover(g, b, time_limit=None, info=built, stop=lambda: next(asked))
-    assert built["skipped_nonzeros"] == pytest.approx(estimated["skipped_nonzeros"], rel=0.1)
+    built = eviction_cover(g, b, time_limit=None, stop=lambda: next(asked), policy=slow).skipped_nonzeros
+    assert built == pytest.approx(estimated, rel=0.1)
 
 
 @pytest.mark.parametrize("spec", ["unet:60:2", "tiny-huge:60:1", "resnet18_cifar"])
-def test_the_flow_bound_lies_between_the_moment_bound_and_the_cover(spec, monkeypatch):
+def test_the_flow_bound_lies_between_the_moment_bound_and_the_cover(spec):
     # where the cover is skipped with time to spare, its LP relaxation as a min-cost flow is solved: never
     # above the cover, never below the moment bound, and above it where several moments bind
-    from poet.solve import bounds
-
     g = costed_graph(spec, "m4")
     b = make_budget(g, "40%")
     gains = []
     for objective, plain in (("energy", g.plain_energy_j), ("time", g.plain_runtime_s)):
-        full, _ = eviction_cover(g, b, objective=objective, time_limit=30)
-        moment, _ = eviction_cover(g, b, objective=objective, time_limit=1e-9)  # no time for the flow LP
-        with monkeypatch.context() as m:
-            m.setattr(bounds, "COVER_SETUP_S_PER_NONZERO", 10.0)
-            flow, _ = eviction_cover(g, b, objective=objective, time_limit=30)
+        full = eviction_cover(g, b, objective=objective, time_limit=30).bound
+        moment = eviction_cover(g, b, objective=objective, time_limit=1e-9).bound  # no time for the flow LP
+        never = SolvePolicy(milp_setup_s_per_nonzero=10.0)  # the cover is never solved: the flow LP is
+        flow = eviction_cover(g, b, objective=objective, time_limit=30, policy=never).bound
         assert moment <= flow <= full + 2e-6 * plain
         gains.append(flow > moment * (1 + 1e-6))
     assert any(gains)  # (on all three, measured: up to 40x the moment bound's excess over plain)
@@ -89,26 +82,28 @@ def test_one_pass_paging_schedule_validates_within_the_budget(spec):
     for frac in ("30%", "60%", "90%"):
         b = make_budget(g, frac)
         if b.ram_bytes < g.min_ram_bytes():
-            assert stream_schedule(g, b) is None  # some node's inputs and output alone do not fit
+            assert not stream_schedule(g, b).found  # some node's inputs and output alone do not fit
             continue
         found = stream_schedule(g, b)
-        assert found is not None
-        steps, energy, runtime = found
-        t = validate(g, steps, b)
+        assert found.found and found.resident_pairs > 0
+        t = validate(g, found.steps, b)
         assert t.peak_ram_bytes <= b.ram_bytes and t.energy_j >= g.plain_energy_j
-        assert t.energy_j == pytest.approx(energy, rel=1e-12) and t.runtime_s == pytest.approx(runtime, rel=1e-12)
+        assert t.energy_j == pytest.approx(found.energy_j, rel=1e-12)
+        assert t.runtime_s == pytest.approx(found.runtime_s, rel=1e-12)
     for mode in ("hidden", "overlap"):  # the runtime as the validator counts it in each paging model
         b = Budget(make_budget(g, "60%").ram_bytes, None, mode)
-        steps, energy, runtime = stream_schedule(g, b)
-        assert validate(g, steps, b).runtime_s == pytest.approx(runtime, rel=1e-12)
+        found = stream_schedule(g, b)
+        assert validate(g, found.steps, b).runtime_s == pytest.approx(found.runtime_s, rel=1e-12)
 
 
 def test_one_pass_paging_schedule_refuses_what_it_cannot_meet():
     g = costed_graph("unet:80:1", "a72")
     short = make_budget(g, "30%", "1.0x")  # no time for any page-in
-    assert stream_schedule(g, short) is None
-    assert stream_schedule(g, Budget(g.min_ram_bytes() - 1)) is None
-    assert stream_schedule(g, make_budget(g, "30%"), time_limit=-1.0) is None  # out of time at once
+    over = stream_schedule(g, short)
+    assert not over.found and over.over_deadline and over.runtime_s > short.runtime_s
+    assert not stream_schedule(g, Budget(g.min_ram_bytes() - 1)).found
+    stopped = stream_schedule(g, make_budget(g, "30%"), time_limit=-1.0)  # out of time at once
+    assert not stopped.found and not stopped.over_deadline and stopped.resident_pairs is None
 
 
 def test_a_20000_node_chain_gets_a_validated_schedule_within_its_time_limit():
@@ -139,4 +134,5 @@ def test_the_idle_gap_plan_is_skipped_by_size_and_says_so():
 def test_small_graphs_do_not_run_the_one_pass_schedule():
     g = costed_graph("layered:60:1", "a72")
     s = solve_costed(g, make_budget(g, "80%"), "poet", SolveOptions(time_limit_s=4))
-    assert "one-pass paging" not in {p.name for p in s.report.phases}
+    assert s.report.phase("one-pass paging") is None
+    assert "fewer than policy.stream_min_nodes" in s.report.skipped("one-pass paging")

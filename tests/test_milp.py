@@ -193,7 +193,8 @@ def test_eviction_cover_prices_recomputation_cascades_exactly_on_small_blocks(se
     g = relu_chain(2, seed)
     ram = g.min_ram_bytes()
     best = brute_force_energy(g, ram, None)
-    lb, guide = eviction_cover(g, Budget(ram))
+    cover = eviction_cover(g, Budget(ram))
+    lb, guide = cover.bound, cover.guide
     assert best > g.plain_energy_j * 1.05
     assert lb == pytest.approx(best, rel=1e-5)
     assert guide, "the evictions that attain the bound are returned as a guide"
@@ -201,18 +202,19 @@ def test_eviction_cover_prices_recomputation_cascades_exactly_on_small_blocks(se
 
 @pytest.mark.parametrize("seed", [1, 6, 7, 11])
 def test_cover_with_its_chains_cut_short_stays_a_valid_bound(seed):
-    # where chains are very many the cover follows a recomputation's dead inputs COVER_CHAIN_DEPTH
+    # where chains are very many the cover follows a recomputation's dead inputs policy.cover_chain_depth
     # links deep (a backward pass's gradient chains run hundreds deep); cutting a chain drops
     # constraints, so the bound can only fall, never past the optimum.  relu_chain's blocks are
     # two links deep: cut at one, the conv output no longer has to come back with the ReLU's
-    from poet.solve.bounds import COVER_ABS_GAP, eviction_cover
+    from poet.solve.bounds import eviction_cover
+    from poet.solve.policy import SolvePolicy
 
     g = relu_chain(2, seed)
     b = Budget(g.min_ram_bytes())
     best = brute_force_energy(g, b.ram_bytes, None)
-    full, _ = eviction_cover(g, b)
-    cut, _ = eviction_cover(g, b, chain_depth=1, max_links=0)  # cut however few links there are
-    assert g.plain_energy_j <= cut <= full + COVER_ABS_GAP * g.plain_energy_j
+    full = eviction_cover(g, b).bound
+    cut = eviction_cover(g, b, policy=SolvePolicy(cover_chain_depth=1, cover_max_links=0)).bound  # however few
+    assert g.plain_energy_j <= cut <= full + SolvePolicy().cover_abs_gap * g.plain_energy_j
     assert cut <= best * (1 + 1e-9)
     if seed == 1:
         assert cut < full * 0.95
@@ -227,7 +229,7 @@ def test_eviction_cover_runtime_bound_never_exceeds_the_shortest_schedule(seed, 
 
     g = relu_chain(2, seed)
     b = Budget(g.min_ram_bytes())
-    t_min, _ = eviction_cover(g, b, objective="time", **MILPS[strategy])
+    t_min = eviction_cover(g, b, objective="time", **MILPS[strategy]).bound
     f = build(g, b, objective="runtime", **MILPS[strategy])
     r = solve_highs(f.problem, gap=1e-9)
     if r.x is None:

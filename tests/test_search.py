@@ -41,7 +41,8 @@ def test_guide_search_only_improves_and_returns_a_valid_plan(model, device, frac
 
     g = costed_graph(model, device)
     b = Budget(_ram(g, frac), 1.2 * g.plain_runtime_s, "serial")
-    lb, guide = eviction_cover(g, b)
+    cover = eviction_cover(g, b)
+    lb, guide = cover.bound, cover.guide
     rules: list = []
     start = best_greedy(g, b, guide=guide, per_rule=rules)
     assert start is not None and start.rule is not None
@@ -62,7 +63,7 @@ def r18c_start():
 
     g = costed_graph("resnet18_cifar", "m4")
     b = Budget(_ram(g, 0.2), 1.2 * g.plain_runtime_s, "serial")
-    lb, guide = eviction_cover(g, b)
+    guide = eviction_cover(g, b).guide
     return g, b, best_greedy(g, b, guide=guide)
 
 
@@ -174,7 +175,8 @@ def test_rules_guided_once_by_the_runtime_cover_give_valid_plans_never_below_the
     g = relu_chain(2, seed)
     b = Budget(g.min_ram_bytes(), 1.5 * g.plain_runtime_s, "serial")
     best = brute_force_energy(g, b.ram_bytes, b.runtime_s)
-    t_min, fast = eviction_cover(g, b, objective="time")
+    cover = eviction_cover(g, b, objective="time")
+    t_min, fast = cover.bound, cover.guide
     plan = greedy_plan(g, b, prefer=prefer, guide=fast, guide_once=True)
     if plan is None:
         return
@@ -264,7 +266,7 @@ def test_runs_bound_to_overrun_are_given_up_and_the_rules_end_with_the_same_plan
 
     g = _aten_resnet(4, "a72")
     b = Budget(_ram(g, 0.3), 1.1 * g.plain_runtime_s, "serial")
-    lb, guide = eviction_cover(g, b)
+    guide = eviction_cover(g, b).guide
     tried = 0
     for rule in rule_names():
         for gd in (None, guide):

@@ -70,7 +70,7 @@ def test_stopped_highs_hands_back_its_start_as_the_incumbent():
     # enough that HiGHS reaches its first callback in seconds even on a loaded machine
     g = costed_graph("vgg16_cifar", "m4")
     b = _budget(g, 0.2, 1.2)
-    _, guide = eviction_cover(g, b)
+    guide = eviction_cover(g, b).guide
     plan = best_greedy(g, b, guide=guide)
     f = build(g, b, tighten=True)
     start, why = plan_to_start(f, g, plan)
@@ -87,11 +87,11 @@ def test_a_stopped_interval_search_returns_at_once_with_a_validated_plan_or_none
     pytest.importorskip("ortools")
     g = costed_graph("resnet18_cifar", "m4")
     b = _budget(g, 0.2, 1.2)
-    _, guide = eviction_cover(g, b)
+    guide = eviction_cover(g, b).guide
     start = best_greedy(g, b, guide=guide)
-    info: dict = {}
-    plan = intervals.interval_plan(g, b, start=start, time_limit=300, info=info, stop=lambda: True)
-    assert info["cp_seconds"] < 60
+    found = intervals.interval_plan(g, b, start=start, time_limit=300, stop=lambda: True)
+    plan = found.plan
+    assert found.cp_seconds < 60
     if plan is not None:
         from poet.solve.stage import emit
 

@@ -284,3 +284,33 @@ def test_short_time_limit_on_a_tiled_graph_still_answers_with_a_validated_schedu
     assert t.peak_ram_bytes <= 32768
     assert s.report.bound_energy_j is not None and s.report.bound_energy_j >= s.graph.plain_energy_j * (1 - 1e-9)
     assert s.report.gap is not None and 0 <= s.report.gap < 1
+
+
+def test_python_and_the_command_line_take_one_path_tiling_included(tmp_path, capsys):
+    # poet.solve() of a zoo model below its untiled minimum tiles it as `poet solve` does, and answers the
+    # same: the same tiled graph, status, method and steps (a heuristic solve that ends before its limit)
+    import poet
+    from poet.schedule.io import load_schedule
+    from poet.solve.api import plan_and_solve
+
+    ask = dict(memory="1500", gap=0.05, method="heuristic", time_limit=60)
+    s = poet.solve("linear", "m4", **ask)
+    out = tmp_path / "s.json"
+    argv = ["solve", "--model", "linear", "--device", "m4", "--memory", "1500", "--gap", "0.05"]
+    argv += ["--method", "heuristic", "--time-limit", "60", "--no-cache", "--quiet", "--out", str(out)]
+    assert main(argv) == 0
+    capsys.readouterr()
+    cli = load_schedule(out)
+    assert s.report.tiling is not None and s.report.tiling["counts"] and len(s.graph) > len(build_model("linear"))
+    assert dict(cli.report.tiling) == dict(s.report.tiling)
+    assert (cli.status, cli.report.method) == (s.status, s.report.method) and s.feasible
+    assert [(str(st.op), st.node) for st in cli.steps] == [(str(st.op), st.node) for st in s.steps]
+    assert cli.totals.energy_j == pytest.approx(s.totals.energy_j, rel=1e-12)
+    # without a time limit, a tiled graph gets the policy's (240 s), less the time planning took
+    solved = plan_and_solve("linear", "m4", memory="1500", gap=0.05, method="heuristic")
+    assert solved.problem.tiled and solved.time_limit_s == 240.0
+    assert solved.solve_limit_s == pytest.approx(240.0 - solved.planning_s)
+    assert solved.schedule.report.time_limit_s == solved.solve_limit_s
+    # and tile="off" keeps the untiled graph, below whose minimum nothing fits
+    off = poet.solve("linear", "m4", memory="1500", tile="off", find_min_budgets=False)
+    assert off.status == "infeasible" and len(off.graph) == len(build_model("linear"))

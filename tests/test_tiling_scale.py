@@ -10,8 +10,8 @@ from poet.graph.tiling_plan import plan_tiling, repeated_blocks, working_sets
 from poet.graph.zoo import ModelLayers, build_model, model_layers
 from poet.hardware.cost import linear_cost_model
 from poet.schedule.validate import validate
-from poet.solve import tiled as tiled_mod
 from poet.solve.api import SolveOptions, costed_graph, make_budget
+from poet.solve.policy import SolvePolicy
 from poet.solve.search.stream import stream_schedule
 from poet.solve.tiled import solve_tiled, tiled_problem
 
@@ -66,20 +66,19 @@ def test_stream_page_rule_replays_valid_within_the_budget():
     g = linear_cost_model(p.graph, "m4")
     budget = make_budget(costed_graph("resnet18_cifar", "m4"), 262144, "3x")
     found = stream_schedule(g, budget)
-    assert found is not None
-    computed = [st.node for st in found[0] if st.op == "compute"]
+    assert found.found
+    computed = [st.node for st in found.steps if st.op == "compute"]
     assert computed == list(range(len(g)))  # every node once, in streaming order
-    t = validate(g, found[0], budget)
+    t = validate(g, found.steps, budget)
     assert t.peak_ram_bytes <= 262144 and t.energy_j >= g.plain_energy_j * (1 - 1e-12)
     # a budget below the tiled minimum has no page-rule plan
-    assert stream_schedule(g, make_budget(g, p.tiled_min_bytes - 1, None)) is None
+    assert not stream_schedule(g, make_budget(g, p.tiled_min_bytes - 1, None)).found
 
 
-def test_large_tiled_graphs_go_to_the_stream_page_rule(monkeypatch):
-    monkeypatch.setattr(tiled_mod, "PORTFOLIO_MAX_NODES", 100)
+def test_large_tiled_graphs_go_to_the_stream_page_rule():
     p = tiled_problem("resnet18_cifar", "m0", memory=262144, runtime="3x")
     assert len(p.graph) > 100
-    s = solve_tiled(p, "poet", SolveOptions(time_limit_s=30))
+    s = solve_tiled(p, "poet", SolveOptions(time_limit_s=30, policy=SolvePolicy(tiled_portfolio_max_nodes=100)))
     assert s.steps and s.status in ("feasible", "optimal") and s.report.method == "streaming page rule"
     t = validate(s.graph, s.steps, s.budget)
     assert t.peak_ram_bytes <= 262144
@@ -88,10 +87,9 @@ def test_large_tiled_graphs_go_to_the_stream_page_rule(monkeypatch):
     assert "nodes" in s.report.message
 
 
-def test_below_the_tiled_minimum_the_large_graph_path_answers_with_it(monkeypatch):
-    monkeypatch.setattr(tiled_mod, "PORTFOLIO_MAX_NODES", 100)
+def test_below_the_tiled_minimum_the_large_graph_path_answers_with_it():
     p = tiled_problem("resnet18_cifar", "m0", memory=16384, runtime=None)
-    s = solve_tiled(p, "poet", SolveOptions(time_limit_s=30))
+    s = solve_tiled(p, "poet", SolveOptions(time_limit_s=30, policy=SolvePolicy(tiled_portfolio_max_nodes=100)))
     assert s.status == "infeasible" and s.report.min_budgets.ram_bytes_lower_bound == p.plan.tiled_min_bytes
 
 
@@ -124,7 +122,7 @@ def test_fused_gelu_is_never_stored_and_its_gradient_reads_the_linear_tiles():
     cg = linear_cost_model(g, "m0")
     budget = Budget(cg.min_ram_bytes())
     found = stream_schedule(cg, budget)
-    assert found is not None and validate(cg, found[0], budget).peak_ram_bytes <= budget.ram_bytes
+    assert found.found and validate(cg, found.steps, budget).peak_ram_bytes <= budget.ram_bytes
 
 
 def test_planner_says_when_its_node_cap_stopped_it(monkeypatch):

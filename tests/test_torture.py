@@ -246,3 +246,41 @@ def test_a_ctrl_c_while_poet_loads_ends_quietly():
     if p.returncode == 130:
         assert "poet: interrupted" in err
     assert "Traceback" not in err and "KeyboardInterrupt" not in err
+
+
+# --- a time limit spent on nothing (issue 37) -------------------------------------------------------
+
+
+def test_a_solve_with_no_schedule_yet_keeps_searching_until_its_limit():
+    # layered:100:28 at 80% of its peak with recomputation only: every greedy rule and the four idle-gap
+    # covers fail.  The solve used to answer "no schedule found" with about half of its limit unspent
+    # (3.1 s of 6 on main); it now goes on searching for a first schedule until the limit
+    from poet.solve import SolveOptions, make_budget, solve_costed
+
+    g = costed_graph("layered:100:28", "a72")
+    b = make_budget(g, "80%")
+    s = solve_costed(g, b, "remat", SolveOptions(time_limit_s=6.0, method="heuristic", find_min_budgets=False))
+    assert s.status == "no_solution" and not s.steps
+    assert s.report.phase("greedy rules").facts["rule_plans"] == 0 and not s.report.phase("gap drops").facts["found"]
+    hunt = s.report.phase("schedule hunt")
+    assert hunt is not None and not hunt.facts["found"] and hunt.facts["covers"] > 0 and hunt.facts["guided_runs"] > 0
+    assert s.report.solve_seconds >= 0.9 * 6.0  # the limit was spent searching, not left unused
+
+
+def test_where_the_rules_and_covers_find_nothing_the_search_for_a_first_schedule_finds_one():
+    # layered:120:13 at 80%, remat: the rules and covers find nothing (main answered "no schedule found"
+    # after 4.5 s of 8); a greedy run under a random guide fits, and the guide search starts from it
+    from poet.schedule.validate import validate
+    from poet.solve import SolveOptions, SolvePolicy, make_budget, solve_costed
+
+    g = costed_graph("layered:120:13", "a72")
+    b = make_budget(g, "80%")
+    long_turns = SolvePolicy(hunt_turn_s=4.0)  # a loaded machine finishes a guided run within one
+    opts = SolveOptions(time_limit_s=16.0, method="heuristic", find_min_budgets=False, policy=long_turns)
+    s = solve_costed(g, b, "remat", opts)
+    assert s.report.phase("greedy rules").facts["rule_plans"] == 0 and not s.report.phase("gap drops").facts["found"]
+    assert s.report.phase("schedule hunt").facts["found"]
+    assert s.status == "feasible" and s.steps
+    t = validate(g, s.steps, b)
+    assert t.peak_ram_bytes <= b.ram_bytes and t.recomputes > 0 and t.page_outs == 0  # remat only
+    assert t.energy_j >= s.report.bound_energy_j * (1 - 1e-9)

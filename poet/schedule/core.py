@@ -16,13 +16,25 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
+from enum import StrEnum
 from types import MappingProxyType
 from typing import Any
 
 from ..graph.core import CostedGraph
 from .report import SolveReport
 
-OPS = ("compute", "page_out", "page_in", "free")
+
+class Op(StrEnum):
+    """The instruction vocabulary.  A member is its string (``Op.COMPUTE == "compute"``), so a step read
+    from a file, with a plain string, compares equal, and the JSON form is the string."""
+
+    COMPUTE = "compute"
+    PAGE_OUT = "page_out"
+    PAGE_IN = "page_in"
+    FREE = "free"
+
+
+OPS = tuple(op.value for op in Op)
 
 # How paging time counts against the runtime budget.
 PAGING_SERIAL = "serial"  # paging stalls compute: times add (default; honest without DMA)
@@ -41,7 +53,7 @@ STATUSES = (OPTIMAL, FEASIBLE, INFEASIBLE, NO_SOLUTION, HEURISTIC)
 
 @dataclass(frozen=True)
 class Step:
-    op: str
+    op: str  # an Op (read from a file: the same string, checked by the validator)
     node: int
     stage: int | None = None
 

@@ -4,7 +4,8 @@ It travels with its :class:`~poet.schedule.core.Schedule` (``schedule.report``) 
 the ``poet-schedule/1`` file as its ``"solver"`` object, in the same flat JSON form older files
 have, so both read each other.  Fields that do not apply to the path a solve took hold None (or
 an empty tuple); a fact of one strategy alone (Chen's checkpoints, the Capuchin heuristic's
-eviction counts) is in ``strategy_facts``; what each phase of the pipeline did is in ``phases``.
+eviction counts) is in ``strategy_facts``; what each phase of the portfolio did (or why it did not
+run) is in ``phases``.
 """
 
 from __future__ import annotations
@@ -37,8 +38,9 @@ def _plain(x):
 
 @dataclass(frozen=True)
 class PhaseRecord:
-    """One phase of the pipeline (:mod:`poet.solve.pipeline`): what it was, how long it took, the best
-    energy held when it ended, and its own facts (the guide search's rounds, CP-SAT's status, ...)."""
+    """One phase of the portfolio (:data:`poet.solve.phases.PHASES`) or a step within one: what it was, how
+    long it took, the best energy held when it ended, and its own facts (the guide search's rounds,
+    CP-SAT's status, ...; ``skipped``: why it did not run)."""
 
     name: str
     seconds: float
@@ -107,8 +109,8 @@ class SolveReport:
     warm_start: str | None = None  # what the MILP was started from ("greedy", "intervals", "none (why)")
     deadline_bound: bool | None = None  # the cover's evictions took the deadline's whole slack
     nearest_runtime_s: float | None = None  # no plan met the deadline: the nearest one's runtime
-    incumbent: str | None = None  # "capuchin" when that heuristic's schedule beat the pipeline's
-    superseded_method: str | None = None  # and what the pipeline's method was
+    incumbent: str | None = None  # "capuchin" when that heuristic's schedule beat the portfolio's
+    superseded_method: str | None = None  # and what the portfolio's method was
     phases: tuple[PhaseRecord, ...] = ()
     min_budgets: MinBudgets = field(default_factory=MinBudgets)
     cache: CacheHit | None = None  # answered from the cache
@@ -128,8 +130,14 @@ class SolveReport:
     tiling: Mapping[str, Any] | None = None  # what automatic tiling did (poet solve)
 
     def phase(self, name: str) -> PhaseRecord | None:
-        """The last record of the phase ``name``, or None when it did not run."""
-        return next((p for p in reversed(self.phases) if p.name == name), None)
+        """The last record of the phase ``name`` that ran, or None when it did not run (a phase skipped
+        has a record too, whose ``facts["skipped"]`` says why: :meth:`skipped`)."""
+        return next((p for p in reversed(self.phases) if p.name == name and "skipped" not in p.facts), None)
+
+    def skipped(self, name: str) -> str | None:
+        """Why the phase ``name`` did not run, or None when it ran (or has no record)."""
+        records = (p for p in reversed(self.phases) if p.name == name and "skipped" in p.facts)
+        return next((p.facts["skipped"] for p in records), None)
 
     def with_(self, **changes) -> SolveReport:
         return dataclasses.replace(self, **changes)

@@ -11,7 +11,7 @@ import math
 from dataclasses import dataclass, field
 
 from ..graph.core import CostedGraph
-from .core import OPS, PAGING_HIDDEN, PAGING_MODES, PAGING_OVERLAP, Budget, Step, Totals
+from .core import OPS, PAGING_HIDDEN, PAGING_MODES, PAGING_OVERLAP, Budget, Op, Step, Totals
 
 # Runtime is a modelled float quantity: allow one part per million of rounding.
 RUNTIME_RTOL = 1e-6
@@ -86,14 +86,14 @@ def simulate(g: CostedGraph, steps, budget: Budget | None = None) -> Replay:
                     f"stage {s.stage} comes after a step of stage {last_stage}: stages must not decrease "
                     f"along the steps, because paging overlaps only the compute of the stage it runs in"
                 )
-            if op == "compute" and computed[v] == 0 and s.stage != v:
+            if op == Op.COMPUTE and computed[v] == 0 and s.stage != v:
                 fail(
                     f"first computation of node {v} is in stage {s.stage}; stage t is where node t is first "
                     f"computed, so it must be in stage {v}"
                 )
             last_stage = s.stage
         nd = g.nodes[v]
-        if op == "compute":
+        if op == Op.COMPUTE:
             missing = [p for p in g.preds[v] if p not in in_ram]
             if missing:
                 fail("input " + ", ".join(_node_label(g, p) for p in missing) + " not in RAM")
@@ -105,7 +105,7 @@ def simulate(g: CostedGraph, steps, budget: Budget | None = None) -> Replay:
             e_compute.append(nd.compute_energy_j)
             t_compute.append(nd.compute_time_s)
             stage_compute.setdefault(s.stage, []).append(nd.compute_time_s)
-        elif op == "page_out":
+        elif op == Op.PAGE_OUT:
             if v not in in_ram:
                 fail("output not in RAM, nothing to page out")
             on_storage.add(v)
@@ -114,7 +114,7 @@ def simulate(g: CostedGraph, steps, budget: Budget | None = None) -> Replay:
             e_page.append(nd.pageout_energy_j)
             t_page.append(nd.pageout_time_s)
             stage_page.setdefault(s.stage, []).append(nd.pageout_time_s)
-        elif op == "page_in":
+        elif op == Op.PAGE_IN:
             if v not in on_storage:
                 fail("output was never paged out, nothing to page in")
             if v in in_ram:

@@ -6,10 +6,12 @@ Layers, lowest first (each imports only from the ones before it; tests/test_arch
 * ``stage`` -- the stage plan and the one emitter (the free rule lives here);
 * ``lp`` -- matrix-form problems and the HiGHS backend;
 * ``milp`` -- the POET MILP's formulation and its warm start; ``bounds`` -- the eviction cover;
-* ``baselines`` -- plain backprop, Chen's checkpointing, the Capuchin-style heuristic;
+* ``baselines`` -- plain backprop, Chen's checkpointing, the Capuchin-style heuristic; ``problem`` -- the
+  costed graph, the budget and, where the budget needs it, the tiled graph;
 * ``search`` -- the greedy rules, the guide search, the interval search, the worker pool;
-* ``min_budgets``, ``pipeline_milp``, ``pipeline`` -- what ``poet solve`` runs, in order (docs/pipeline.md);
-* ``strategies`` -- one module per strategy, in one table; ``cache``; ``api`` -- ``solve()``.
+* ``min_budgets``; ``phases`` -- what ``poet solve`` runs, in order (``phases.PHASES``, docs/pipeline.md);
+* ``strategies`` -- one module per strategy, in one table; ``cache``; ``api`` -- ``solve()``, the front
+  door ``poet solve`` takes too; ``tiled`` -- the names callers wrote against before it.
 
 The strategy table (and with it numpy and HiGHS) is imported when first used, so that commands
 that never solve start fast.

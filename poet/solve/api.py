@@ -1,4 +1,10 @@
-"""One entry point, many strategies: ``poet.solve(graph, device, memory=..., runtime=...)``.
+"""The front door: ``poet.solve(model, device, memory=..., runtime=...)``, the path ``poet solve`` takes too.
+
+:func:`plan_and_solve` is that path: it prices the source and tiles it when the RAM budget needs it
+(:func:`~poet.solve.problem.tiled_problem`), gives a tiled graph its default time limit and takes the
+time planning the tiles took out of the limit (``SolvePolicy.tiled_time_limit_s``,
+``tiled_min_solve_share``), then solves (:func:`solve_costed`: the cache, then the strategy).
+:func:`solve` returns its schedule; ``poet solve`` also reports the tiling and the limits it returns.
 
 Every strategy returns the same :class:`~poet.schedule.Schedule`, and every
 schedule with steps has been replayed by the independent validator before it
@@ -7,20 +13,24 @@ is returned; a strategy whose schedule does not validate is a bug and raises.
 
 from __future__ import annotations
 
-from pathlib import Path
+import dataclasses
+import inspect
+import time
+from dataclasses import dataclass
+from types import SimpleNamespace
 
-from ..graph.core import CostedGraph, Graph
-from ..graph.io import load_graph
-from ..graph.zoo import build_model
-from ..hardware.cost import linear_cost_model
-from ..schedule.core import INFEASIBLE, PAGING_MODES, PAGING_SERIAL, Budget, Schedule
+from ..graph.core import CostedGraph
+from ..graph.tiling_plan import TILE_AUTO
+from ..schedule.core import INFEASIBLE, PAGING_SERIAL, Budget, Schedule
 from ..schedule.report import MinBudgets, SolveReport
-from ..units import MAX_BYTES, BudgetError, fmt_bytes, parse_bytes, parse_percent, parse_runtime
+from ..units import BudgetError, fmt_bytes
 from . import cache as disk
-from .baselines.keep_all import keep_all_peak
 from .options import SolveOptions
 from .policy import DEFAULT_POLICY, SolvePolicy
+from .problem import TiledProblem, costed_graph, make_budget, tiled_problem
 from .result import checked
+
+__all__ = ["SolveOptions", "Solved", "costed_graph", "make_budget", "plan_and_solve", "solve", "solve_costed"]
 
 
 def strategy_table() -> dict:
@@ -31,38 +41,15 @@ def strategy_table() -> dict:
     return STRATEGIES
 
 
-def costed_graph(graph, device=None, *, batch_size: int = 1, fixed_ram_bytes=None) -> CostedGraph:
-    """Accept a CostedGraph, a structural Graph (+device), a zoo model name (+device) or a JSON path."""
-    if isinstance(graph, CostedGraph):
-        g = graph
-    elif isinstance(graph, Graph):
-        if device is None:
-            raise BudgetError("a structural graph needs a device to be priced (device='a72', ...)")
-        g = linear_cost_model(graph, device)
-    elif isinstance(graph, (str, Path)) and (str(graph).endswith(".json") or Path(graph).is_file()):
-        g = load_graph(graph)
-    elif isinstance(graph, str):
-        if device is None:
-            raise BudgetError(f"model {graph!r} needs a device (device='a72', see `poet devices`)")
-        g = linear_cost_model(build_model(graph, batch_size=batch_size), device)
-    else:
-        raise TypeError(f"cannot make a costed graph from {type(graph).__name__}")
-    if fixed_ram_bytes is not None:
-        g = g.with_fixed_ram(parse_bytes(fixed_ram_bytes, "fixed RAM", allow_zero=True))
-    return g
+@dataclass(frozen=True)
+class Solved:
+    """A schedule, and how the question was put to the solver."""
 
-
-def make_budget(g: CostedGraph, memory, runtime=None, paging_time: str = PAGING_SERIAL) -> Budget:
-    if paging_time not in PAGING_MODES:
-        raise BudgetError(f"paging_time must be one of {', '.join(PAGING_MODES)}, got {paging_time!r}")
-    if isinstance(memory, str) and memory.strip().endswith("%"):
-        frac = parse_percent(memory)
-        ram = int(g.fixed_ram_bytes + frac * (keep_all_peak(g) - g.fixed_ram_bytes))
-        if ram > MAX_BYTES:
-            raise BudgetError(f"memory budget {memory} is above 2^53 B (9 PB), more than any device holds")
-    else:
-        ram = parse_bytes(memory)
-    return Budget(ram_bytes=ram, runtime_s=parse_runtime(runtime, g.plain_runtime_s), paging_time=paging_time)
+    schedule: Schedule
+    problem: TiledProblem  # the graph solved (tiled or not) and its budget
+    time_limit_s: float | None  # the limit of the whole answer: the one asked for, or a tiled graph's default
+    solve_limit_s: float | None  # the solve's share of it, after planning the tiles
+    planning_s: float  # seconds spent pricing the graph and planning its tiles
 
 
 def solve(
@@ -80,6 +67,7 @@ def solve(
     backend: str = "highs",
     batch_size: int = 1,
     fixed_ram=None,
+    tile=TILE_AUTO,
     progress=None,
     verbose: bool = False,
     find_min_budgets: bool = True,
@@ -87,10 +75,11 @@ def solve(
     stop=None,
     policy: SolvePolicy | None = None,
 ) -> Schedule:
-    """Find the minimum-energy schedule of ``graph`` within the budgets.
+    """Find the minimum-energy schedule of ``graph`` within the budgets, as ``poet solve`` does.
 
     graph:   a :class:`CostedGraph`, a structural :class:`Graph`, a zoo model name
-             (``poet models``) or the path of a ``poet-graph/1`` file.
+             (``poet models``), a generated graph's spec (``layered:250:1``) or the path
+             of a ``poet-graph/1`` file.
     device:  a device name (``poet devices``), a TOML path or a Device; needed
              unless ``graph`` is already costed.
     memory:  RAM budget: bytes (int) or ``"3MB"``, ``"256KiB"``, or ``"40%"`` (of
@@ -102,6 +91,12 @@ def solve(
              (not at all: the original POET assumption).
     strategy: ``poet`` (joint remat+paging MILP), ``remat``, ``paging``,
              ``keep-all``, ``chen``, ... (``poet.solve.STRATEGIES``).
+    fixed_ram: RAM the schedule does not control: bytes, or ``params``, ``sgd``, ``adam``
+             (multiples of a zoo model's parameters).
+    tile:    ``auto`` (a zoo model whose RAM budget is below its untiled minimum is tiled,
+             docs/tiling.md), ``off``, or a tile count.  A tiled graph is solved within
+             ``policy.tiled_time_limit_s`` when no ``time_limit`` is given, and the time
+             planning its tiles comes out of the limit.
 
     cache:   reuse an earlier answer to the same solve, and keep this one, on
              disk (``poet.solve.cache`` says what is reused when; a cached
@@ -111,30 +106,67 @@ def solve(
              HiGHS solve at its next callback) and returns the best validated
              schedule found so far, with its gap and ``report.stopped_early``.
              Such an answer is not cached unless it is proven.
-    policy:  the pipeline's tuning (:class:`~poet.solve.policy.SolvePolicy`); the default
+    policy:  the portfolio's tuning (:class:`~poet.solve.policy.SolvePolicy`); the default
              is what the benchmarks were measured with.
 
     The result's ``status`` is ``optimal`` only when the solver proved the
     relative gap ``<= gap``; its totals come from the validator's replay.
     """
-    g = costed_graph(graph, device, batch_size=batch_size, fixed_ram_bytes=fixed_ram)
-    budget = make_budget(g, memory, runtime, paging_time)
-    if strategy not in strategy_table():
-        raise BudgetError(f"unknown strategy {strategy!r}; choose one of {', '.join(strategy_table())}")
-    opts = SolveOptions(
-        time_limit_s=time_limit,
-        threads=threads,
-        gap=gap,
-        backend=backend,
-        method=method,
-        progress=progress,
-        verbose=verbose,
-        find_min_budgets=find_min_budgets,
-        cache=cache,
-        stop=stop,
-        policy=policy if policy is not None else DEFAULT_POLICY,
+    return plan_and_solve(**locals()).schedule  # (its parameters, exactly)
+
+
+def plan_and_solve(graph, device=None, **ask) -> Solved:
+    """:func:`solve` (``ask``: its keyword arguments), with the problem it solved and the limits it had
+    (the module docstring).  ``poet solve`` calls it."""
+    args = inspect.signature(solve).bind(graph, device, **ask)
+    args.apply_defaults()
+    return tile_and_solve(SimpleNamespace(**args.arguments))
+
+
+def tile_and_solve(a) -> Solved:
+    """The path of the module docstring, for the arguments ``a`` of :func:`solve`."""
+    policy = a.policy if a.policy is not None else DEFAULT_POLICY
+    planning_from = time.perf_counter()
+    # the budgets are read against the untiled graph; tiling happens only when its minimum does not fit
+    problem = tiled_problem(
+        a.graph,
+        a.device,
+        memory=a.memory,
+        runtime=a.runtime,
+        paging_time=a.paging_time,
+        batch_size=a.batch_size,
+        fixed_ram=a.fixed_ram,
+        tile=a.tile,
     )
-    return solve_costed(g, budget, strategy, opts)
+    if a.strategy not in strategy_table():
+        raise BudgetError(f"unknown strategy {a.strategy!r}; choose one of {', '.join(strategy_table())}")
+    planning_s = time.perf_counter() - planning_from
+    limit = solve_limit = a.time_limit
+    if problem.tiled:
+        limit, solve_limit = policy.tiled_solve_limit(a.time_limit, planning_s)
+    opts = SolveOptions(
+        time_limit_s=solve_limit,
+        threads=a.threads,
+        gap=a.gap,
+        backend=a.backend,
+        method=a.method,
+        progress=a.progress,
+        verbose=a.verbose,
+        find_min_budgets=a.find_min_budgets,
+        cache=a.cache,
+        stop=a.stop,
+        policy=policy,
+    )
+    s = solve_problem(problem, a.strategy, opts)
+    if problem.plan is not None:
+        s.report = s.report.with_(tiling=problem.plan.summary())
+    return Solved(s, problem, limit, solve_limit, planning_s)
+
+
+def solve_problem(p: TiledProblem, strategy: str, opts: SolveOptions) -> Schedule:
+    """:func:`solve_costed` on the problem's graph and budget; on a tiled graph the poet strategy's rules
+    for tiled graphs apply (``SolveOptions.tiled``)."""
+    return solve_costed(p.graph, p.budget, strategy, dataclasses.replace(opts, tiled=p.tiled))
 
 
 def solve_costed(g: CostedGraph, budget: Budget, strategy: str, opts: SolveOptions) -> Schedule:
@@ -169,7 +201,7 @@ def solve_costed(g: CostedGraph, budget: Budget, strategy: str, opts: SolveOptio
     sched = strategy_table()[strategy](g, budget, opts)
     if notes:
         sched.report = sched.report.with_(cache_note=notes[0])
-    if not sched.report.solve_seconds:  # the pipeline times itself; the baselines are timed here
+    if not sched.report.solve_seconds:  # the portfolio times itself; the baselines are timed here
         sched.report = sched.report.with_(solve_seconds=opts.clock() - t0)
     if opts.stop is not None and opts.stop():
         sched.report = sched.report.with_(

@@ -92,6 +92,7 @@ def problem_key(g, budget: Budget, strategy: str, opts) -> str:
         "backend": opts.backend,
         "gap": opts.gap,
         "find_min_budgets": opts.find_min_budgets,
+        "tiled": opts.tiled,  # the rules for tiled graphs apply: a graph file of the same nodes is another question
     }
     return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()
 

@@ -22,8 +22,8 @@ def min_budgets(
     g: CostedGraph, budget: Budget, opts, *, remat: bool, paging: bool, time_budget: TimeBudget | None = None
 ) -> MinBudgets:
     """Smallest feasible RAM (at the deadline) and runtime (at the RAM budget), computed by MILP:
-    each gets ``policy.min_budget_seconds``, or, with a time limit, what is left of
-    ``time_budget`` (by default, one that starts now)."""
+    each gets ``policy.min_budget_seconds`` without a time limit, or what is left of ``time_budget``
+    (by default, the options' time limit, starting now)."""
     out: dict = {}
     backend = get_backend(opts.backend)
     policy = opts.policy
@@ -33,9 +33,9 @@ def min_budgets(
         """The MILP's time limit, and why it is not started (None: it is): like the solve's MILP,
         not when HiGHS could not even set it up in the time left (policy.milp_setup_seconds).  The
         first gets ``share`` of what is left, or all of it when a share is too little."""
-        if opts.time_limit_s is None:
+        if clock.limit_s is None:
             return policy.min_budget_seconds, None
-        rest = opts.time_limit_s - clock.elapsed()
+        rest = clock.left()
         need = policy.milp_setup_seconds(f.problem.num_nonzeros)
         if rest < need:
             return 0.0, (
@@ -51,9 +51,9 @@ def min_budgets(
     def unbuilt(what: str) -> str | None:
         """Why the MILP is not even built: under half of what HiGHS would need to set it up is left, by
         the estimate of its size (building a 1,000-node one alone takes longer than many limits)."""
-        if opts.time_limit_s is None:
+        if clock.limit_s is None:
             return None
-        rest = opts.time_limit_s - clock.elapsed()
+        rest = clock.left()
         need = policy.milp_setup_seconds(policy.estimated_milp_nonzeros(len(g.nodes)))
         if rest >= 0.5 * need:
             return None

@@ -33,7 +33,11 @@ class SolveOptions:
     # polled while the poet strategy solves: once it returns true, the solve ends its current step
     # as soon as it can and returns the best validated schedule found so far (Ctrl-C in the CLI)
     stop: Callable[[], bool] | None = None
-    policy: SolvePolicy = DEFAULT_POLICY  # the pipeline's tuning (poet.solve.policy)
+    policy: SolvePolicy = DEFAULT_POLICY  # the portfolio's tuning (poet.solve.policy)
+    # the graph is the tiling planner's rewrite of a zoo model (set by poet.solve.api.solve, the front
+    # door): the poet strategy's rules for tiled graphs apply (policy.tiled_portfolio_max_nodes, the
+    # streaming fallback)
+    tiled: bool = False
     clock: Callable[[], float] = time.perf_counter  # the clock time limits are measured by
 
     def __post_init__(self):

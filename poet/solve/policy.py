@@ -1,11 +1,12 @@
-"""How a solve spends its time: the tuning of the pipeline, and the clock it is measured by.
+"""How a solve spends its time: the tuning of the portfolio, and the clock it is measured by.
 
-:class:`SolvePolicy` holds every tuning number of :mod:`poet.solve.pipeline` in one frozen,
+:class:`SolvePolicy` holds every tuning number of the solve (:mod:`poet.solve.phases`, the eviction
+cover, the front door's rules for tiled graphs) in one frozen,
 documented object (``SolveOptions(policy=...)``); the defaults are what the benchmarks in
 ``bench/results.md`` were measured with.  The numbers quoted next to each field were measured
 when it was set and go stale as the code changes: re-measure before relying on them.
 
-:class:`TimeBudget` is the time limit as the pipeline sees it, read from a clock that a test can
+:class:`TimeBudget` is the time limit as the phases see it, read from a clock that a test can
 replace (``SolveOptions(clock=...)``) instead of patching ``time``.
 """
 
@@ -18,7 +19,7 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class SolvePolicy:
-    """The pipeline's tuning.  Changing a field changes which phases run and for how long, never
+    """The portfolio's tuning.  Changing a field changes which phases run and for how long, never
     what counts as a valid or a proven schedule."""
 
     # ``auto`` runs the MILP (method ``fast``) up to this many nodes, only the heuristics beyond.
@@ -81,6 +82,27 @@ class SolvePolicy:
     cover_seconds: float = 60.0
     cover_min_seconds: float = 10.0
     cover_share: float = 0.25
+    # Chain links the cover follows from a recomputed tensor when following them all would exceed
+    # ``cover_max_links`` in all (the greedy's recomputations go 8 deep).  A backward pass's gradient
+    # chains run hundreds deep (560 links on 40 blocks): on 4,818 nodes they made 944k of the ILP's
+    # columns, 45k at depth 8.  Stopping a chain drops constraints, so the bound stays valid; it was
+    # the same at depth 8 on every zoo and aten case measured, but the optimal eviction set it
+    # returns, the guide, can differ, and the rules' plans with it (aten 40 blocks on m4: 1.1385 of
+    # plain against 1.1157), so chains are cut only where they are that many.
+    cover_chain_depth: int = 8
+    cover_max_links: int = 100_000
+    # The cover stops within this much of the plain energy (or runtime) of optimal: its dual bound
+    # is still what is used, and proving the last 1e-5 took most of its time (HiGHS had the bound of
+    # the 4,818-node a72 case at its root, then branched for minutes).
+    cover_abs_gap: float = 1e-5
+    # HiGHS does not check its time limit through the cover's presolve and root LP either: on a
+    # 3,000-node chain's cover (796,576 nonzeros) a 10-s limit stopped after 12.3 s, on a 1,000-node
+    # layered DAG's (270,297) after 10.5 s, both with no bound above the plain energy.  A cover whose
+    # setup would take over half of its time at ``milp_setup_s_per_nonzero`` is not solved (its bound is
+    # then a relaxation's).  Building the ILP here takes about ``cover_build_s_per_nonzero`` on an idle
+    # machine (1.7e-6 measured: 4.0 million nonzeros in 6.9 s on the tiled resnet18_cifar/m0); slower
+    # means a loaded machine, where HiGHS's setup is slower too, and the setup estimate is scaled by as much.
+    cover_build_s_per_nonzero: float = 2e-6
     # The Capuchin-style incumbent of the ``poet`` strategy gets this share of the time limit
     # (``capuchin_seconds`` without one): it takes a fraction of a second on the zoo but grows about
     # as the cube of the graph's size (41 s on 1,618 nodes).
@@ -117,8 +139,38 @@ class SolvePolicy:
     # estimate (on a 20,000-node chain at 80%: 44 million pairs, minutes): the plan held is the answer.
     greedy_s_per_node: float = 4e-5
     greedy_s_per_pair: float = 5e-6
+    # Where the rules, the deadline search and the idle-gap plan end with no schedule, the search for one
+    # (randomized idle-gap covers and greedy runs under random guides, in turns of ``hunt_turn_s``) goes
+    # on until the time limit (``hunt_seconds`` without one): the solve used to give up there with half
+    # of its limit unspent (layered:250 seeds at 80% of their peak, remat: after 31-32 s of 60, with no
+    # schedule on 6 of 15 seeds; now 2 of 15, after 60 s: bench/no_schedule_yet.py, docs/reliability.md).
+    # When the MILP may follow (methods fast and warm, up to 200 nodes with auto), the search gets this
+    # share of what is left and the MILP the rest (HiGHS found the one schedule of layered:80:18 at 80%,
+    # remat, in 84 s; the search found one in 0.1 s).
+    hunt_seconds: float = 60.0
+    hunt_turn_s: float = 1.0
+    hunt_share_before_milp: float = 0.5
+    # -- tiled graphs (the tiling planner's rewrite of a zoo model, solved by the poet strategy)
+    # Above this many nodes the portfolio (MILP, covers, guided rules) is not tried: its phases do not
+    # answer a graph this size within minutes, and the streaming page rule (the one-pass paging
+    # schedule, linear in the graph) answers it in seconds (bert at 256 KiB: 33,536 nodes).
+    tiled_portfolio_max_nodes: int = 12_000
+    # When the portfolio ends its time without a schedule on a tiled graph (it can spend a short limit
+    # on its lower bound and guided rules), the streaming page rule is tried for this long.
+    tiled_fallback_seconds: float = 60.0
+    # A tiled graph has thousands of nodes: without a time limit asked for, it is solved within this
+    # many seconds, so that an answer comes within minutes.
+    tiled_time_limit_s: float = 240.0
+    # Planning the tiles is part of answering (seconds to tens of seconds on large models): it comes
+    # out of the time limit, and the solve keeps at least this share of the limit.
+    tiled_min_solve_share: float = 0.25
 
     # -- each phase's share of the time limit (``limit`` None: no limit; ``elapsed``: since the start)
+    def tiled_solve_limit(self, asked: float | None, planning_s: float) -> tuple[float | None, float | None]:
+        """(the time limit, the solve's share of it) for a tiled graph whose tiles took ``planning_s`` to plan."""
+        limit = self.tiled_time_limit_s if asked is None else asked
+        return limit, max(self.tiled_min_solve_share * limit, limit - planning_s)
+
     def cover_time(self, limit: float | None) -> float:
         """The eviction cover's time (see ``cover_seconds``)."""
         if limit is None:
@@ -165,12 +217,15 @@ DEFAULT_POLICY = SolvePolicy()
 
 
 class TimeBudget:
-    """A time limit (or none) counted from when this object was made, on ``clock`` (seconds)."""
+    """A time limit (or none) counted from ``start`` on ``clock`` (seconds; by default from when this
+    object was made)."""
 
-    def __init__(self, limit_s: float | None, clock: Callable[[], float] = time.perf_counter):
+    def __init__(
+        self, limit_s: float | None, clock: Callable[[], float] = time.perf_counter, start: float | None = None
+    ):
         self.limit_s = limit_s
         self.clock = clock
-        self.start = clock()
+        self.start = clock() if start is None else start
 
     def elapsed(self) -> float:
         return self.clock() - self.start

@@ -37,9 +37,10 @@ import heapq
 import time
 from bisect import bisect_left, bisect_right
 from collections import defaultdict
+from dataclasses import dataclass
 
 from ...graph.core import CostedGraph
-from ...schedule.core import PAGING_HIDDEN, PAGING_OVERLAP, Budget, Step
+from ...schedule.core import PAGING_HIDDEN, PAGING_OVERLAP, Budget, Op, Step
 from ...schedule.validate import simulate
 
 SWAP = "swap"
@@ -141,7 +142,7 @@ class _Plan:
         def temp_back(x: int, k: int):
             """Bring x back only for the recomputation at hand; the caller frees it."""
             if x in stored:
-                out.append(Step("page_in", x, k))
+                out.append(Step(Op.PAGE_IN, x, k))
                 put(x)
             else:
                 recompute(x, k)
@@ -152,34 +153,34 @@ class _Plan:
                 if p not in resident:
                     temp_back(p, k)
                     temps.append(p)
-            out.append(Step("compute", x, k))
+            out.append(Step(Op.COMPUTE, x, k))
             put(x)
             for p in temps:
                 resident.discard(p)
-                out.append(Step("free", p, k))
+                out.append(Step(Op.FREE, p, k))
 
         for k in range(n):
             for i, m in sorted(returns[k]):
                 if i in resident:
                     continue  # already brought back as a temporary's neighbour (cannot happen in order)
                 if m == SWAP:
-                    out.append(Step("page_in", i, k))
+                    out.append(Step(Op.PAGE_IN, i, k))
                     put(i)
                 else:
                     recompute(i, k)
             for p in g.preds[k]:
                 if p not in resident:  # defensive: plan inconsistency, fetch it anyway
                     temp_back(p, k)
-            out.append(Step("compute", k, k))
+            out.append(Step(Op.COMPUTE, k, k))
             put(k)
             for i, m in sorted(evicts[k]):
                 if i not in resident:
                     continue
                 if m == SWAP and i not in stored:
-                    out.append(Step("page_out", i, k))
+                    out.append(Step(Op.PAGE_OUT, i, k))
                     stored.add(i)
                 resident.discard(i)
-                out.append(Step("free", i, k))
+                out.append(Step(Op.FREE, i, k))
             done = set()
             while ending and ending[0][0] <= k:
                 i = heapq.heappop(ending)[1]
@@ -187,7 +188,7 @@ class _Plan:
                     done.add(i)
             for i in sorted(done):
                 resident.discard(i)
-                out.append(Step("free", i, k))
+                out.append(Step(Op.FREE, i, k))
         return out
 
 
@@ -203,11 +204,11 @@ def _stage_times(g: CostedGraph, steps: list[Step]) -> tuple[dict, dict]:
     page: dict[int, float] = defaultdict(float)
     for s in steps:
         nd = g.nodes[s.node]
-        if s.op == "compute":
+        if s.op == Op.COMPUTE:
             comp[s.stage] += nd.compute_time_s
-        elif s.op == "page_in":
+        elif s.op == Op.PAGE_IN:
             page[s.stage] += nd.pagein_time_s
-        elif s.op == "page_out":
+        elif s.op == Op.PAGE_OUT:
             page[s.stage] += nd.pageout_time_s
     return comp, page
 
@@ -226,6 +227,34 @@ def _delta_time(mode: str, comp, page, adds: list[tuple[int, float, float]]) -> 
     for t, (c, p) in per.items():
         d += max(comp[t] + c, page[t] + p) - max(comp[t], page[t])
     return d
+
+
+@dataclass(frozen=True)
+class CapuchinResult:
+    """The heuristic's steps (they may not fit the budgets: the caller judges them) and what it did."""
+
+    steps: tuple[Step, ...]
+    evictions: int
+    swap_evictions: int
+    recompute_evictions: int
+    reverted: int  # evictions undone because they broke the deadline
+    rounds: int
+    candidates: int  # the idle gaps it could evict across
+    stopped: str | None  # why it stopped before its peak fit ("time limit (...)", "stop request"), if it did
+
+    def facts(self) -> dict:
+        """Its facts as the report gives them (``stopped`` only when it stopped)."""
+        out = {
+            "evictions": self.evictions,
+            "swap_evictions": self.swap_evictions,
+            "recompute_evictions": self.recompute_evictions,
+            "reverted": self.reverted,
+            "rounds": self.rounds,
+            "candidates": self.candidates,
+        }
+        if self.stopped:
+            out["stopped"] = self.stopped
+        return out
 
 
 def eviction_candidates(g: CostedGraph, plan: _Plan) -> list[tuple[int, int, int]]:
@@ -253,13 +282,13 @@ def out_of_time_check(t0: float, time_limit: float | None, stop):
 
 def capuchin_plan(
     g: CostedGraph, budget: Budget, max_rounds: int | None = None, time_limit: float | None = None, stop=None
-) -> tuple[_Plan, list[Step], dict]:
+) -> CapuchinResult:
     """Greedy swap-or-recompute evictions until the replayed peak fits (or nothing is left).
 
     Each round replays the whole plan, so the work grows about as the cube of the graph's size
     (3.5 s on 658 nodes, 41 s on 1,618); past ``time_limit`` seconds, or once ``stop()`` is true,
     it stops where it is (within a round, which takes seconds on a dense 1,000-node DAG) and says
-    so in ``info["stopped"]``.
+    so (``stopped``).
     """
     t0 = time.perf_counter()
     plan = _Plan(g)
@@ -329,17 +358,9 @@ def capuchin_plan(
             swaps += 1
         else:
             recomputes += 1
-    info = {
-        "evictions": len(plan.decisions),
-        "swap_evictions": swaps,
-        "recompute_evictions": recomputes,
-        "reverted": reverted,
-        "rounds": rounds,
-        "candidates": len(cands),
-    }
-    if stopped:
-        info["stopped"] = stopped
-    return plan, steps, info
+    return CapuchinResult(
+        tuple(steps), len(plan.decisions), swaps, recomputes, reverted, rounds, len(cands), stopped or None
+    )
 
 
 # The published policy (:mod:`.capuchin_paper`) replays its plans with the same machinery.

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 
 from ...graph.core import FORWARD, CostedGraph
-from ...schedule.core import Step
+from ...schedule.core import Op, Step
 from ...units import fmt_bytes
 
 
@@ -97,13 +97,13 @@ def segment_steps(g: CostedGraph, checkpoints) -> list[Step]:
             else:
                 stack.pop()
                 if v not in resident:
-                    steps.append(Step("compute", v, stage))
+                    steps.append(Step(Op.COMPUTE, v, stage))
                     resident.add(v)
 
     for k in range(n):
         for p in g.preds[k]:
             ensure(p, k)
-        steps.append(Step("compute", k, k))
+        steps.append(Step(Op.COMPUTE, k, k))
         resident.add(k)
         fwd_phase = g.nodes[k].kind == FORWARD
         need = needed_after(k, fwd_phase)
@@ -114,7 +114,7 @@ def segment_steps(g: CostedGraph, checkpoints) -> list[Step]:
                 drop = not need(i)
             if drop:
                 resident.discard(i)
-                steps.append(Step("free", i, k))
+                steps.append(Step(Op.FREE, i, k))
     return steps
 
 

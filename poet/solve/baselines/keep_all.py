@@ -11,7 +11,7 @@ from __future__ import annotations
 from types import MappingProxyType
 
 from ...graph.core import CostedGraph
-from ...schedule.core import INFEASIBLE, Budget, Schedule, Step
+from ...schedule.core import INFEASIBLE, Budget, Op, Schedule, Step
 from ...schedule.report import MinBudgets, SolveReport
 from ...schedule.validate import simulate
 from ...units import fmt_bytes, fmt_seconds
@@ -22,10 +22,10 @@ def keep_all_steps(g: CostedGraph) -> list[Step]:
     last_use = [max(r, i) for i, r in enumerate(g.last_reader)]  # an unread output: freed at once
     steps: list[Step] = []
     for k in range(len(g.nodes)):
-        steps.append(Step("compute", k, k))
+        steps.append(Step(Op.COMPUTE, k, k))
         for i in (*g.preds[k], k):
             if last_use[i] == k:
-                steps.append(Step("free", i, k))
+                steps.append(Step(Op.FREE, i, k))
     return steps
 
 

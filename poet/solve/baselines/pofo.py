@@ -32,7 +32,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ...graph.core import CostedGraph
-from ...schedule.core import PAGING_HIDDEN, Step
+from ...schedule.core import PAGING_HIDDEN, Op, Step
 from .chain import Chain, read_chain
 
 INF = math.inf
@@ -76,10 +76,10 @@ class _Tables:
         self.x = [up(g.nodes[v].ram_bytes) for v in chain.fwd] + [0]  # x[-1] == 0: the data
         self.d = [up(g.nodes[v].ram_bytes) for v in chain.bwd] + [0]  # d[L]: no gradient enters b_{L-1}
         w = weights
-        self.cf = [w(v, "compute") for v in chain.fwd]
-        self.cb = [w(v, "compute") for v in chain.bwd]
-        self.po = [w(v, "page_out") for v in chain.fwd]
-        self.pi = [w(v, "page_in") for v in chain.fwd]
+        self.cf = [w(v, Op.COMPUTE) for v in chain.fwd]
+        self.cb = [w(v, Op.COMPUTE) for v in chain.bwd]
+        self.po = [w(v, Op.PAGE_OUT) for v in chain.fwd]
+        self.pi = [w(v, Op.PAGE_IN) for v in chain.fwd]
         self.rin, self.rout = chain.reads_input, chain.reads_output
         self.m = np.arange(self.S + 1)
         self.memo: dict = {}
@@ -244,65 +244,65 @@ class _Tables:
         is ``first_input``, a tensor of the segment's own)."""
         fwd = self.c.fwd
         for k in range(a, b + 1):
-            out.append(("compute", fwd[k]))
+            out.append((Op.COMPUTE, fwd[k]))
             if k > a or first_input == k - 1:
-                out.append(("free", fwd[k - 1]))
+                out.append((Op.FREE, fwd[k - 1]))
 
     def _top(self, i: int, m: int, out):
         c = self.c
         if i == c.layers:  # after the last forward: its output stays only if b_{L-1} reads it
             if not self.rout[i - 1]:
-                out.append(("free", c.fwd[i - 1]))
+                out.append((Op.FREE, c.fwd[i - 1]))
             return
         fwd, bwd = c.fwd, c.bwd
         how = None
         name = self._choice(self.top_options(i, np.array([m])), float(self.top[i][m]))
         if name[0] == "all":
             how = name[1]
-            out.append(("compute", fwd[i]))
+            out.append((Op.COMPUTE, fwd[i]))
             if how == "offload":
-                out += [("page_out", fwd[i - 1]), ("free", fwd[i - 1])]
+                out += [(Op.PAGE_OUT, fwd[i - 1]), (Op.FREE, fwd[i - 1])]
             elif how == "free" and i > 0:
-                out.append(("free", fwd[i - 1]))
+                out.append((Op.FREE, fwd[i - 1]))
             after_f = m - self.x[i] + (self.x[i - 1] if how != "keep" and i > 0 else 0)
             self._top(i + 1, after_f, out)
             if how == "offload" and self.rin[i]:
-                out.append(("page_in", fwd[i - 1]))
-            out.append(("compute", bwd[i]))
+                out.append((Op.PAGE_IN, fwd[i - 1]))
+            out.append((Op.COMPUTE, bwd[i]))
             self._after_backward(i, out)
             if how == "offload" and not self.rin[i]:
-                out.append(("page_in", fwd[i - 1]))
+                out.append((Op.PAGE_IN, fwd[i - 1]))
         else:
             _, j, how = name
             off = self.x[i - 1] if how == "offload" else 0
-            out.append(("compute", fwd[i]))
+            out.append((Op.COMPUTE, fwd[i]))
             if off:
-                out += [("page_out", fwd[i - 1]), ("free", fwd[i - 1])]
+                out += [(Op.PAGE_OUT, fwd[i - 1]), (Op.FREE, fwd[i - 1])]
             for k in range(i + 1, j + 1):
-                out += [("compute", fwd[k]), ("free", fwd[k - 1])]
+                out += [(Op.COMPUTE, fwd[k]), (Op.FREE, fwd[k - 1])]
             after_f = m + off - self.x[j]
             self._top(j + 1, after_f, out)
             before = after_f + (0 if self.rout[j] else self.x[j]) - self.d[j + 1]
             (self._rot_stored if off else self._rot)(i, j, 1 if self.rout[j] else 0, before, out)
         if i > 0 and not self.rout[i - 1] and name[0] == "all" and how != "free":  # no backward left reads x_{i-1}
-            out.append(("free", fwd[i - 1]))
+            out.append((Op.FREE, fwd[i - 1]))
 
     def _after_backward(self, i: int, out):
         """After b_i: its incoming gradient and x_i are dead."""
         if i + 1 < self.c.layers:
-            out.append(("free", self.c.bwd[i + 1]))
+            out.append((Op.FREE, self.c.bwd[i + 1]))
         if self.rout[i]:
-            out.append(("free", self.c.fwd[i]))
+            out.append((Op.FREE, self.c.fwd[i]))
 
     def _rot_stored(self, s: int, t: int, kt: int, m: int, out):
         c = self.c
         m = min(m, self.S)
         name = self._choice(self.stored_options(s, t, kt, np.array([m])), float(self.rot_stored[s, t, kt][m]))
         if name == "page_in":
-            out.append(("page_in", c.fwd[s - 1]))
+            out.append((Op.PAGE_IN, c.fwd[s - 1]))
             return self._rot(s, t, kt, m - self.x[s - 1], out)
         if name == "drop":
-            out.append(("free", c.fwd[t]))
+            out.append((Op.FREE, c.fwd[t]))
             return self._rot_stored(s, t, 0, m + self.x[t], out)
         k = name[1]
         self._tail(k, t, out)
@@ -312,7 +312,7 @@ class _Tables:
 
     def _tail(self, k: int, t: int, out):
         for j in range(t, k - 1, -1):
-            out.append(("compute", self.c.bwd[j]))
+            out.append((Op.COMPUTE, self.c.bwd[j]))
             self._after_backward(j, out)
 
     def _rot(self, s: int, t: int, kt: int, m: int, out):
@@ -320,15 +320,15 @@ class _Tables:
         m = min(m, self.S)
         name = self._choice(self.rot_options(s, t, kt, np.array([m])), float(self.rot[s, t, kt][m]))
         if name == "drop":
-            out.append(("free", c.fwd[t]))
+            out.append((Op.FREE, c.fwd[t]))
             return self._rot(s, t, 0, m + self.x[t], out)
         if name == "single":
             if self.rout[s] and not kt:
-                out.append(("compute", c.fwd[s]))
-            out.append(("compute", c.bwd[s]))
+                out.append((Op.COMPUTE, c.fwd[s]))
+            out.append((Op.COMPUTE, c.bwd[s]))
             self._after_backward(s, out)
             if s > 0 and not self.rout[s - 1]:
-                out.append(("free", c.fwd[s - 1]))
+                out.append((Op.FREE, c.fwd[s - 1]))
             return
         k = name[1]
         if name[0] == "tail":
@@ -336,8 +336,8 @@ class _Tables:
             return self._rot(s, k - 1, 0, m + self.d[t + 1] + kt * self.x[t] - self.d[k], out)
         keep = 1 if self.rout[k - 1] else 0
         if name[0] == "split-free":
-            out.append(("compute", c.fwd[s]))
-            out.append(("free", c.fwd[s - 1]))
+            out.append((Op.COMPUTE, c.fwd[s]))
+            out.append((Op.FREE, c.fwd[s - 1]))
             self._fwd(s + 1, k - 1, out, first_input=s)
             self._rot(k, t, kt, m - self.x[k - 1] + self.x[s - 1], out)
             return self._tail(s, k - 1, out)
@@ -351,11 +351,11 @@ def op_weights(g: CostedGraph, objective: str, paging_time: str):
     """weight(node, op) of one instruction: its time in the paging model, or its energy."""
     nodes = g.nodes
     if objective == "energy":
-        fields = {"compute": "compute_energy_j", "page_in": "pagein_energy_j", "page_out": "pageout_energy_j"}
+        fields = {Op.COMPUTE: "compute_energy_j", Op.PAGE_IN: "pagein_energy_j", Op.PAGE_OUT: "pageout_energy_j"}
         return lambda v, op: getattr(nodes[v], fields[op])
-    fields = {"compute": "compute_time_s", "page_in": "pagein_time_s", "page_out": "pageout_time_s"}
+    fields = {Op.COMPUTE: "compute_time_s", Op.PAGE_IN: "pagein_time_s", Op.PAGE_OUT: "pageout_time_s"}
     hidden = paging_time == PAGING_HIDDEN
-    return lambda v, op: 0.0 if hidden and op != "compute" else getattr(nodes[v], fields[op])
+    return lambda v, op: 0.0 if hidden and op != Op.COMPUTE else getattr(nodes[v], fields[op])
 
 
 def staged(ops: list[tuple[str, int]]) -> tuple[Step, ...]:
@@ -365,7 +365,7 @@ def staged(ops: list[tuple[str, int]]) -> tuple[Step, ...]:
     stage = 0
     steps = []
     for op, v in ops:
-        if op == "compute" and v not in seen:
+        if op == Op.COMPUTE and v not in seen:
             seen.add(v)
             stage = v
         steps.append(Step(op, v, stage))
@@ -399,8 +399,8 @@ def pofo_plan(
     chain = read_chain(g)
     main = op_weights(g, objective, paging_time)
     other = op_weights(g, "energy" if objective == "time" else "time", paging_time)
-    total_main = sum(main(v, "compute") for v in range(len(g.nodes))) or 1.0
-    total_other = sum(other(v, "compute") for v in range(len(g.nodes))) or 1.0
+    total_main = sum(main(v, Op.COMPUTE) for v in range(len(g.nodes))) or 1.0
+    total_other = sum(other(v, Op.COMPUTE) for v in range(len(g.nodes))) or 1.0
     eps = 1e-9 * total_main / total_other  # a tie-break far below any difference that matters
 
     def weights(v, op):

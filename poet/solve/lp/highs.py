@@ -6,10 +6,12 @@ would register in :data:`BACKENDS` with the same signature as :func:`solve_highs
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import sys
 import time
+from dataclasses import dataclass
 
 import highspy
 import numpy as np
@@ -20,16 +22,17 @@ from .problem import MilpProblem, MilpResult
 _BANNER_SILENCED = False
 
 
-_SCHEDULER_THREADS: list = [None]  # the thread count HiGHS's process-wide scheduler was started with
+_SCHEDULER_THREADS: int | None = None  # the thread count HiGHS's process-wide scheduler was started with
 
 
 def _use_threads(h, threads: int | None) -> None:
     """HiGHS starts one scheduler per process and refuses a later solve that asks for a
     different thread count (it returns without solving); restart the scheduler instead."""
+    global _SCHEDULER_THREADS
     want = int(threads) if threads is not None else 0  # 0: HiGHS picks (all cores)
-    if _SCHEDULER_THREADS[0] is not None and _SCHEDULER_THREADS[0] != want:
+    if _SCHEDULER_THREADS is not None and _SCHEDULER_THREADS != want:
         type(h).resetGlobalScheduler(True)
-    _SCHEDULER_THREADS[0] = want
+    _SCHEDULER_THREADS = want
     if threads is not None:
         h.setOptionValue("threads", want)
 
@@ -77,23 +80,202 @@ def solve_highs(
     stop:     polled ten times a second; once true, HiGHS is asked to stop, which it does at its
               next callback (not during presolve: on the resnet18_cifar/m4 MILP, asked at 3 s it
               stopped at 6 s, asked at 12 s at 30 s) and the result is as at a time limit.
+
+    Two HiGHS 1.16 failures are solved again, in the time left, and the result says so in its
+    ``extra`` (``restarted_without_start``, ``resolved_without_presolve``): see :meth:`HighsRun.retry`.
     """
-    h = new_highs()
-    h.setOptionValue("output_flag", bool(verbose))
-    h.setOptionValue("mip_rel_gap", float(gap))
+    request = HighsRequest(time_limit, threads, gap, start, progress, verbose, dict(options or {}), stop)
+    seconds, marks = 0.0, {}
+    while True:
+        run = HighsRun(p, request)
+        seconds += run.seconds
+        again = run.retry()
+        if again is None:
+            result = run.result()
+            result.seconds = seconds
+            result.extra.update(marks)
+            return result
+        why, request = again
+        marks[why] = True
+
+
+@dataclass(frozen=True)
+class HighsRequest:
+    """What one solve asks of HiGHS (a retry changes some of it)."""
+
+    time_limit: float | None
+    threads: int | None
+    gap: float
+    start: np.ndarray | None
+    progress: object
+    verbose: bool
+    options: dict
+    stop: object
+
+
+class ProgressReport:
+    """HiGHS's branch-and-bound callback: the caller's progress, at most once a second."""
+
+    def __init__(self, progress, t0: float):
+        self.progress, self.t0, self.last = progress, t0, 0.0
+
+    def __call__(self, e) -> None:
+        now = time.perf_counter() - self.t0
+        if now - self.last < 1.0:
+            return
+        self.last = now
+        d = e.data_out
+        obj = d.mip_primal_bound if np.isfinite(d.mip_primal_bound) else None
+        bnd = d.mip_dual_bound if np.isfinite(d.mip_dual_bound) else None
+        try:
+            self.progress(
+                {
+                    "elapsed_s": now,
+                    "objective": obj,
+                    "bound": bnd,
+                    "gap": d.mip_gap if obj is not None else None,
+                    "nodes": int(d.mip_node_count),
+                }
+            )
+        except Exception:  # a failing progress printer must not kill the solve
+            pass
+
+
+class Incumbents:
+    """HiGHS's improving-solution callback, keeping every improving solution (``found``): with a user
+    start, HiGHS 1.16 can report an improved objective while getSolution() still returns the start."""
+
+    def __init__(self, num_cols: int):
+        self.num_cols = num_cols
+        self.found: list[np.ndarray] = []
+
+    def __call__(self, e) -> None:
+        sol = e.data_out.mip_solution
+        if sol is not None and len(sol) == self.num_cols:
+            self.found.append(np.array(sol, dtype=np.float64))
+
+
+class HighsRun:
+    """One run of HiGHS on a problem: set up, solved (:meth:`solve`), then read: either a result
+    (:meth:`result`) or a reason to solve again (:meth:`retry`)."""
+
+    def __init__(self, p: MilpProblem, request: HighsRequest):
+        self.p, self.request = p, request
+        self.h = h = new_highs()
+        configure(h, request)
+        h.passModel(highs_lp(p))
+        if request.start is not None:
+            sol = highspy.HighsSolution()
+            sol.col_value = list(np.asarray(request.start, dtype=np.float64))
+            sol.value_valid = True
+            h.setSolution(sol)
+        self.t0 = time.perf_counter()
+        if request.progress is not None:
+            h.cbMipInterrupt.subscribe(ProgressReport(request.progress, self.t0))
+        self.incumbents = Incumbents(p.num_cols)
+        h.cbMipImprovingSolution.subscribe(self.incumbents)
+        run_status = self.solve()
+        self.seconds = time.perf_counter() - self.t0
+        if run_status == highspy.HighsStatus.kError and h.getModelStatus() == highspy.HighsModelStatus.kNotset:
+            raise SolveError("HiGHS refused to start the solve (run with verbose=True / --verbose for its log)")
+        self.status = h.getModelStatus()
+        self.info = h.getInfo()
+        self.x, self.objective, self.start_lost = self.solution()
+
+    def solve(self):
+        """HiGHS's run; with a stop to poll, in highspy's own thread, polled ten times a second."""
+        h, stop = self.h, self.request.stop
+        if stop is None:
+            return h.run()
+        h.HandleUserInterrupt = True
+        h.startSolve()
+        asked = False
+        try:
+            while True:
+                done, run_status = h.wait(0.1)
+                if done:
+                    return run_status
+                if not asked and stop():
+                    h.cancelSolve()
+                    asked = True
+        except BaseException:  # a second Ctrl-C: let HiGHS's thread end too
+            h.cancelSolve()
+            raise
+
+    def solution(self) -> tuple[np.ndarray | None, float | None, bool]:
+        """The best solution and its objective, checked against what HiGHS priced it at, and whether the
+        incumbent HiGHS reports was lost (seen when presolve alone solves a warm-started model)."""
+        info, start = self.info, self.request.start
+        if info.primal_solution_status != 2:  # kSolutionStatusFeasible
+            return None, None, False
+        x, obj = np.asarray(self.h.getSolution().col_value), info.objective_function_value
+        c = np.asarray(self.p.c, dtype=np.float64)
+        tol = 1e-9 * max(1.0, abs(obj))
+        cands = [v for v in [x, *self.incumbents.found] if float(c @ v) <= obj + tol]
+        if cands:
+            return cands[0], obj, False
+        S = highspy.HighsModelStatus
+        if start is not None and self.status in (S.kTimeLimit, S.kInterrupt):
+            # HiGHS 1.16 prices a start in its presolved space (resnet18_cifar/m4: 1.02325 of
+            # plain for a start worth 1.02665) and, stopped by the time limit, hands back the
+            # start: that is the incumbent.  A solve again without it would overrun the limit.
+            x = np.asarray(start, dtype=np.float64)
+            return x, float(c @ x), False
+        return x, obj, start is not None
+
+    def retry(self) -> tuple[str, HighsRequest] | None:
+        """Why and how to solve again, in the time left: the incumbent HiGHS reports was not handed back
+        (solve again without the start), or HiGHS 1.16's presolve reduced a small MILP to nothing and
+        postsolved that to a point violating a row, then stopped with "Solve error" (seen on a 6-node
+        chain; solve again without presolve)."""
+        request = self.request
+        limit = request.time_limit
+        rest = None if limit is None else max(0.1, limit - (time.perf_counter() - self.t0))
+        if self.start_lost:
+            return "restarted_without_start", dataclasses.replace(request, time_limit=rest, start=None)
+        if self.status == highspy.HighsModelStatus.kSolveError and request.options.get("presolve") != "off":
+            options = {**request.options, "presolve": "off"}
+            return "resolved_without_presolve", dataclasses.replace(request, time_limit=rest, options=options)
+        return None
+
+    def result(self) -> MilpResult:
+        """The status, solution, bound and gap; ``optimal`` only when the gap asked for is proven."""
+        info, x, obj, gap = self.info, self.x, self.objective, self.request.gap
+        bound = info.mip_dual_bound
+        mgap = info.mip_gap if x is not None else None
+        if x is not None and obj != info.objective_function_value:  # the start, priced here
+            mgap = abs(obj - bound) / abs(obj) if obj and math.isfinite(bound) else math.inf
+        detail = self.h.modelStatusToString(self.status)
+        extra = {"nodes": int(info.mip_node_count)}
+        if self.status == highspy.HighsModelStatus.kInfeasible:
+            return MilpResult("infeasible", None, None, None, None, self.seconds, detail, extra)
+        if x is not None:
+            # optimal or stopped (time limit, ...): optimal within mip_rel_gap only if that gap is proven
+            status = "optimal" if (mgap is not None and mgap <= gap + 1e-12) else "feasible"
+            return MilpResult(status, x, obj, bound, mgap, self.seconds, detail, extra)
+        return MilpResult("no_solution", None, None, bound, None, self.seconds, detail, extra)
+
+
+def configure(h, request: HighsRequest) -> None:
+    """HiGHS's options for a request."""
+    h.setOptionValue("output_flag", bool(request.verbose))
+    h.setOptionValue("mip_rel_gap", float(request.gap))
     # Tight tolerances: the schedule is re-checked in exact arithmetic afterwards.
     h.setOptionValue("primal_feasibility_tolerance", 1e-9)
     h.setOptionValue("mip_feasibility_tolerance", 1e-9)
-    if time_limit is not None:
-        h.setOptionValue("time_limit", float(time_limit))
-    _use_threads(h, threads)
+    if request.time_limit is not None:
+        h.setOptionValue("time_limit", float(request.time_limit))
+    _use_threads(h, request.threads)
     h.setOptionValue("random_seed", 0)
     # HiGHS 1.16 can loop forever in the restart that follows root-node presolve reductions,
     # ignoring time_limit (seen on the 20-node linear net on m4); without restarts it honours it.
     h.setOptionValue("mip_allow_restart", False)
-    for k, v in (options or {}).items():
+    for k, v in request.options.items():
         h.setOptionValue(k, v)
 
+
+def highs_lp(p: MilpProblem):
+    """The problem as HiGHS's model (row-wise matrix, integrality per column)."""
     lp = highspy.HighsLp()
     lp.num_col_ = p.num_cols
     lp.num_row_ = p.num_rows
@@ -107,137 +289,7 @@ def solve_highs(
     lp.a_matrix_.index_ = np.asarray(p.index, dtype=np.int32)
     lp.a_matrix_.value_ = np.asarray(p.value, dtype=np.float64)
     lp.integrality_ = [highspy.HighsVarType.kInteger if b else highspy.HighsVarType.kContinuous for b in p.integer]
-    h.passModel(lp)
-    if start is not None:
-        sol = highspy.HighsSolution()
-        sol.col_value = list(np.asarray(start, dtype=np.float64))
-        sol.value_valid = True
-        h.setSolution(sol)
-
-    t0 = time.perf_counter()
-    if progress is not None:
-        last = [0.0]
-
-        def on_interrupt(e):
-            # Called by HiGHS from inside branch-and-bound; report at most once a second.
-            now = time.perf_counter() - t0
-            if now - last[0] < 1.0:
-                return
-            last[0] = now
-            d = e.data_out
-            obj = d.mip_primal_bound if np.isfinite(d.mip_primal_bound) else None
-            bnd = d.mip_dual_bound if np.isfinite(d.mip_dual_bound) else None
-            try:
-                progress(
-                    {
-                        "elapsed_s": now,
-                        "objective": obj,
-                        "bound": bnd,
-                        "gap": d.mip_gap if obj is not None else None,
-                        "nodes": int(d.mip_node_count),
-                    }
-                )
-            except Exception:  # a failing progress printer must not kill the solve
-                pass
-
-        h.cbMipInterrupt.subscribe(on_interrupt)
-    # Keep every improving incumbent: with a user start, HiGHS 1.16 can report an improved
-    # objective while getSolution() still returns the start vector.
-    incumbents: list = []
-
-    def on_improving(e):
-        sol = e.data_out.mip_solution
-        if sol is not None and len(sol) == p.num_cols:
-            incumbents.append(np.array(sol, dtype=np.float64))
-
-    h.cbMipImprovingSolution.subscribe(on_improving)
-    if stop is None:
-        run_status = h.run()
-    else:
-        # solved in a thread of highspy's, so that this one can poll and ask it to stop
-        h.HandleUserInterrupt = True
-        h.startSolve()
-        asked = False
-        try:
-            while True:
-                done, run_status = h.wait(0.1)
-                if done:
-                    break
-                if not asked and stop():
-                    h.cancelSolve()
-                    asked = True
-        except BaseException:  # a second Ctrl-C: let HiGHS's thread end too
-            h.cancelSolve()
-            raise
-    seconds = time.perf_counter() - t0
-    if run_status == highspy.HighsStatus.kError and h.getModelStatus() == highspy.HighsModelStatus.kNotset:
-        raise SolveError("HiGHS refused to start the solve (run with verbose=True / --verbose for its log)")
-
-    def again(why: str, **changed) -> MilpResult:
-        """The same solve once more, with ``changed`` arguments, in the time left; marked ``why``."""
-        rest = None if time_limit is None else max(0.1, time_limit - (time.perf_counter() - t0))
-        r2 = solve_highs(
-            p,
-            **{
-                "time_limit": rest,
-                "threads": threads,
-                "gap": gap,
-                "start": start,
-                "progress": progress,
-                "verbose": verbose,
-                "options": options,
-                "stop": stop,
-                **changed,
-            },
-        )
-        r2.seconds += seconds
-        r2.extra[why] = True
-        return r2
-
-    ms = h.getModelStatus()
-    info = h.getInfo()
-    S = highspy.HighsModelStatus
-    has_sol = info.primal_solution_status == 2  # kSolutionStatusFeasible
-    x = np.asarray(h.getSolution().col_value) if has_sol else None
-    obj = info.objective_function_value if has_sol else None
-    if x is not None:
-        c = np.asarray(p.c, dtype=np.float64)
-        tol = 1e-9 * max(1.0, abs(obj))
-        cands = [v for v in [x] + incumbents if float(c @ v) <= obj + tol]
-        if cands:
-            x = cands[0]
-        elif start is not None and ms in (S.kTimeLimit, S.kInterrupt):
-            # HiGHS 1.16 prices a start in its presolved space (resnet18_cifar/m4: 1.02325 of
-            # plain for a start worth 1.02665) and, stopped by the time limit, hands back the
-            # start: that is the incumbent.  A solve again without it would overrun the limit.
-            x = np.asarray(start, dtype=np.float64)
-            obj = float(c @ x)
-        elif start is not None:
-            # The incumbent HiGHS reports was not handed back (seen when presolve alone solves
-            # a warm-started model): solve again without the start.
-            return again("restarted_without_start", start=None)
-    if ms == S.kSolveError and (options or {}).get("presolve") != "off":
-        # HiGHS 1.16's presolve can reduce a small MILP to nothing and postsolve that to a point
-        # violating a row, then stop with "Solve error" (seen on a 6-node chain): solve again
-        # without presolve
-        return again("resolved_without_presolve", options={**(options or {}), "presolve": "off"})
-    bound = info.mip_dual_bound
-    mgap = info.mip_gap if has_sol else None
-    if has_sol and obj != info.objective_function_value:  # the start, priced here
-        mgap = abs(obj - bound) / abs(obj) if obj and math.isfinite(bound) else math.inf
-    detail = h.modelStatusToString(ms)
-    extra = {"nodes": int(info.mip_node_count)}
-    if ms == S.kInfeasible:
-        return MilpResult("infeasible", None, None, None, None, seconds, detail, extra)
-    if ms == S.kOptimal and has_sol:
-        # HiGHS says optimal only within mip_rel_gap; report it as proven if the gap holds.
-        status = "optimal" if (mgap is not None and mgap <= gap + 1e-12) else "feasible"
-        return MilpResult(status, x, obj, bound, mgap, seconds, detail, extra)
-    if has_sol:
-        # stopped (time limit, ...) with the gap already proven: that is optimal within the gap
-        status = "optimal" if (mgap is not None and mgap <= gap + 1e-12) else "feasible"
-        return MilpResult(status, x, obj, bound, mgap, seconds, detail, extra)
-    return MilpResult("no_solution", None, None, bound, None, seconds, detail, extra)
+    return lp
 
 
 BACKENDS = {"highs": solve_highs}

@@ -20,7 +20,7 @@ from collections import Counter
 from ...graph.core import CostedGraph
 from ...schedule.core import PAGING_HIDDEN, Budget
 from ..stage.emit import freed_after
-from ..stage.plan import Plan, ram_cap
+from ..stage.plan import GuideKind, Plan, ram_cap
 
 
 class GreedyFailed(Exception):
@@ -99,271 +99,354 @@ def greedy_run(
     """One walk of rule ``prefer`` (see :func:`poet.solve.search.greedy.greedy_plan` for the arguments);
     ``stop_at``: the time on ``clock`` at which it gives up.  Raises :class:`GreedyFailed` when it finds no
     plan, :class:`GreedyOverrun` once the plan is bound to take more than ``give_up_above`` seconds."""
-    guide = guide or {}
-    n = len(g.nodes)
-    nd = g.nodes
-    preds, succs = g.preds, g.succs
-    mem = g.ram
-    md = g.last_useful_stage
-    cap = ram_cap(budget.ram_bytes) if cap_bytes is None else cap_bytes
-    fixed = g.fixed_ram_bytes
-    count_paging = budget.paging_time != PAGING_HIDDEN
-    deadline = budget.runtime_s if budget.runtime_s is not None else math.inf
-    # runtime committed so far: every node once, plus extra work decided on the way
-    rt = g.plain_runtime_s
-    # page-out time of copies not yet paged in: drop_unread_pageouts may remove those, so only
-    # rt - unread is sure to be spent (it never decreases)
-    unread, unread_t = set(), 0.0
-    give_up = math.inf if give_up_above is None else give_up_above
-    plan = Plan.empty(n)
-    stored: set[int] = set()
-    dropped: set[int] = set()  # evicted for recomputation
-    resident: set[int] = set()  # in RAM after the previous stage
-    restored: set[int] = set()  # recomputed or paged in at least once (for guide_once)
+    walk = Walk(
+        g,
+        budget,
+        remat=remat,
+        paging=paging,
+        prefer=prefer,
+        cap_bytes=cap_bytes,
+        guide=guide or {},
+        guide_once=guide_once,
+        stop_at=stop_at,
+        give_up_above=give_up_above,
+        stop=stop,
+        clock=clock,
+    )
+    for t in range(walk.n):
+        if walk.out_of_time():
+            raise GreedyFailed
+        stage = Stage(walk, t)
+        stage.fit()
+        walk.commit(stage)
+    walk.plan.keep[walk.n] = set()
+    tidy(g, walk.plan, walk.md)
+    return walk.plan
 
-    def rank(x: int) -> int:
+
+# How an eviction candidate is held at the stage's peak: carried into the stage from the one before
+# (it leaves RAM at the stage's start), or computed or paged in by the stage and read by none of its
+# nodes after the peak (it is not carried on into the next stage)
+CARRIED = "carried"
+NOT_CARRIED_ON = "not carried on"
+
+
+class Walk:
+    """What one run knows across its stages: the plan so far, what is on storage, what was dropped
+    for recomputation, what stays in RAM into the next stage, and the runtime committed.  Its methods
+    are the rule's decisions (which tensor ranks first, page or recompute) and the commit of a stage."""
+
+    def __init__(
+        self,
+        g: CostedGraph,
+        budget: Budget,
+        *,
+        remat: bool,
+        paging: bool,
+        prefer: str,
+        cap_bytes: int | None,
+        guide: dict[int, str],
+        guide_once: bool,
+        stop_at: float | None,
+        give_up_above: float | None,
+        stop,
+        clock,
+    ):
+        self.g, self.n = g, len(g.nodes)
+        self.nd, self.preds, self.succs, self.mem, self.md = g.nodes, g.preds, g.succs, g.ram, g.last_useful_stage
+        self.remat, self.paging, self.prefer = remat, paging, prefer
+        self.guide, self.guide_once = guide, guide_once
+        self.cap = ram_cap(budget.ram_bytes) if cap_bytes is None else cap_bytes
+        self.fixed = g.fixed_ram_bytes
+        self.count_paging = budget.paging_time != PAGING_HIDDEN
+        self.deadline = budget.runtime_s if budget.runtime_s is not None else math.inf
+        self.give_up = math.inf if give_up_above is None else give_up_above
+        self.stop_at, self.stop, self.clock = stop_at, stop, clock
+        # runtime committed so far: every node once, plus extra work decided on the way
+        self.rt = g.plain_runtime_s
+        # page-out time of copies not yet paged in: drop_unread_pageouts may remove those, so only
+        # rt - unread_t is sure to be spent (it never decreases)
+        self.unread: set[int] = set()
+        self.unread_t = 0.0
+        self.plan = Plan.empty(self.n)
+        self.stored: set[int] = set()
+        self.dropped: set[int] = set()  # evicted for recomputation
+        self.resident: set[int] = set()  # in RAM after the previous stage
+        self.restored: set[int] = set()  # recomputed or paged in at least once (for guide_once)
+
+    def out_of_time(self) -> bool:
+        return (self.stop_at is not None and self.clock() > self.stop_at) or (self.stop is not None and self.stop())
+
+    def rank(self, x: int) -> int:
         """Eviction priority from the guide: listed for eviction first, ``keep`` last."""
-        kind = guide.get(x)
-        if kind is None or (guide_once and kind != "keep" and x in restored):
+        kind = self.guide.get(x)
+        if kind is None or (self.guide_once and kind != GuideKind.KEEP and x in self.restored):
             return 1
-        return 0 if kind == "keep" else 2
+        return 0 if kind == GuideKind.KEEP else 2
 
-    def next_use(x: int, after: int) -> int:
-        for s in succs[x]:
+    def next_use(self, x: int, after: int) -> int:
+        for s in self.succs[x]:
             if s > after:
                 return s
-        return n + 1
+        return self.n + 1
 
-    def page_cost(x):
-        e = nd[x].pagein_energy_j + (0.0 if x in stored else nd[x].pageout_energy_j)
-        tt = nd[x].pagein_time_s + (0.0 if x in stored else nd[x].pageout_time_s)
-        return e, (tt if count_paging else 0.0)
+    def page_cost(self, x: int) -> tuple[float, float]:
+        nd, stored = self.nd[x], x in self.stored
+        e = nd.pagein_energy_j + (0.0 if stored else nd.pageout_energy_j)
+        tt = nd.pagein_time_s + (0.0 if stored else nd.pageout_time_s)
+        return e, (tt if self.count_paging else 0.0)
 
-    def remat_cost(x: int, at: int, present: set[int]) -> tuple[float, float]:
-        return recompute_cost(g, x, at, present, stored if paging else (), count_paging)
+    def remat_cost(self, x: int, at: int, present: set[int]) -> tuple[float, float]:
+        return recompute_cost(self.g, x, at, present, self.stored if self.paging else (), self.count_paging)
 
-    def choose_page(x, closure=None) -> bool:
+    def choose_page(self, x: int, closure: tuple[float, float] | None) -> bool:
         """Evicting x (still needed later): page it (True) or drop it for recomputation (False)."""
-        if x in stored:
+        if x in self.stored:
             return True
-        if not paging:
-            if not remat:
+        if not self.paging:
+            if not self.remat:
                 raise GreedyFailed
             return False
-        if not remat:
+        if not self.remat:
             return True
-        if guide.get(x) in ("page", "remat"):
-            return guide[x] == "page"
-        pe, pt = page_cost(x)
-        re_, rtime = closure if closure is not None else (nd[x].compute_energy_j, nd[x].compute_time_s)
-        fits_p, fits_r = rt + pt <= deadline, rt + rtime <= deadline
-        if prefer == "page":
-            want = fits_p or not fits_r
-        elif prefer == "remat":
-            want = not fits_r and (fits_p or pt < rtime)
-        else:
-            if fits_p and fits_r:
-                want = pe <= re_
+        if self.guide.get(x) in (GuideKind.PAGE, GuideKind.REMAT):
+            return self.guide[x] == GuideKind.PAGE
+        pe, pt = self.page_cost(x)
+        re_, rtime = closure if closure is not None else (self.nd[x].compute_energy_j, self.nd[x].compute_time_s)
+        fits_p, fits_r = self.rt + pt <= self.deadline, self.rt + rtime <= self.deadline
+        if self.prefer == "page":
+            return fits_p or not fits_r
+        if self.prefer == "remat":
+            return not fits_r and (fits_p or pt < rtime)
+        if fits_p and fits_r:
+            return pe <= re_
+        return fits_p or (not fits_r and pt < rtime)
+
+    def evict(self, x: int, how: str, t: int, closure: tuple[float, float] | None) -> None:
+        """Take x out of RAM in stage t: paged out first (in the stage before, if it was carried into t)
+        when the rule says so and it is needed later and not on storage yet, else dropped."""
+        needed_later = self.md[x] >= t + (1 if how == NOT_CARRIED_ON else 0)
+        if needed_later and x not in self.stored and self.choose_page(x, closure):
+            if how == CARRIED:
+                if t == 0:
+                    raise GreedyFailed
+                self.plan.outs[t - 1].add(x)  # page out during the previous stage, where x was in RAM
             else:
-                want = fits_p or (not fits_r and pt < rtime)
-        return want
+                self.plan.outs[t].add(x)
+            self.stored.add(x)
+            if self.count_paging:
+                self.rt += self.nd[x].pageout_time_s
+                self.unread.add(x)
+                self.unread_t += self.nd[x].pageout_time_s
+        if x not in self.stored:
+            self.dropped.add(x)
 
-    def out_of_time() -> bool:
-        return (stop_at is not None and clock() > stop_at) or (stop is not None and stop())
+    def commit(self, stage: Stage) -> None:
+        """Write a stage that fits into the plan and count its extra runtime; give up once bound to overrun."""
+        t, nd = stage.t, self.nd
+        self.plan.keep[t] = set(stage.K)
+        self.plan.comp[t] = stage.comp
+        for i, k in stage.ins.items():
+            self.plan.ins[t].setdefault(k, []).append(i)
+            if self.count_paging:
+                self.rt += nd[i].pagein_time_s
+                if i in self.unread:
+                    self.unread.discard(i)
+                    self.unread_t -= nd[i].pageout_time_s
+        for k in stage.comp:
+            if k != t:
+                self.rt += nd[k].compute_time_s
+        if self.rt - self.unread_t > self.give_up:
+            raise GreedyOverrun
+        if self.guide_once:
+            self.restored.update(stage.ins)
+            self.restored.update(k for k in stage.comp if k != t)
+        self.resident = stage.keep_next
 
-    for t in range(n):
-        if out_of_time():
-            raise GreedyFailed
-        K = {i for i in resident if md[i] >= t}
-        drop_after: set[int] = set()
-        paged_now: set[int] = set()  # evicted at this boundary with a page-out in stage t-1
+
+class Stage:
+    """One stage being fitted: what it keeps from the last stage (``K``), computes (``C``, ``comp``) and
+    pages in (``ins``: tensor -> the first node reading it), what it carries on (``keep_next``), and its
+    RAM peak, charged exactly as the MILP charges it (the free rule of :mod:`poet.solve.stage.emit`)."""
+
+    def __init__(self, walk: Walk, t: int):
+        self.walk, self.t = walk, t
+        self.K = {i for i in walk.resident if walk.md[i] >= t}
+        self.drop_after: set[int] = set()  # read by the stage, then dropped instead of carried on
+
+    def fit(self) -> None:
+        """Evict one tensor at the peak at a time until the stage fits (raises GreedyFailed if it cannot)."""
+        walk, mem = self.walk, self.walk.mem
         replan = True  # False: the last eviction left the stage's plan as it was
-
-        def carried() -> set[int]:
-            """What stays in RAM into stage t+1 (built afresh: the next stage's candidate order follows it)."""
-            return {i for i in (K | C | set(ins)) if md[i] >= t + 1 and i not in drop_after}
-
-        for attempt in range(4 * n + 10):
-            # one stage of a dense graph can take thousands of evictions, each replanning a long recomputation
-            if attempt and out_of_time():
+        # one stage of a dense graph can take thousands of evictions, each replanning a long recomputation
+        for attempt in range(4 * walk.n + 10):
+            if attempt and walk.out_of_time():
                 raise GreedyFailed
             if replan:
-                # --- plan the stage: what to compute / page in
-                C: set[int] = {t}
-                ins: dict[int, int] = {}
-
-                # every missing input: paged in before its first reader k, or recomputed with its own
-                # missing inputs (the result does not depend on the order; no recursion: chains run deep)
-                todo = [(p, t) for p in preds[t]]
-                while todo:
-                    p, k = todo.pop()
-                    if p in K or p in C:
-                        continue
-                    if p in ins:
-                        ins[p] = min(ins[p], k)
-                        continue
-                    if p in stored and paging:
-                        ins[p] = k
-                        continue
-                    if not remat:
-                        raise GreedyFailed
-                    C.add(p)
-                    todo.extend((q, p) for q in preds[p])
-                comp = sorted(C)
-                keep_next = carried()
-                # --- RAM exactly as the MILP charges it (last: stage.emit.last_readers, built with readers)
-                last: dict[int, int] = {}
-                readers: dict[int, list[int]] = {}  # tensor -> the nodes of comp reading it, ascending
-                for k in comp:
-                    for p in preds[k]:
-                        last[p] = k
-                        readers.setdefault(p, []).append(k)
-                arr: dict[int, list[int]] = {}
-                for i, k in ins.items():
-                    arr.setdefault(k, []).append(i)
-
-                def replay(until: int = -1):
-                    """The stage's RAM peak and where it is; with ``until``, what is resident there."""
-                    cur = fixed + sum(mem[i] for i in K)
-                    res = set(K)
-                    peak, kstar = -1, -1
-                    for k in comp:
-                        for i in arr.get(k, ()):
-                            cur += mem[i]
-                            res.add(i)
-                        cur += mem[k]
-                        res.add(k)
-                        if k == until:
-                            return set(res)  # a copy, as candidates are taken in its order
-                        if cur > peak:
-                            peak, kstar = cur, k
-                        for i in freed_after(g, k, last, keep_next):  # the emitter's free rule
-                            if i in res:
-                                res.discard(i)
-                                cur -= mem[i]
-                    return peak, kstar
-
-                # (a stage that recomputes a long chain computes thousands of nodes: the resident set
-                # is rebuilt once, at the peak, not copied at every new high)
-                peak, kstar = replay()
-                if peak <= cap:
-                    break
-                snap = replay(kstar)
-            # --- evict one tensor charged at the peak
-            pinned = set(preds[kstar]) | {kstar}
-            best, best_key = None, None
-            present = K | C | set(ins)
-            closures: dict[int, tuple[float, float]] = {}
-            # the guide's rank comes first in every key: only the highest rank with a candidate can win
-            by_rank: dict[int, list[int]] = {}
-            for x in snap:
-                if x not in pinned and mem[x] > 0:
-                    by_rank.setdefault(rank(x), []).append(x)
-            cands = []
-            for r in sorted(by_rank, reverse=True):
-                for x in by_rank[r]:
-                    rd = readers.get(x, ())
-                    read_after = [k for k in rd if k > kstar]
-                    if x in K and not (rd and rd[0] <= kstar):
-                        cands.append((x, "K", read_after[0] if read_after else next_use(x, t)))
-                    elif x in keep_next and not read_after:
-                        cands.append((x, "drop_after", next_use(x, t)))
-                if cands:
-                    break
-            if prefer in ("closure", "cascade"):
-                # cheapest restoration per byte, weighed by the square of the time until the next
-                # use (a cost-aware Belady; the square measured best on the zoo and aten graphs).
-                # Ties go to the first candidate.  A closure costs at least x's own compute, so
-                # candidates are tried best-first by that optimistic key, and the search stops
-                # once no optimistic key can beat the best exact one.  A tensor that dropped
-                # tensors still awaiting recomputation read (a ResNet block's input, needed to
-                # recompute the block's output) costs one restoration more per such reader:
-                # evicting it turns their recomputations into cascades.
-                scored = []
-                waiting_on = (
-                    Counter(p for v in dropped if v not in present and md[v] >= t for p in preds[v])
-                    if prefer == "cascade"
-                    else Counter()
-                )
-                for pos, (x, kind, nu) in enumerate(cands):
-                    pe = page_cost(x)[0] if paging else math.inf
-                    scale = mem[x] * max(1, nu - t) ** 2 / (1 + waiting_on[x])
-                    optimistic = min(nd[x].compute_energy_j if remat else math.inf, pe)
-                    scored.append(((-optimistic / scale, nu, -pos), x, kind, nu, pe, scale))
-                scored.sort(reverse=True)
-                for opt_key, x, kind, nu, pe, scale in scored:
-                    if best_key is not None and opt_key <= best_key:
-                        break
-                    closures[x] = remat_cost(x, nu, present) if remat else (math.inf, math.inf)
-                    key = (-min(closures[x][0], pe) / scale, nu, opt_key[2])
-                    if best_key is None or key > best_key:
-                        best, best_key = (x, kind), key
-            else:
-                for x, kind, nu in cands:
-                    key = (nu, mem[x])
-                    if best_key is None or key > best_key:
-                        best, best_key = (x, kind), key
-            if best is None:
-                raise GreedyFailed
-            x, kind = best
-            needed_later = md[x] >= t + (1 if kind == "drop_after" else 0)
-            if needed_later and x not in stored:
-                if choose_page(x, closures.get(x)):
-                    pe, pt = page_cost(x)
-                    if kind == "K":
-                        # page out during the previous stage, where x was in RAM
-                        if t == 0:
-                            raise GreedyFailed
-                        plan.outs[t - 1].add(x)
-                        paged_now.add(x)
-                    else:
-                        plan.outs[t].add(x)
-                    stored.add(x)
-                    if count_paging:
-                        rt += nd[x].pageout_time_s
-                        unread.add(x)
-                        unread_t += nd[x].pageout_time_s
-            if x not in stored:
-                dropped.add(x)
-            if kind == "K":
-                K.discard(x)
-                # x read by no node of the stage: what the stage computes and pages in stays as it was,
-                # and x's bytes leave every position, so the peak stays where it was, that much lower
-                replan = x in readers
-                if not replan:
-                    keep_next.discard(x)
-                    peak -= mem[x]
-                    if peak <= cap:
-                        keep_next = carried()
-                        break
-                    snap = replay(kstar)
-            else:
-                drop_after.add(x)
+                self.plan()
+                self.peak, self.kstar = self.replay()
+                if self.peak <= walk.cap:
+                    return
+                self.snap = self.replay(self.kstar)
+            x, how, closure = self.pick()
+            walk.evict(x, how, self.t, closure)
+            if how == NOT_CARRIED_ON:
+                self.drop_after.add(x)
                 replan = True
-        else:
-            raise GreedyFailed
-        # --- commit the stage
-        plan.keep[t] = set(K)
-        plan.comp[t] = comp
+                continue
+            self.K.discard(x)
+            # x read by no node of the stage: what the stage computes and pages in stays as it was, and
+            # x's bytes leave every position, so the peak stays where it was, that much lower
+            replan = x in self.readers
+            if not replan:
+                self.keep_next.discard(x)
+                self.peak -= mem[x]
+                if self.peak <= walk.cap:
+                    self.keep_next = self.carried()
+                    return
+                self.snap = self.replay(self.kstar)
+        raise GreedyFailed
+
+    def carried(self) -> set[int]:
+        """What stays in RAM into stage t+1 (built afresh: the next stage's candidate order follows it)."""
+        md, t = self.walk.md, self.t
+        return {i for i in (self.K | self.C | set(self.ins)) if md[i] >= t + 1 and i not in self.drop_after}
+
+    def plan(self) -> None:
+        """What the stage computes and pages in: every missing input paged in before its first reader k
+        if stored, else recomputed with its own missing inputs (the result does not depend on the order;
+        no recursion: chains run deep); then who reads what, for the RAM replay."""
+        walk, t, K = self.walk, self.t, self.K
+        preds = walk.preds
+        self.C = C = {t}
+        self.ins = ins = {}
+        todo = [(p, t) for p in preds[t]]
+        while todo:
+            p, k = todo.pop()
+            if p in K or p in C:
+                continue
+            if p in ins:
+                ins[p] = min(ins[p], k)
+                continue
+            if p in walk.stored and walk.paging:
+                ins[p] = k
+                continue
+            if not walk.remat:
+                raise GreedyFailed
+            C.add(p)
+            todo.extend((q, p) for q in preds[p])
+        self.comp = sorted(C)
+        self.keep_next = self.carried()
+        # RAM exactly as the MILP charges it (last: stage.emit.last_readers, built with readers)
+        self.last: dict[int, int] = {}
+        self.readers: dict[int, list[int]] = {}  # tensor -> the nodes of comp reading it, ascending
+        for k in self.comp:
+            for p in preds[k]:
+                self.last[p] = k
+                self.readers.setdefault(p, []).append(k)
+        self.arrivals: dict[int, list[int]] = {}  # node -> the tensors paged in right before it
         for i, k in ins.items():
-            plan.ins[t].setdefault(k, []).append(i)
-            if count_paging:
-                rt += nd[i].pagein_time_s
-                if i in unread:
-                    unread.discard(i)
-                    unread_t -= nd[i].pageout_time_s
-        for k in comp:
-            if k != t:
-                rt += nd[k].compute_time_s
-        if rt - unread_t > give_up:
-            raise GreedyOverrun
-        if guide_once:
-            restored.update(ins)
-            restored.update(k for k in comp if k != t)
-        resident = keep_next
-    plan.keep[n] = set()
-    tidy(g, plan, md)
-    return plan
+            self.arrivals.setdefault(k, []).append(i)
+
+    def replay(self, until: int = -1):
+        """The stage's RAM peak and the node where it is, or with ``until``, what is resident when that
+        node has been computed (a stage that recomputes a long chain computes thousands of nodes: the
+        resident set is rebuilt once, at the peak, not copied at every new high)."""
+        g, mem, last, keep_next = self.walk.g, self.walk.mem, self.last, self.keep_next
+        cur = self.walk.fixed + sum(mem[i] for i in self.K)
+        res = set(self.K)
+        peak, kstar = -1, -1
+        for k in self.comp:
+            for i in self.arrivals.get(k, ()):
+                cur += mem[i]
+                res.add(i)
+            cur += mem[k]
+            res.add(k)
+            if k == until:
+                return set(res)  # a copy, as candidates are taken in its order
+            if cur > peak:
+                peak, kstar = cur, k
+            for i in freed_after(g, k, last, keep_next):  # the emitter's free rule
+                if i in res:
+                    res.discard(i)
+                    cur -= mem[i]
+        return peak, kstar
+
+    def candidates(self) -> list[tuple[int, str, int]]:
+        """The tensors charged at the peak that may go (x, how it is held, its next use), of the guide's
+        highest rank that has any: only that rank can win, as it comes first in every rule's key."""
+        walk, mem, kstar = self.walk, self.walk.mem, self.kstar
+        pinned = set(walk.preds[kstar]) | {kstar}
+        by_rank: dict[int, list[int]] = {}
+        for x in self.snap:
+            if x not in pinned and mem[x] > 0:
+                by_rank.setdefault(walk.rank(x), []).append(x)
+        cands: list[tuple[int, str, int]] = []
+        for r in sorted(by_rank, reverse=True):
+            for x in by_rank[r]:
+                rd = self.readers.get(x, ())
+                read_after = [k for k in rd if k > kstar]
+                if x in self.K and not (rd and rd[0] <= kstar):
+                    cands.append((x, CARRIED, read_after[0] if read_after else walk.next_use(x, self.t)))
+                elif x in self.keep_next and not read_after:
+                    cands.append((x, NOT_CARRIED_ON, walk.next_use(x, self.t)))
+            if cands:
+                break
+        return cands
+
+    def pick(self) -> tuple[int, str, tuple[float, float] | None]:
+        """The tensor the rule evicts, how it is held, and its recomputation closure's cost if priced."""
+        cands = self.candidates()
+        if self.walk.prefer in ("closure", "cascade"):
+            best = self.cheapest_per_byte(cands)
+        else:
+            best = furthest_next_use(cands, self.walk.mem)
+        if best is None:
+            raise GreedyFailed
+        return best
+
+    def cheapest_per_byte(self, cands: list[tuple[int, str, int]]) -> tuple[int, str, tuple[float, float]] | None:
+        """``closure`` and ``cascade``: the cheapest restoration per byte, weighed by the square of the
+        time until the next use (a cost-aware Belady; the square measured best on the zoo and aten
+        graphs).  Ties go to the first candidate.  A closure costs at least x's own compute, so
+        candidates are tried best-first by that optimistic key, and the search stops once no optimistic
+        key can beat the best exact one.  Under ``cascade``, a tensor that dropped tensors still awaiting
+        recomputation read (a ResNet block's input, needed to recompute the block's output) costs one
+        restoration more per such reader: evicting it turns their recomputations into cascades."""
+        walk, t, mem, nd = self.walk, self.t, self.walk.mem, self.walk.nd
+        present = self.K | self.C | set(self.ins)
+        waiting_on = (
+            Counter(p for v in walk.dropped if v not in present and walk.md[v] >= t for p in walk.preds[v])
+            if walk.prefer == "cascade"
+            else Counter()
+        )
+        scored = []
+        for pos, (x, how, nu) in enumerate(cands):
+            pe = walk.page_cost(x)[0] if walk.paging else math.inf
+            scale = mem[x] * max(1, nu - t) ** 2 / (1 + waiting_on[x])
+            optimistic = min(nd[x].compute_energy_j if walk.remat else math.inf, pe)
+            scored.append(((-optimistic / scale, nu, -pos), x, how, nu, pe, scale))
+        scored.sort(reverse=True)
+        best, best_key = None, None
+        for opt_key, x, how, nu, pe, scale in scored:
+            if best_key is not None and opt_key <= best_key:
+                break
+            closure = walk.remat_cost(x, nu, present) if walk.remat else (math.inf, math.inf)
+            key = (-min(closure[0], pe) / scale, nu, opt_key[2])
+            if best_key is None or key > best_key:
+                best, best_key = (x, how, closure), key
+        return best
+
+
+def furthest_next_use(cands: list[tuple[int, str, int]], mem: list[int]) -> tuple[int, str, None] | None:
+    """Belady's rule (``energy``, ``page``, ``remat``): the candidate read furthest in the future, the
+    larger first on a tie, the first listed on a full tie."""
+    best, best_key = None, None
+    for x, how, nu in cands:
+        key = (nu, mem[x])
+        if best_key is None or key > best_key:
+            best, best_key = (x, how, None), key
+    return best
 
 
 def tidy(g: CostedGraph, plan: Plan, md: list[int]) -> None:

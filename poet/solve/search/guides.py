@@ -2,7 +2,7 @@
 
 A move adds a tensor to the guide, drops one, changes its kind or swaps two; the rule
 that made the plan re-runs with the new guide, and a cheaper plan within the budgets is
-kept.  :class:`GuideSearch` is resumable, so the pipeline runs searches in rounds, side by
+kept.  :class:`GuideSearch` is resumable, so the portfolio runs searches in rounds, side by
 side in worker processes (:mod:`poet.solve.search.pool`).
 """
 
@@ -15,7 +15,7 @@ import time
 from ...graph.core import CostedGraph
 from ...schedule.core import Budget
 from ..stage.emit import replays, without_deadline
-from ..stage.plan import Plan, drop_unread_pageouts, plan_costs
+from ..stage.plan import GuideKind, Plan, drop_unread_pageouts, plan_costs
 from .greedy import greedy_plan
 
 
@@ -68,7 +68,7 @@ class GuideSearch:
         self.best = plan
         mem, last = g.ram, g.last_reader  # (g.ram builds a list: once, not per node)
         self.cands = [v for v in range(len(g.nodes)) if mem[v] > 0 and last[v] > v + 1]
-        self.kinds = [k for k, ok in (("remat", remat), ("page", paging)) if ok] + ["keep"]
+        self.kinds = [k for k, ok in ((GuideKind.REMAT, remat), (GuideKind.PAGE, paging)) if ok] + [GuideKind.KEEP]
         self.deadline = budget.runtime_s if budget.runtime_s is not None else math.inf
         self.patience = max(1000, 10 * len(self.cands))  # moves without gain before it stops
         self.kick = max(100, len(self.cands))

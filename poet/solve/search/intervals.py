@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import math
 import time
+from dataclasses import dataclass
 
 from ...graph.core import CostedGraph
 from ...schedule.core import PAGING_HIDDEN, Budget
@@ -301,6 +302,26 @@ class _Model:
         return drop_unread_pageouts(plan)
 
 
+@dataclass(frozen=True)
+class IntervalResult:
+    """What the interval search found: the cheapest plan (None when CP-SAT found none, or none that
+    replays within the budgets), and the model's size and CP-SAT's status and time."""
+
+    plan: Plan | None
+    cp_variables: int
+    cp_constraints: int
+    cp_status: str
+    cp_seconds: float
+
+    def facts(self) -> dict:
+        return {
+            "cp_variables": self.cp_variables,
+            "cp_constraints": self.cp_constraints,
+            "cp_status": self.cp_status,
+            "cp_seconds": self.cp_seconds,
+        }
+
+
 def interval_plan(
     g: CostedGraph,
     budget: Budget,
@@ -313,17 +334,16 @@ def interval_plan(
     paging: bool = True,
     target_energy: float = 0.0,
     seed: int = 0,
-    info: dict | None = None,
     stop=None,
     progress=None,
-) -> Plan | None:
+) -> IntervalResult:
     """The cheapest plan CP-SAT finds within ``time_limit`` (None if none), searching from ``start``;
     it stops early at a plan of ``target_energy`` or less, or once ``stop()`` (polled ten times a
     second) is true.  ``progress(energy_j)`` hears of each better solution, priced as the model
     prices it (rounded per term, before the plan is read back and validated).
 
-    The returned plan has been replayed by the validator within ``budget`` (RAM and deadline);
-    ``info`` receives the model's size and the search's statistics."""
+    The returned plan has been replayed by the validator within ``budget`` (RAM and deadline); the result
+    also gives the model's size and the search's statistics."""
     from ortools.sat.python import cp_model
 
     t0 = time.perf_counter()
@@ -382,23 +402,17 @@ def interval_plan(
         raise
     if isinstance(out[0], BaseException):
         raise out[0]
-    status = out[0]
-    if info is not None:
-        proto = model.m.Proto()
-        info.update(
-            {
-                "cp_variables": len(proto.variables),
-                "cp_constraints": len(proto.constraints),
-                "cp_status": solver.StatusName(status),
-                "cp_seconds": time.perf_counter() - t0,
-            }
-        )
-    if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-        return None
-    plan = model.plan(solver)
+    status, seconds = out[0], time.perf_counter() - t0
+    proto = model.m.Proto()
+    found = model.plan(solver) if status in (cp_model.OPTIMAL, cp_model.FEASIBLE) else None
+    if found is not None and not fits(g, found, budget):
+        found = None
+    return IntervalResult(found, len(proto.variables), len(proto.constraints), solver.StatusName(status), seconds)
+
+
+def fits(g: CostedGraph, plan: Plan, budget: Budget) -> bool:
+    """The plan meets the deadline and replays within the budgets (as every returned plan must)."""
     _, rt = plan_costs(g, plan, budget.paging_time)
     if budget.runtime_s is not None and rt > budget.runtime_s * (1 + 1e-9):
-        return None
-    if not replays(g, plan, budget):
-        return None
-    return plan
+        return False
+    return replays(g, plan, budget)

@@ -10,7 +10,7 @@ output do not fit next to what is resident, pages out the resident tensor read f
 (Belady's rule; a tensor already on storage is just freed), then pages missing inputs back in.  It
 writes the validator's instructions directly: O((nodes + edges) log nodes) time, and memory linear in
 the graph and the schedule.  It makes no optimality claim and recomputes nothing (it needs paging);
-the pipeline (:mod:`poet.solve.pipeline`) holds it from the start on large graphs, so that a time
+the portfolio (:mod:`poet.solve.phases.one_pass`) holds it from the start on large graphs, so that a time
 limit or a stop always has a validated schedule to return, and keeps whatever beats it.
 """
 
@@ -19,12 +19,39 @@ from __future__ import annotations
 import heapq
 import math
 import time
+from dataclasses import dataclass
 
 from ...graph.core import CostedGraph
-from ...schedule.core import PAGING_HIDDEN, PAGING_OVERLAP, Budget, Step
+from ...schedule.core import PAGING_HIDDEN, PAGING_OVERLAP, Budget, Op, Step
 from ..stage.plan import ram_cap
 
 CLOCK_EVERY = 256  # stages between two looks at the clock and the stop flag
+
+
+@dataclass(frozen=True)
+class StreamResult:
+    """What the pass found.  ``steps`` is empty when it found no schedule: some node's inputs and output
+    alone exceed the RAM, the paging it needs overruns the deadline (``runtime_s`` then says by how
+    much), or its time ran out or it was asked to stop first."""
+
+    steps: tuple[Step, ...]
+    energy_j: float | None  # the steps' energy and runtime, as the validator prices them
+    runtime_s: float | None  # (also when it is what overran the deadline)
+    # the tensors resident summed over the nodes: what a stage plan of the same budget holds, and what a
+    # greedy run's time grows with (None when the pass did not reach its end)
+    resident_pairs: int | None
+
+    @property
+    def found(self) -> bool:
+        return bool(self.steps)
+
+    @property
+    def over_deadline(self) -> bool:
+        """It reached its end, and only the deadline is what it missed."""
+        return not self.steps and self.runtime_s is not None
+
+
+NOTHING = StreamResult((), None, None, None)
 
 
 def stream_schedule(
@@ -34,15 +61,10 @@ def stream_schedule(
     time_limit: float | None = None,
     stop=None,
     clock=time.perf_counter,
-    info: dict | None = None,
-) -> tuple[list[Step], float, float] | None:
-    """The pass of the module docstring: its instructions, their energy and runtime (as the validator
-    prices them; the caller validates what it returns), or None when it does not fit the budgets (some
-    node's inputs and output alone exceed the RAM, or the paging it needs overruns the deadline), or
-    when ``time_limit`` seconds pass or ``stop()`` is true first.  ``info``, if given, receives
-    ``resident_pairs``, the tensors resident summed over the nodes (what a stage plan of the same
-    budget holds, and what a greedy run's time grows with), and ``runtime_s``, the runtime of its
-    steps, when that is what overruns the deadline."""
+) -> StreamResult:
+    """The pass of the module docstring: its instructions, their energy and runtime (the caller
+    validates what it returns), or none (:class:`StreamResult` says why) when it does not fit the
+    budgets, or when ``time_limit`` seconds pass or ``stop()`` is true first."""
     t_end = None if time_limit is None else clock() + time_limit
     n, m, preds, succs = len(g.nodes), g.ram, g.preds, g.succs
     cap = ram_cap(budget.ram_bytes)
@@ -64,7 +86,7 @@ def stream_schedule(
     for t in range(n):
         pairs += len(resident)
         if t % CLOCK_EVERY == 0 and ((t_end is not None and clock() > t_end) or (stop is not None and stop())):
-            return None
+            return NOTHING
         ins = set(preds[t])
         missing = [p for p in sorted(ins) if p not in resident]
         need = m[t] + sum(m[p] for p in missing)
@@ -73,7 +95,7 @@ def stream_schedule(
         stage_t: list[float] = []
         while used + need > cap:
             if not furthest:
-                return None  # what t needs alone does not fit
+                return NOTHING  # what t needs alone does not fit
             key, x = heapq.heappop(furthest)
             if x not in resident or -key != next_use(x):
                 continue  # stale
@@ -81,26 +103,26 @@ def stream_schedule(
                 held.append((key, x))
                 continue
             if x not in stored:
-                steps.append(Step("page_out", x, t))
+                steps.append(Step(Op.PAGE_OUT, x, t))
                 stored.add(x)
                 stage_e.append(nd[x].pageout_energy_j)
                 stage_t.append(nd[x].pageout_time_s)
-            steps.append(Step("free", x, t))
+            steps.append(Step(Op.FREE, x, t))
             resident.discard(x)
             used -= m[x]
         for entry in held:
             heapq.heappush(furthest, entry)
         for p in missing:
             if p not in stored:
-                return None  # cannot happen: a tensor leaves RAM early only through a page-out
-            steps.append(Step("page_in", p, t))
+                return NOTHING  # cannot happen: a tensor leaves RAM early only through a page-out
+            steps.append(Step(Op.PAGE_IN, p, t))
             stage_e.append(nd[p].pagein_energy_j)
             stage_t.append(nd[p].pagein_time_s)
             resident.add(p)
             used += m[p]
         page_e += stage_e
         page_t.append(math.fsum(stage_t))
-        steps.append(Step("compute", t, t))
+        steps.append(Step(Op.COMPUTE, t, t))
         resident.add(t)
         used += m[t]
         for x in sorted(ins) + [t]:
@@ -108,13 +130,11 @@ def stream_schedule(
             while reader[x] < len(r) and r[reader[x]] <= t:
                 reader[x] += 1
             if reader[x] == len(r):
-                steps.append(Step("free", x, t))
+                steps.append(Step(Op.FREE, x, t))
                 resident.discard(x)
                 used -= m[x]
             elif m[x] > 0:
                 heapq.heappush(furthest, (-r[reader[x]], x))
-    if info is not None:
-        info["resident_pairs"] = pairs
     energy = g.plain_energy_j + math.fsum(page_e)
     if budget.paging_time == PAGING_HIDDEN:
         runtime = g.plain_runtime_s
@@ -123,7 +143,5 @@ def stream_schedule(
     else:
         runtime = g.plain_runtime_s + math.fsum(page_t)
     if budget.runtime_s is not None and runtime > budget.runtime_s:
-        if info is not None:
-            info["runtime_s"] = runtime
-        return None  # the paging it needs overruns the deadline
-    return steps, energy, runtime
+        return StreamResult((), None, runtime, pairs)  # the paging it needs overruns the deadline
+    return StreamResult(tuple(steps), energy, runtime, pairs)

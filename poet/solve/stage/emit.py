@@ -13,7 +13,7 @@ what the validator replays.
 from __future__ import annotations
 
 from ...graph.core import CostedGraph
-from ...schedule.core import Budget, Step
+from ...schedule.core import Budget, Op, Step
 from ...schedule.validate import ScheduleError, simulate
 from ..errors import SolveError
 from .plan import Plan
@@ -55,26 +55,26 @@ def emit(g: CostedGraph, plan: Plan) -> list[Step]:
         at_start = set(resident)
         for i in sorted(at_start):
             if i in outs:
-                steps.append(Step("page_out", i, t))
+                steps.append(Step(Op.PAGE_OUT, i, t))
         for i in freed_at_start(at_start, last_reader, keep_next):
-            steps.append(Step("free", i, t))
+            steps.append(Step(Op.FREE, i, t))
             resident.discard(i)
         stage_ins = plan.ins[t]
         positions = sorted(set(comp) | set(stage_ins))
         comp_set = set(comp)
         for k in positions:
             for i in stage_ins.get(k, ()):
-                steps.append(Step("page_in", i, t))
+                steps.append(Step(Op.PAGE_IN, i, t))
                 resident.add(i)
             if k not in comp_set:
                 continue
-            steps.append(Step("compute", k, t))
+            steps.append(Step(Op.COMPUTE, k, t))
             resident.add(k)
             if k in outs and k not in at_start:
-                steps.append(Step("page_out", k, t))
+                steps.append(Step(Op.PAGE_OUT, k, t))
             for i in freed_after(g, k, last_reader, keep_next):
                 if i in resident:
-                    steps.append(Step("free", i, t))
+                    steps.append(Step(Op.FREE, i, t))
                     resident.discard(i)
         unplaced = outs - at_start - comp_set
         if unplaced:
@@ -83,7 +83,7 @@ def emit(g: CostedGraph, plan: Plan) -> list[Step]:
                 f"in RAM at its start nor computed in it"
             )
         for i in sorted(resident - keep_next):
-            steps.append(Step("free", i, t))
+            steps.append(Step(Op.FREE, i, t))
         resident &= keep_next
         if keep_next - resident:
             raise SolveError(

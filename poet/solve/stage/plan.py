@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from enum import StrEnum
 
 from ...graph.core import CostedGraph
 from ...schedule.core import PAGING_HIDDEN
@@ -19,6 +20,16 @@ from ...schedule.core import PAGING_HIDDEN
 # never round a schedule over it: 0 bytes below 500 MB, 2 bytes per GB above.
 # The MILP and the greedy both charge RAM against this cap.
 RAM_MARGIN = 2e-9
+
+
+class GuideKind(StrEnum):
+    """What a guide (tensor -> kind: the eviction cover's choice, followed by the greedy rules) says of a
+    tensor: evict it first and page it (``PAGE``) or recompute it (``REMAT``) when it is needed again,
+    or evict it last (``KEEP``)."""
+
+    PAGE = "page"
+    REMAT = "remat"
+    KEEP = "keep"
 
 
 def ram_cap(budget_bytes: int) -> int:

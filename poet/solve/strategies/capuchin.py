@@ -12,14 +12,14 @@ DESCRIPTION = "Capuchin-style greedy: evict across idle gaps, per tensor swap or
 
 
 def solve_capuchin(g: CostedGraph, budget: Budget, opts) -> Schedule:
-    plan, steps, info = capuchin_plan(g, budget, time_limit=opts.time_limit_s, stop=opts.stop)
-    s = judged(g, budget, steps, "capuchin", HEURISTIC, info)
+    found = capuchin_plan(g, budget, time_limit=opts.time_limit_s, stop=opts.stop)
+    s = judged(g, budget, list(found.steps), "capuchin", HEURISTIC, found.facts())
     facts = s.report.strategy_facts
-    if not s.steps and info.get("stopped"):
+    if not s.steps and found.stopped:
         # stopped before the peak fit: nothing is proven, and the unfinished plan is not returned
         rep = s.report.with_(
             message=(
-                f"capuchin stopped at its {info['stopped']} after {info['evictions']} evictions, before its schedule "
+                f"capuchin stopped at its {found.stopped} after {found.evictions} evictions, before its schedule "
                 f"fit (it needs {fmt_bytes(facts['strategy_peak_ram_bytes'])} of RAM, budget "
                 f"{fmt_bytes(budget.ram_bytes)}); a longer time limit may help"
             )
@@ -28,7 +28,7 @@ def solve_capuchin(g: CostedGraph, budget: Budget, opts) -> Schedule:
     if s.steps:  # judged() leaves its own message on an infeasible result
         s.report = s.report.with_(
             message=(
-                f"{info['evictions']} evictions ({info['swap_evictions']} swapped, {info['recompute_evictions']} "
+                f"{found.evictions} evictions ({found.swap_evictions} swapped, {found.recompute_evictions} "
                 f"recomputed); peak {fmt_bytes(facts['strategy_peak_ram_bytes'])}, runtime "
                 f"{fmt_seconds(facts['strategy_runtime_s'])}"
             )

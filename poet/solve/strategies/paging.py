@@ -1,13 +1,13 @@
-"""The ``paging`` strategy: the pipeline with rematerialization disabled."""
+"""The ``paging`` strategy: the portfolio with rematerialization disabled."""
 
 from __future__ import annotations
 
 from ...graph.core import CostedGraph
 from ...schedule.core import Budget, Schedule
-from ..pipeline import solve_milp
+from ..phases import solve_portfolio
 
 DESCRIPTION = "MILP with paging only (rematerialization disabled)"
 
 
 def solve_paging(g: CostedGraph, budget: Budget, opts) -> Schedule:
-    return solve_milp(g, budget, opts, remat=False, paging=True, strategy="paging")
+    return solve_portfolio(g, budget, opts, remat=False, paging=True, strategy="paging")
