@@ -236,7 +236,7 @@ def plan_program(
     """:func:`plan` for a program already traced (``export_training_graph``, or a tiled one): no
     second trace when the same step is planned at several budgets or with several strategies.
     A tiled program is planned as it is (pass ``tile="off"``, or it may be tiled again)."""
-    from .hardware import load_device
+    from .hardware import costed_program, load_device
     from .solve import solve
     from .units import parse_bytes
 
@@ -250,7 +250,7 @@ def plan_program(
         raise ValueError(f"costs must be 'model' or 'measured', got {costs!r}")
 
     def price(p):
-        return _measured(p, dev, fixed, measure_runs) if costs == "measured" else p.costed(dev, fixed)
+        return _measured(p, dev, fixed, measure_runs) if costs == "measured" else costed_program(p, dev, fixed)
 
     cg = price(prog)
     tiling = None

@@ -24,6 +24,7 @@ from poet.execute import (  # noqa: E402
     reference_schedule,
 )
 from poet.graph.torch_export import export_training_graph  # noqa: E402
+from poet.hardware.cost import costed_program  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore")
 
@@ -60,7 +61,7 @@ def _check(model, loss_fn, inputs, targets, *, granularity="aten", seed=123, kin
     prog = export_training_graph(model, inputs, loss_fn, targets)
     if granularity == "layer":
         prog = prog.coarsen()
-    cg = prog.costed("m4")
+    cg = costed_program(prog, "m4")
     schedules = {"keep-all": poet.solve(cg, memory="100%", strategy="keep-all")}
     if "remat" in kinds:
         schedules["remat"] = _solve(cg, "remat", [0.2, 0.5, 0.8], "remat")
@@ -136,7 +137,7 @@ def test_bert_aten_graph_paging_matches_autograd():
     m, lf, x, y = _bert(0.1)
     prog = export_training_graph(m, x, lf, y)
     assert prog.aten_units > 100
-    cg = prog.costed("m4")
+    cg = costed_program(prog, "m4")
     sched = reference_schedule(cg, "remat", every=4)
     ref, ref_loss, _ = _eager(m, lf, x, y, 7)
     torch.manual_seed(7)
@@ -246,7 +247,7 @@ def test_decomposed_module_reports_its_difference_from_eager():
     prog = export_training_graph(m, (x,), lf, (y,))
     assert 0 < prog.eager_difference < 1e-4
     assert "differ from eager loss.backward() by up to" in prog.summary()
-    cg = prog.costed("m4")
+    cg = costed_program(prog, "m4")
     keep = Executor(prog).run(poet.solve(cg, memory="100%", strategy="keep-all"), (x, y), apply=False)
     remat = reference_schedule(cg, "remat", every=3)
     assert remat.totals.recomputes > 0

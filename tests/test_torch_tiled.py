@@ -24,6 +24,7 @@ from poet.execute import tiled_ops as K  # noqa: E402
 from poet.execute.tiled import GRADIENT_BOUND, parameter_difference, relative_difference, tile_program  # noqa: E402
 from poet.execute.tiled_spatial import reaching_rows, window_rows  # noqa: E402
 from poet.graph.torch_export import export_training_graph  # noqa: E402
+from poet.hardware.cost import costed_program  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore")
 F = torch.nn.functional
@@ -85,7 +86,7 @@ def test_tiled_conv_families_match_autograd_within_the_bound(count):
     ):
         assert any(fam in op for op in ops), (fam, sorted(ops))
     assert not rep.assembled, rep.assembled  # every tiled tensor is consumed tile by tile
-    cg = tp.costed("m4")
+    cg = costed_program(tp, "m4")
     assert sum(nd.tile is not None for nd in cg.nodes) > len(prog.graph)
     ref, ref_loss = _autograd(m, x, y)
     for kind in ("keep", "paging"):
@@ -140,7 +141,7 @@ def test_tile_metadata_records_halo_and_range():
 
 
 def _cnn_plan(memory, tile="auto", **kw):
-    from poet.execute import models
+    from poet import demo_models as models
 
     torch.manual_seed(0)
     m = models.SmallResNet(channels=4, blocks=1).train()
@@ -199,7 +200,7 @@ def test_forced_tile_count():
 
 
 def _gpt(batch):
-    from poet.execute import models
+    from poet import demo_models as models
 
     torch.manual_seed(0)
     m = models.TinyGPT(vocab=20, d=16, heads=2, layers=1, max_len=12).train()
@@ -210,7 +211,7 @@ def _gpt(batch):
 def test_tiled_transformer_over_whole_sequences_matches_autograd_within_the_bound():
     # a batch of 2 sequences: tiles of whole sequences, where attention needs no key/value streaming
     # (query tiles of one sequence, keys and values streamed: tests/test_torch_tiled_attention.py)
-    from poet.execute.models import lm_loss
+    from poet.demo_models import lm_loss
 
     m, ids, y = _gpt(2)
     prog = export_training_graph(m, (ids,), lm_loss, (y,))
@@ -236,7 +237,7 @@ def test_tiled_transformer_over_whole_sequences_matches_autograd_within_the_boun
     ref = copy.deepcopy(m)
     loss = lm_loss(ref(ids), y)
     loss.backward()
-    res = Executor(tp).run(reference_schedule(tp.costed("m4"), "remat", every=4), (ids, y), apply=False)
+    res = Executor(tp).run(reference_schedule(costed_program(tp, "m4"), "remat", every=4), (ids, y), apply=False)
     assert relative_difference(res.loss, loss) <= GRADIENT_BOUND
     for name, p in ref.named_parameters():
         assert relative_difference(res.grads[name], p.grad) <= GRADIENT_BOUND, name
@@ -250,7 +251,7 @@ def _grad_ok(g_tiled, g32, g64) -> bool:
 
 @pytest.mark.parametrize("name", ["dwnet", "gpt"])
 def test_plan_trains_a_depthwise_resnet_and_a_causal_transformer_tiled(name):
-    from poet.execute import models
+    from poet import demo_models as models
     from poet.execute.tiled import TRAINED_LOSS_BOUND, TRAINED_PARAM_BOUND
 
     torch.manual_seed(0)

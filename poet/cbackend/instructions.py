@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..fileio import atomic_write_text
+from ..hardware.cost import costed_program
 from ..schedule.core import HEURISTIC, Budget, Schedule, Step
 from ..schedule.validate import validate
 from . import hostlib, probe, qemu_m4
@@ -286,7 +287,7 @@ def measure_program(
     kernels = [0] * len(kp.nodes)
     for c, n in zip(calls, counts):
         kernels[c.node] += n
-    g = program.costed("m4")
+    g = costed_program(program, "m4")
     steps = calibration_steps(len(g.nodes))
     budget = Budget(ram_bytes=g.fixed_ram_bytes + sum(g.ram) + 1)
     schedule = Schedule(g, budget, steps, HEURISTIC, "calibration")

@@ -82,10 +82,11 @@ def _quartile_spread(xs: list[float]) -> float:
 
 def keep_schedule(program):
     """The keep-everything schedule of ``program`` (its prices, from ``m4``, are not used)."""
+    from ..hardware.cost import costed_program
     from ..hardware.device import load_device
     from .reference import reference_schedule
 
-    return reference_schedule(program.costed(load_device("m4")), "keep")
+    return reference_schedule(costed_program(program, load_device("m4")), "keep")
 
 
 def measure_program(
@@ -201,12 +202,13 @@ def run_paging_schedule(
     its steps; ``between()`` is called after each block (``poet profile`` measures keep-everything
     runs there).  At least ``runs`` runs are measured, and more blocks while ``time.perf_counter()``
     is before ``until``: blocks spread over the profile average the machine's drift in speed."""
+    from ..hardware.cost import costed_program
     from ..hardware.device import load_device
     from .executor import Executor
     from .reference import reference_schedule
 
     dev = load_device(device)
-    sched = reference_schedule(program.costed(dev), "paging", every=every)
+    sched = reference_schedule(costed_program(program, dev), "paging", every=every)
     pager = Executor(program, paging_dir=paging_dir, fsync=True, drop_cache=True)
     records, totals = [], []
     said = time.perf_counter()

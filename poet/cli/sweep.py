@@ -132,7 +132,7 @@ def register(subparsers) -> None:
 def cmd_sweep(a) -> int:
     from ..sweep import make_backend, parse_list, run_study, run_sweep
     from ..sweep.study import load_study, spec_from, study_from_lists
-    from .commands import render_sweep
+    from .report import render_sweep
 
     if a.study and (a.model or a.device):
         raise BudgetError(
@@ -186,14 +186,14 @@ def cmd_sweep(a) -> int:
 def render_study(out: Path, sweeps, docs: list[dict], plots: bool = True) -> int:
     from ..sweep import write_study_summary
     from ..sweep.study import saving_rows, study_markdown
-    from .commands import render_sweep
+    from .report import render_sweep
 
     written = []
     for s, doc in zip(sweeps, docs):
         written += render_sweep(out / s.name, doc, plots=plots)
     written += write_study_summary(out, docs)
     if plots:
-        from .study import saving_plot
+        from ..report.study import saving_plot
 
         written += saving_plot(saving_rows(docs), out)
     print(study_markdown(docs))
