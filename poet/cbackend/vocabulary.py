@@ -6,6 +6,7 @@ from . import (  # noqa: F401  (each family module registers its specs on import
     ops_elementwise,
     ops_index,
     ops_layout,
+    ops_loss,
     ops_matmul,
 )
 from .opspec import SPECS, CallSpec, SpecFn, UnsupportedOp, target_key

@@ -1,6 +1,6 @@
 /* pk_dense.h: what the dense kernels share (matmul, indexing, norms, softmax, losses, attention):
    argument checks, views broadcast to a shape, walking every position of a shape but one dimension
-   (rows), index reads and a pairwise float sum.  Everything here is static inline: no state, no
+   (rows), index reads and a cascaded float sum.  Everything here is static inline: no state, no
    libc.  Index arithmetic is 32-bit where it divides (a Cortex-M4 divides 32-bit words in hardware,
    64-bit ones in a library call). */
 #ifndef PK_DENSE_H
@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "pk.h"
+#include "pk_iter.h"
 
 /* 1 if every one of n views is float32 */
 static inline int pk_all_f32(const pk_tensor *t, int n) {
@@ -97,16 +98,42 @@ static inline int pk_rows_next(pk_rows *r, const int32_t *const *strides, int n,
     return 0;
 }
 
-/* sum of n floats x[0], x[stride], ...: pairwise (error grows with log n, not n), blocks of 8 summed
-   in order; the same order on every target */
-static inline float pk_sum_f32(const float *x, int32_t n, int32_t stride) {
-    if (n <= 8) {
-        float s = 0.0f;
-        for (int32_t i = 0; i < n; i++) s += x[(int64_t)i * stride];
-        return s;
+/* a float sum of a stream of terms whose error grows with log n, not n: terms are added to level 0;
+   after every 16th term level 0 is carried into level 1, after every 256th level 1 into level 2, and
+   so on (8 levels); the total adds the levels in order.  No memory but the eight partial sums, and the
+   same order on every target. */
+typedef struct {
+    float part[8];
+    uint32_t n;
+} pk_cascade;
+
+static inline void pk_cascade_init(pk_cascade *c) {
+    for (int j = 0; j < 8; j++) c->part[j] = 0.0f;
+    c->n = 0;
+}
+
+static inline void pk_cascade_add(pk_cascade *c, float x) {
+    c->part[0] += x;
+    c->n++;
+    for (int j = 0; j < 7; j++) {
+        if (c->n & (15u << (4 * j))) break;
+        c->part[j + 1] += c->part[j];
+        c->part[j] = 0.0f;
     }
-    int32_t h = n / 2;
-    return pk_sum_f32(x, h, stride) + pk_sum_f32(x + (int64_t)h * stride, n - h, stride);
+}
+
+static inline float pk_cascade_total(const pk_cascade *c) {
+    float s = 0.0f;
+    for (int j = 0; j < 8; j++) s += c->part[j];
+    return s;
+}
+
+/* sum of n floats x[0], x[stride], ... (cascaded) */
+static inline float pk_sum_f32(const float *x, int32_t n, int32_t stride) {
+    pk_cascade c;
+    pk_cascade_init(&c);
+    for (int32_t i = 0; i < n; i++) pk_cascade_add(&c, x[(int64_t)i * stride]);
+    return pk_cascade_total(&c);
 }
 
 /* bytes of one element of a dtype (0: PK_NONE or unknown) */
@@ -145,6 +172,21 @@ static inline pk_tensor pk_select(const pk_tensor *x, int dim, int64_t index) {
     v.ndim--;
     return v;
 }
+
+/* PK_EACH4(out, in1, in2, in3, y, a, b, c, body): PK_FOR3 of pk_iter.h with one more float input */
+#define PK_EACH4(TA, TB, TC, TD, A, B, C, D, BODY)                                                       \
+    do {                                                                                                 \
+        const pk_tensor *ta_ = (TA), *tb_ = (TB), *tc_ = (TC), *td_ = (TD);                              \
+        int32_t idx_[PK_MAXDIM] = {0};                                                                   \
+        float *A = (float *)ta_->data;                                                                   \
+        const float *B = (const float *)tb_->data, *C = (const float *)tc_->data;                        \
+        const float *D = (const float *)td_->data;                                                       \
+        for (int64_t k_ = pk_numel(ta_); k_ > 0; k_--) {                                                 \
+            BODY;                                                                                        \
+            PK_ODOMETER_(ta_, (PK_STEP_(A, ta_), PK_STEP_(B, tb_), PK_STEP_(C, tc_), PK_STEP_(D, td_)),  \
+                         (PK_BACK_(A, ta_), PK_BACK_(B, tb_), PK_BACK_(C, tc_), PK_BACK_(D, td_)))       \
+        }                                                                                                \
+    } while (0)
 
 /* kernels_layout.c: strided copies that every dense family uses */
 int pk_copy_view(pk_tensor *dst, const pk_tensor *src); /* same shape and dtype; PK_OK or an error */
