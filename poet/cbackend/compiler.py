@@ -17,10 +17,12 @@ from pathlib import Path
 from ..schedule.core import Schedule
 from ..schedule.validate import validate
 from .check import CheckReport, compare, reference_run
+from .check_zoo import zoo_reference
 from .fit import ArenaFit, fit_arena
 from .ir import LoweringError
 from .layout import StepResults, read_out, write_batches
 from .lower import lower_program
+from .lower_zoo import ZooProgram, lower_zoo
 from .project import Project, write_project
 from .targets import Build, RunOutput, TargetError, get_target
 
@@ -139,7 +141,8 @@ def compile_program(
             "with the parameters in flash (the paper's setting) a run is one step: the update cannot be "
             "written back; budget the parameters in RAM (poet train) to train several steps"
         )
-    kp = lower_program(program, schedule)
+    zoo = isinstance(program, ZooProgram)
+    kp = lower_zoo(program, schedule) if zoo else lower_program(program, schedule)
     _say(progress, f"lowered {program.name}: {len(kp.nodes)} nodes, {len(kp.kernels())} distinct kernels")
     fit = fit_arena(schedule, time_limit_s=fit_time_limit_s, progress=progress)
     if not fit.fits:
@@ -154,6 +157,8 @@ def compile_program(
             + " give a larger budget, or a longer time limit for the re-solves"
         )
     schedule = fit.schedule
+    if zoo and schedule.graph is not program.graph:
+        kp = lower_zoo(program, schedule)  # a re-solved schedule of the same graph: checked against it again
     fixed = schedule.graph.fixed_ram_bytes
     project = write_project(
         kp,
@@ -199,13 +204,11 @@ def compile_program(
             results = read_out(project.layout, rd / "out.bin")
     if check and results is not None:
         t1 = time.monotonic()
-        ref = reference_run(
-            reference_program or program,
-            batches,
-            lr=lr,
-            momentum=momentum if params_in_ram else 0.0,
-            dropout=dropout_reference,
-        )
+        mom = momentum if params_in_ram else 0.0
+        if zoo:
+            ref = zoo_reference(program, batches, lr=lr, momentum=mom)
+        else:
+            ref = reference_run(reference_program or program, batches, lr=lr, momentum=mom, dropout=dropout_reference)
         report = compare(results, ref)
         secs["check"] = time.monotonic() - t1
     return CompileResult(project, schedule, fit, target, build, run_out, results, report, secs)

@@ -95,6 +95,7 @@ def build_tables(kp: KernelProgram, schedule, plan: ArenaPlan, layout: ProjectLa
     copies: list = []
     kernels: dict[str, int] = {}
     where: dict[int, int] = {}  # node -> arena offset of its live residency
+    computed: set[int] = set()
     pages: dict[int, int] = {}
     pages_bytes = 0
     pending = list(range(len(kp.outputs)))
@@ -118,6 +119,12 @@ def build_tables(kp: KernelProgram, schedule, plan: ArenaPlan, layout: ProjectLa
         nd = kp.nodes[v]
         op = OPS[s.op]
         if s.op == "compute":
+            if nd.accumulates and v in computed:
+                raise LoweringError(
+                    f"step {i} computes {nd.name} again, but it adds its share into the gradient: a second "
+                    f"computation would count it twice; solve without recomputing it"
+                )
+            computed.add(v)
             where[v] = starts[(i, v)]
             crow = []
             for c in nd.calls:
@@ -298,6 +305,7 @@ def model_source(
         f"    .lr = {float(layout.lr)!r}f, .momentum = {float(mom)!r}f,",
         f"    .momentum_buf = {'momentum_buf' if mom else 'NULL'},",
         f"    .params_writable = {int(layout.params_in_ram)}, .poison_freed = {int(poison)},",
+        f"    .zero_grads = {int(kp.zero_grads)},",
         f"    .loss_bytes = {8 if layout.loss_dtype == 'float64' else 4},",
         f"    .grad_bytes = {layout.param_bytes}u, .param_bytes = {layout.param_bytes}u,",
         f"    .buffer_bytes = {layout.buffer_bytes}u,",

@@ -20,6 +20,7 @@ from .tiling_ranges import (
     WEIGHTED,
     WINDOWED,
     Builder,
+    NodeRole,
     Piece,
     Pieces,
     axis_of,
@@ -87,9 +88,9 @@ class TiledGraphBuilder:
         """The nodes holding the gradient of layer ``i``'s output over rows ``[lo, hi)`` (heads ``[clo, chi)``)."""
         return [u for src in self.grad_out[i] for u in overlap(src, lo, hi, clo, chi)]
 
-    def running(self, node: Node, reads: list[int], prev: int | None) -> int:
+    def running(self, node: Node, reads: list[int], prev: int | None, role: NodeRole) -> int:
         """One step of a running chain (statistics, partial sums): it also reads the step before it."""
-        return self.bd.add(node, reads + ([prev] if prev is not None else []), None)
+        return self.bd.add(node, reads + ([prev] if prev is not None else []), None, role=role)
 
     # ---------------- forward ----------------
 
@@ -120,7 +121,12 @@ class TiledGraphBuilder:
         if layout.tiles[i] > 1:
             return self.forward_tiled(i, xs, flops, params)
         node = Node(lay.name, FORWARD, self.nbytes(lay.shape), flops, params, lay.op)
-        v = self.bd.add(node, [p.node for x in xs for p in self.out[x]], i if tileable(lay) else None)
+        v = self.bd.add(
+            node,
+            [p.node for x in xs for p in self.out[x]],
+            i if tileable(lay) else None,
+            role=NodeRole("output", i, 0, R),
+        )
         return Pieces([Piece(0, R, v)])
 
     def forward_attention(self, i: int) -> Pieces:
@@ -169,7 +175,7 @@ class TiledGraphBuilder:
             tile = Tile(lay.name, t, len(src), axis_of(self.in_shape(x)), part="partial", start=(p.lo,), stop=(p.hi,))
             share = flops * (p.hi - p.lo) / rows_of(self.in_shape(x))
             node = Node(f"{lay.name}[{t}/{len(src)}]", FORWARD, self.nbytes(lay.shape), share, 0, lay.op, tile)
-            prev = self.running(node, [p.node], prev)
+            prev = self.running(node, [p.node], prev, NodeRole("partial", i, p.lo, p.hi, index=t, count=len(src)))
         self.chained.add(i)
         return Pieces([Piece(0, 1, prev)])
 
@@ -191,7 +197,9 @@ class TiledGraphBuilder:
             tile = Tile(lay.name, t, n, axis_of(lay.shape), halo=halo_of(lay), start=(lo,), stop=(hi,))
             nb, share = self.nbytes(lay.shape, lo, hi), flops * (hi - lo) / R
             node = Node(f"{lay.name}[{t}/{n}]", FORWARD, nb, share, params if t == 0 else 0, lay.op, tile)
-            pieces.append(Piece(lo, hi, self.bd.add(node, reads, i)))
+            pieces.append(
+                Piece(lo, hi, self.bd.add(node, reads, i, role=NodeRole("output", i, lo, hi, index=t, count=n)))
+            )
         return pieces
 
     def forward_batchnorm_stats(self, i: int, xs: list[int], ranges: list[tuple[int, int]]) -> int:
@@ -203,7 +211,8 @@ class TiledGraphBuilder:
             tile = Tile(lay.name, t, n, axis_of(lay.shape), part="stats", start=(lo,), stop=(hi,))
             work = STATS_FLOPS_PER_ELEM * self.nbytes(lay.shape, lo, hi) / DTYPE_BYTES
             node = Node(f"{lay.name}.stats[{t}/{n}]", FORWARD, DTYPE_BYTES * 2 * lay.shape[0], work, 0, lay.op, tile)
-            prev = self.running(node, [u for x in xs for u in overlap(self.out[x], lo, hi)], prev)
+            reads = [u for x in xs for u in overlap(self.out[x], lo, hi)]
+            prev = self.running(node, reads, prev, NodeRole("stats", i, lo, hi, index=t, count=n))
         self.fwd_stats[i] = prev
         return prev
 
@@ -218,9 +227,10 @@ class TiledGraphBuilder:
         lpieces = self.out[logits]
         if len(lpieces) == 1:
             node = Node("loss", FORWARD, DTYPE_BYTES * b, b * lf, 0, "cross_entropy")
-            loss = self.bd.add(node, [lpieces[0].node], None)
+            R = rows_of(lshape)
+            loss = self.bd.add(node, [lpieces[0].node], None, role=NodeRole("loss", logits, 0, R))
             node = Node("bwd.loss", BACKWARD, self.nbytes(lshape), b * lb, 0, "cross_entropy")
-            v = self.bd.add(node, [loss, lpieces[0].node], logits)
+            v = self.bd.add(node, [loss, lpieces[0].node], logits, role=NodeRole("loss_grad", logits, 0, R, (logits,)))
             self.grad_out[logits].append(Pieces([Piece(0, rows_of(lshape), v)]))
             return
         prev = None
@@ -228,14 +238,16 @@ class TiledGraphBuilder:
             tile = Tile("loss", t, len(lpieces), axis_of(lshape), part="partial", start=(p.lo,), stop=(p.hi,))
             share = b * lf * (p.hi - p.lo) / rows_of(lshape)
             node = Node(f"loss[{t}/{len(lpieces)}]", FORWARD, DTYPE_BYTES * b, share, 0, "cross_entropy", tile)
-            prev = self.running(node, [p.node], prev)
+            role = NodeRole("loss_partial", logits, p.lo, p.hi, index=t, count=len(lpieces))
+            prev = self.running(node, [p.node], prev, role)
         loss = prev
         gp = Pieces()
         for t, p in enumerate(lpieces):
             tile = Tile("bwd.loss", t, len(lpieces), axis_of(lshape), start=(p.lo,), stop=(p.hi,))
             nb, share = self.nbytes(lshape, p.lo, p.hi), b * lb * (p.hi - p.lo) / rows_of(lshape)
             node = Node(f"bwd.loss[{t}/{len(lpieces)}]", BACKWARD, nb, share, 0, "cross_entropy", tile)
-            v = self.bd.add(node, [loss, p.node], logits)
+            role = NodeRole("loss_grad", logits, p.lo, p.hi, (logits,), index=t, count=len(lpieces))
+            v = self.bd.add(node, [loss, p.node], logits, role=role)
             gp.append(Piece(p.lo, p.hi, v, p.clo, p.chi))
         self.grad_out[logits].append(gp)
 
@@ -292,6 +304,7 @@ class TiledGraphBuilder:
             Node(f"bwd.{lay.name}", BACKWARD, DTYPE_BYTES * self.b * lay.grad_numel, self.b * lay.bwd_flops, 0, lay.op),
             reads,
             i if (tileable(lay) and xs) else None,
+            role=NodeRole("backward", i, 0, rows_of(lay.shape), tuple(xs), xs[0] if len(xs) == 1 else None),
         )
         for x in xs:
             self.grad_out[x].append(Pieces([Piece(0, rows_of(self.in_shape(x)), v)]))
@@ -326,9 +339,8 @@ class TiledGraphBuilder:
             )
             tile = Tile(name, t, len(own), axis_of(lay.shape), part="stats", start=(p.lo,), stop=(p.hi,))
             nb, share = DTYPE_BYTES * 2 * lay.shape[0], w_flops * (p.hi - p.lo) / R
-            prev = self.running(
-                Node(f"{name}.stats[{t}/{len(own)}]", BACKWARD, nb, share, 0, lay.op, tile), reads, prev
-            )
+            node = Node(f"{name}.stats[{t}/{len(own)}]", BACKWARD, nb, share, 0, lay.op, tile)
+            prev = self.running(node, reads, prev, NodeRole("grad_stats", i, p.lo, p.hi, index=t, count=len(own)))
         return prev
 
     def grad_input_tiles(self, i: int, x: int, xs: list[int], share: float, only_target: bool, bstats: int | None):
@@ -346,6 +358,7 @@ class TiledGraphBuilder:
         gelu = self.after_fused.get(i)
         if gelu is not None:
             share += self.b * self.layers[gelu].bwd_flops  # dy W^T times GELU'(x), x the linear's saved tile
+        ys = tuple(xs) if lay.op == "add" else (x if gelu is None else self.layout.fused[gelu][0],)
         gp = Pieces()
         for t, p in enumerate(xp):
             if lay.op == "avgpool" and R == 1:
@@ -369,9 +382,11 @@ class TiledGraphBuilder:
             nm = name if only_target else f"{name}@{self.layers[x].name}"
             nm, tile = (f"{nm}[{t}/{len(xp)}]", tile) if len(xp) > 1 else (nm, None)
             node = Node(nm, BACKWARD, nb, share * (p.hi - p.lo) / xr * self.head_share(x, p), 0, lay.op, tile)
-            v = self.bd.add(node, reads, i if lay.op == "add" else (x if gelu is None else self.layout.fused[gelu][0]))
+            kind = "grad_input" if gelu is None and p.clo is None else "other"
+            role = NodeRole(kind, i, p.lo, p.hi, ys, None if lay.op == "add" else x, t, len(xp))
+            v = self.bd.add(node, reads, i if lay.op == "add" else ys[0], role=role)
             gp.append(Piece(p.lo, p.hi, v, p.clo, p.chi))
-        for y in xs if lay.op == "add" else [x if gelu is None else self.layout.fused[gelu][0]]:
+        for y in ys:
             self.grad_out[y].append(gp)
 
     def weight_grad_tiles(self, i: int, xs: list[int], w_flops: float) -> None:
@@ -393,7 +408,12 @@ class TiledGraphBuilder:
             w_extra = self.b * self.layers[gelu].flops * (p.hi - p.lo) / R if gelu is not None else 0.0
             nm, tile = (f"{name}.wgrad[{t}/{len(own)}]", tile) if len(own) > 1 else (f"{name}.wgrad", None)
             share = w_flops * (p.hi - p.lo) / R * self.head_share(i, p) + w_extra
-            self.bd.add(Node(nm, BACKWARD, 0, share, 0, lay.op, tile), reads, None, extent=i)  # rows: the output tile's
+            role = NodeRole(
+                "weight_grad" if gelu is None and p.clo is None else "other", i, p.lo, p.hi, index=t, count=len(own)
+            )
+            self.bd.add(
+                Node(nm, BACKWARD, 0, share, 0, lay.op, tile), reads, None, extent=i, role=role
+            )  # rows: the output tile's
 
     # ---------------- result ----------------
 

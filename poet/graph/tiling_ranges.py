@@ -92,6 +92,33 @@ def output_rows_touching(lay: Layer, lo: int, hi: int, out_rows: int) -> tuple[i
     return max(0, first), min(out_rows, last + 1)
 
 
+@dataclass(frozen=True)
+class NodeRole:
+    """What one node of a zoo graph computes, as the builder made it (kept beside the graph, never in
+    its JSON): a front-end that executes the graph reads this instead of parsing node names.
+
+    ``kind``: ``output`` (rows ``[lo, hi)`` of layer ``layer``'s output, the whole when untiled),
+    ``backward`` (a whole layer's backward: the gradient of its node inputs ``grad_of``, rows
+    ``[lo, hi)`` of its output's, and its weight gradient),
+    ``stats`` / ``grad_stats`` (step ``index`` of ``count`` of BatchNorm's forward / backward
+    statistics chain over rows ``[lo, hi)``), ``partial`` (step of a global pooling's running sum over
+    its input rows ``[lo, hi)``; the last step is the layer's output), ``loss`` / ``loss_partial``
+    (the per-sample loss, whole or a step of its chain over logit rows ``[lo, hi)``), ``loss_grad``
+    and ``grad_input`` (rows ``[lo, hi)`` of the gradient of the outputs of the layers ``grad_of``;
+    ``layer`` is the layer whose backward computes it, ``wrt`` the input it is the gradient of, None
+    for add's one tensor serving both), ``weight_grad`` (the weight gradient's share of output rows
+    ``[lo, hi)``, step ``index`` of ``count``), ``other`` (a node kind no front-end reads yet)."""
+
+    kind: str
+    layer: int
+    lo: int = 0
+    hi: int = 1
+    grad_of: tuple[int, ...] = ()
+    wrt: int | None = None
+    index: int = 0
+    count: int = 1
+
+
 @dataclass
 class Piece:
     """A node holding rows ``[lo, hi)`` (and, when split by heads too, heads ``[clo, chi)``) of a tensor."""
@@ -114,6 +141,7 @@ class Builder:
         # (an attention step: its query tiles set what it reads of Q, its key tiles what it reads of K and V)
         self.read_owner: dict[int, dict[int, int]] = {}
         self.extent: list[int | None] = []  # layer whose count sets which rows the node reads (default: owner)
+        self.roles: list[NodeRole | None] = []  # what each node computes (None: not recorded)
 
     def add(
         self,
@@ -122,8 +150,10 @@ class Builder:
         owner: int | None,
         read_owner: dict[int, int] | None = None,
         extent: int | None = None,
+        role: NodeRole | None = None,
     ) -> int:
         self.nodes.append(node)
+        self.roles.append(role)
         self.preds.append(sorted(set(reads)))
         self.owner.append(owner)
         self.extent.append(owner if extent is None else extent)

@@ -248,6 +248,7 @@ static int compute(const pk_model *m, const pk_step *st, uint32_t i) {
 }
 
 int pk_run_schedule(const pk_model *m, int pages) {
+    if (m->zero_grads) memset(m->space[PK_SP_GRAD], 0, m->grad_bytes);
     for (uint32_t i = 0; i < m->nsteps; i++) {
         const pk_step *st = &m->steps[i];
         int rc = 0;

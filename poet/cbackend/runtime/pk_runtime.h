@@ -105,6 +105,7 @@ typedef struct {
     float *momentum_buf;           /* gradient-sized, or NULL */
     uint8_t params_writable;       /* 0: parameters are const; the update is written out, not applied */
     uint8_t poison_freed;          /* 1: freed blocks are filled with 0xFF (NaN) to catch stale reads */
+    uint8_t zero_grads;            /* 1: the gradient space is zeroed before the schedule (kernels add into it) */
     uint8_t loss_bytes;
     uint32_t grad_bytes, param_bytes, buffer_bytes;
 } pk_model;
