@@ -25,7 +25,7 @@ def _named(module, zp: ZooProgram) -> dict:
 
 def zoo_reference(zp: ZooProgram, batches, *, lr: float, momentum: float = 0.0) -> ReferenceRun:
     """Train ``zp``'s reference module from its weights for ``len(batches)`` steps of ``(input, labels)``."""
-    module = zoo_module(zp.name, seed=zp.seed)
+    module = zoo_module(zp.layers, seed=zp.seed)
     params = _named(module, zp)
     with torch.no_grad():  # the program's weights are the module's, checked here once more
         for k, p in params.items():

@@ -79,14 +79,19 @@ def _check_same(g, rebuilt, what: str) -> None:
         raise LoweringError(f"{what}: the schedule's graph has other edges than {rebuilt.name} built from its meta")
 
 
-def zoo_program(graph, *, seed: int = 0) -> ZooProgram:
+def zoo_program(graph, *, seed: int = 0, layers: ModelLayers | None = None) -> ZooProgram:
     """The zoo program a schedule's ``graph`` was made for, its weights drawn from ``seed`` as
-    :func:`poet.graph.zoo_torch.zoo_module` draws them (LoweringError if it is no zoo graph)."""
+    :func:`poet.graph.zoo_torch.zoo_module` draws them (LoweringError if it is no zoo graph).
+
+    layers: the model's layer list when it is not a built-in one (a network written with
+    :class:`poet.graph.zoo_layers.NetBuilder`); its name must be the graph's meta ``model``."""
     from ..graph.zoo_torch import zoo_module
 
     meta = getattr(graph, "meta", {}) or {}
     name = meta.get("model")
-    if name not in MODELS:
+    if layers is not None and layers.name != name:
+        raise LoweringError(f"the schedule's graph is of model {name!r}, the layers given are {layers.name!r}")
+    if layers is None and name not in MODELS:
         raise LoweringError(
             f"the schedule's graph names no zoo model (meta model={name!r}); zoo models: {', '.join(MODELS)}"
         )
@@ -94,10 +99,10 @@ def zoo_program(graph, *, seed: int = 0) -> ZooProgram:
     if not isinstance(b, int) or b < 1:
         raise LoweringError(f"the schedule's graph meta has no valid batch_size ({b!r})")
     tiles = dict(meta.get("tiles") or {})
-    tb = build_tiled(name, tiles, b)
+    ml = layers if layers is not None else model_layers(name)
+    tb = build_tiled(ml, tiles, b)
     _check_same(graph, tb.graph, f"{name} at batch {b}")
-    ml = model_layers(name)
-    module = zoo_module(name, seed=seed)
+    module = zoo_module(ml, seed=seed)
     params = {}
     for lay in ml.layers:
         if lay.params:
@@ -275,6 +280,8 @@ def _grad_input(lw: _Lowering, v: int, r: NodeRole, x: int, lo: int, hi: int, dx
     """Rows [lo, hi) of the gradient of layer ``r.layer``'s input ``x`` (add: of its output)."""
     i, lay, name = r.layer, lw.L[r.layer], lw.zp.graph.nodes[v].name
     op, R = lay.op, lw.rows(i)
+    if op in ("conv2d", "maxpool") and not _touched(lay, lo, hi, R):
+        return [KernelCall("zoo_zero", "zoo.zoo_zero", name, (dx,), 0, ())]  # a strided window skips these rows
     if op == "conv2d":
         dlo, dhi = output_rows_touching(lay, lo, hi, R)
         srcs = [lw.grad_groups(v, i, dlo, dhi)]
@@ -307,6 +314,11 @@ def _grad_input(lw: _Lowering, v: int, r: NodeRole, x: int, lo: int, hi: int, dx
     if op == "linear":
         return [_call("zoo_linear_grad_input", name, [lw.param(i, "weight")], [lw.grad_groups(v, i, 0, R)], [dx], [lo])]
     raise LoweringError(f"{lw.what(v)}: layer op {op!r} has no C backward kernel")
+
+
+def _touched(lay, lo: int, hi: int, out_rows: int) -> bool:
+    a, z = output_rows_touching(lay, lo, hi, out_rows)
+    return a < z and any(lo <= oh * lay.stride - lay.pad + k < hi for oh in range(a, z) for k in range(lay.kernel))
 
 
 def _weight_grad(lw: _Lowering, v: int, layer: int, lo: int, hi: int, accumulate: bool) -> list[KernelCall]:

@@ -17,6 +17,7 @@
    zoo_relu            x src, y                                        | lo, <x>
    zoo_relu_grad       y src, dy src, dx                               | lo, <y>, <dy>
    zoo_sum             src, y        (y = the sum of the groups)       | lo, <src>
+   zoo_zero            y             (rows no gradient reaches)        |
    zoo_cross_entropy   logits src, labels(int64 B), losses(B), loss|NONE   | K, <logits>
    zoo_cross_entropy_grad  logits src, labels, dlogits                 | lo, K, <logits>
 
@@ -324,6 +325,20 @@ PK_KERNEL(zoo_sum) {
                     for (int32_t w = 0; w < x.w; w++) yr[w] = g ? yr[w] + xr[w] : xr[w];
                 }
             }
+    return PK_OK;
+}
+
+/* rows no gradient reaches (the input rows a strided window skips) */
+PK_KERNEL(zoo_zero) {
+    (void)s;
+    if (nt != 1 || ns != 0) return PK_EARGS;
+    const pk_tensor *y = &t[0];
+    if (y->dtype != PK_F32) return PK_EDTYPE;
+    if (y->ndim != 4) return PK_EARGS;
+    TAKE(pkz_out4(y, y->size[0], y->size[1], y->size[3]));
+    for (int32_t b = 0; b < y->size[0]; b++)
+        for (int32_t c = 0; c < y->size[1]; c++)
+            for (int32_t r = 0; r < y->size[2]; r++) memset(pkz_at(y, b, c, r), 0, (size_t)y->size[3] * sizeof(float));
     return PK_OK;
 }
 
