@@ -6,6 +6,7 @@ import argparse
 import sys
 import time
 
+from .cbackend import commands as cbackend_commands
 from .console import OutputPathError, Progress, check_out_path, ctrl_c_stops_the_solve, warn_uncached
 from .execute import commands as execute_commands
 from .execute import profile_commands
@@ -301,7 +302,7 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("schedule")
     v.set_defaults(func=cmd_validate)
 
-    for module in (sweep_command, report_commands, execute_commands, profile_commands):
+    for module in (sweep_command, report_commands, execute_commands, profile_commands, cbackend_commands):
         module.register(sub)
     return p
 

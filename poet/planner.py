@@ -28,6 +28,7 @@ class Plan:
     device: str
     executor_options: dict = field(default_factory=dict)
     tiling: object = None  # poet.execute.tiled.TilingChoice when tiling was considered
+    untiled: object = None  # the program before tiling (the reference a compiled tiled step is checked against)
     _executor: object = field(default=None, repr=False)
     threads: int = 0  # torch threads to run with (a measured profile's); 0: leave torch's setting
 
@@ -112,6 +113,28 @@ class Plan:
 
     execute = run
 
+    def compile(self, target: str = "host", out=None, *, run: bool = False, check: bool = False, **options):
+        """Compile the schedule to a C project in ``out`` for ``target`` (``host`` or ``qemu-m4``),
+        and optionally build, run and check it against PyTorch -> :class:`poet.cbackend.CompileResult`.
+
+        ``options`` go to :func:`poet.cbackend.compiler.compile_program` (``batches``, ``steps``,
+        ``lr``, ``momentum``, ``params_in_ram``, ``force``, ``progress`` ...).
+        """
+        from .cbackend.compiler import compile_program
+
+        if out is None:
+            raise ValueError("plan.compile needs out=: the folder to write the C project to")
+        return compile_program(
+            self.program,
+            self.schedule,
+            target=target,
+            out=out,
+            run=run,
+            check=check,
+            reference_program=self.untiled,
+            **options,
+        )
+
     def train_step(self, inputs, targets=(), optimizer=None):
         """``optimizer.zero_grad(); loss.backward(); optimizer.step()`` via the schedule; returns the result."""
         if optimizer is not None:
@@ -140,6 +163,7 @@ def plan(
     costs: str = "model",
     measure_runs: int = 20,
     tile="auto",
+    runtime_ram_bytes: int = 0,
     **solve_options,
 ) -> Plan:
     """Trace ``model`` with its loss, price it on ``device``, schedule it within the budgets.
@@ -159,6 +183,8 @@ def plan(
     tile: ``"auto"`` (default) tiles the ops that must be split when the budget is below the
     untiled minimum (:func:`poet.execute.tiled.tile_for_budget`); ``"off"`` never tiles; an
     integer forces that many tiles.  Tiled plans match autograd within the bound in docs/torch.md.
+    runtime_ram_bytes: RAM the step's runtime holds besides the tensors (a compiled step's stack and
+    statics, ``poet train --target qemu-m4``), counted as fixed RAM ("runtime").
     """
     from .graph.torch_export import export_training_graph
     from .hardware import load_device
@@ -166,6 +192,9 @@ def plan(
     from .units import parse_bytes
 
     prog = export_training_graph(model, example_inputs, loss_fn, targets, optimizer=optimizer)
+    if runtime_ram_bytes:
+        prog.fixed_breakdown["runtime"] = int(runtime_ram_bytes)
+    untiled = prog
     if granularity in ("layer", "module"):
         prog = prog.coarsen(max_nodes=max_nodes)
     elif granularity != "aten":
@@ -211,8 +240,19 @@ def plan(
         opts["swap_file"] = swap_file
     if dev.paging_sync:
         opts.update(fsync=True, drop_cache=True)
+    if tiling is not None and tiling.tiled:  # how to tile the traced program again (poet compile --schedule)
+        rep = tiling.report
+        sched.report = sched.report.with_(
+            tiling={"kind": "torch", "count": rep.count, "threshold_bytes": rep.threshold_bytes}
+        )
     return Plan(
-        program=prog, schedule=sched, device=dev.name, executor_options=opts, threads=dev.threads, tiling=tiling
+        program=prog,
+        schedule=sched,
+        device=dev.name,
+        executor_options=opts,
+        threads=dev.threads,
+        tiling=tiling,
+        untiled=untiled if prog is not untiled else None,
     )
 
 

@@ -26,3 +26,17 @@ def require_qemu_m4() -> None:
         hostlib.compiler()
     except hostlib.KernelError as e:
         require(str(e))
+
+
+@pytest.fixture(scope="session")
+def build_cache_dir(tmp_path_factory):
+    """One cache of built kernel libraries and plugins for the whole session (each test otherwise
+    gets an empty POET_CACHE_DIR from conftest, and would compile every kernel again)."""
+    return tmp_path_factory.mktemp("cbackend-build-cache")
+
+
+@pytest.fixture
+def qemu_m4_ready(build_cache_dir, monkeypatch):
+    """The qemu-m4 toolchain is there (else skip, or fail in CI), and builds share the session's cache."""
+    require_qemu_m4()
+    monkeypatch.setenv("POET_CACHE_DIR", str(build_cache_dir))

@@ -19,12 +19,14 @@ from ..schedule.validate import validate
 from .check import CheckReport, compare, reference_run
 from .check_zoo import zoo_reference
 from .fit import ArenaFit, fit_arena
+from .instructions import InstructionComparison, InstructionModel, measure_program
 from .ir import LoweringError
 from .layout import StepResults, read_out, write_batches
 from .lower import lower_program
 from .lower_zoo import ZooProgram, lower_zoo
 from .project import Project, write_project
-from .targets import Build, RunOutput, TargetError, get_target
+from .target_table import get_target
+from .targets import Build, RunOutput, TargetError
 
 __all__ = ["ArenaTooLarge", "CompileResult", "compile_program", "schedule_kinds"]
 
@@ -46,6 +48,8 @@ class CompileResult:
     results: StepResults | None
     check: CheckReport | None
     seconds: dict  # 'compile', 'build', 'run', 'check'
+    # qemu-m4 runs: predicted beside measured instructions per iteration and per kind
+    instructions: InstructionComparison | None = None
 
     @property
     def arena_bytes(self) -> int:
@@ -77,6 +81,8 @@ class CompileResult:
         if self.run is not None:
             why = self.run.problem()
             out.append(f"ran on {self.target}: " + (why or "ok"))
+        if self.instructions is not None:
+            out += self.instructions.lines()
         if self.check is not None:
             out.append("against PyTorch: " + ("match within the bounds" if self.check.ok else "MISMATCH"))
             out += ["  " + x for x in self.check.lines()]
@@ -113,6 +119,7 @@ def compile_program(
     reference_program=None,
     dropout_reference=None,
     run_dir=None,
+    instruction_model: InstructionModel | None = None,
 ) -> CompileResult:
     """Compile ``schedule`` of the traced ``program`` into a C project in ``out`` for ``target``.
 
@@ -122,6 +129,8 @@ def compile_program(
     training steps (``batches``: one ``inputs + targets`` tuple per step; default the example
     batch).  check: also train in PyTorch (``reference_program``: the untiled program of a tiled
     one) and compare.  Raises before building on a schedule or program the backend cannot compile.
+    On ``qemu-m4`` a run counts instructions and compares them, per iteration and per kind, with the
+    prediction from ``program``'s per-node costs (``instruction_model``, measured first if None).
     """
     t0 = time.monotonic()
     secs: dict = {}
@@ -177,7 +186,7 @@ def compile_program(
         f"wrote {project.path}: {len(project.tables.steps)} instructions, {len(project.tables.calls)} calls, "
         f"arena {fit.plan.arena_bytes:,} B (schedule peak {schedule.totals.peak_ram_bytes - fixed:,} B)",
     )
-    build = run_out = results = report = None
+    build = run_out = results = report = comparison = None
     if run or check or target != "host":
         tgt = get_target(target)
         why = tgt.missing()
@@ -196,12 +205,20 @@ def compile_program(
         write_batches(project.layout, [tuple(b) for b in batches], rd / "batch.bin")
         t1 = time.monotonic()
         _say(progress, f"running {len(batches)} step(s) on {target} in {rd} ...")
-        run_out = tgt.run(build, rd, count=False, timeout_s=timeout_s)
+        counting = target == "qemu-m4"  # the emulator counts instructions exactly: every run compares them
+        run_out = tgt.run(build, rd, count=counting, timeout_s=timeout_s)
         secs["run"] = time.monotonic() - t1
         why = run_out.problem()
         _say(progress, f"ran in {secs['run']:.2f} s: " + (why or "ok"))
         if run_out.ok:
             results = read_out(project.layout, rd / "out.bin")
+        if counting and run_out.ok:
+            t1 = time.monotonic()
+            model = instruction_model or measure_program(program, progress=progress, timeout_s=timeout_s)
+            comparison = InstructionComparison.of(
+                model, schedule.steps, run_out.marks, params_in_ram=project.layout.params_in_ram, poison=check
+            )
+            secs["instructions"] = time.monotonic() - t1
     if check and results is not None:
         t1 = time.monotonic()
         mom = momentum if params_in_ram else 0.0
@@ -211,4 +228,4 @@ def compile_program(
             ref = reference_run(reference_program or program, batches, lr=lr, momentum=mom, dropout=dropout_reference)
         report = compare(results, ref)
         secs["check"] = time.monotonic() - t1
-    return CompileResult(project, schedule, fit, target, build, run_out, results, report, secs)
+    return CompileResult(project, schedule, fit, target, build, run_out, results, report, secs, comparison)

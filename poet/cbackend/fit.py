@@ -75,6 +75,17 @@ def _solve(schedule: Schedule, ram: int, time_limit: float, solve_options: dict)
     )
 
 
+def _next_budget(ram: int, overshoot: int, too_big: int, infeasible: int | None, step: int) -> int | None:
+    """The next RAM budget to solve for: the last one less the overshoot, or halfway between the
+    largest infeasible budget and the smallest whose arena was too big; None when nothing is left."""
+    nxt = ram - overshoot
+    if infeasible is not None and nxt <= infeasible:
+        nxt = (infeasible + too_big) // 2
+    if nxt >= too_big or (infeasible is not None and (nxt <= infeasible or too_big - infeasible <= step)):
+        return None
+    return nxt
+
+
 def fit_arena(
     schedule: Schedule,
     *,
@@ -84,42 +95,56 @@ def fit_arena(
     progress: Callable[[str], None] | None = None,
     solver: Callable[[Schedule, int, float], Schedule] | None = None,
 ) -> ArenaFit:
-    """``schedule`` if its arena fits its budget, else a re-solved one whose arena does (or the last
-    tried, when none did within ``time_limit_s``: check :attr:`ArenaFit.fits`)."""
+    """``schedule`` if its arena fits its budget, else a re-solved one whose arena does (or the one
+    with the smallest arena, when none did within ``time_limit_s``: check :attr:`ArenaFit.fits`).
+
+    ``solver(schedule, ram_bytes, seconds_left)`` solves again (default: the same graph, strategy,
+    deadline and paging model with ``ram_bytes``); it may return a schedule of another graph of the
+    same model (a finer tiling), which is validated against the real budget like any other.  When a
+    budget is infeasible, the next one is halfway back towards the last that gave a schedule.
+    """
     t_end = time.monotonic() + time_limit_s
-    g, budget = schedule.graph, schedule.budget
-    avail = budget.ram_bytes - g.fixed_ram_bytes
+    budget = schedule.budget
     solve_options = dict(solve_options or {})
     run = solver or (lambda s, ram, left: _solve(s, ram, left, solve_options))
+
+    def avail_of(s: Schedule) -> int:
+        return budget.ram_bytes - s.graph.fixed_ram_bytes
+
     t0 = time.monotonic()
     plan = plan_arena(schedule, time_limit_s=arena_time_limit_s)
-    peak = schedule.totals.peak_ram_bytes - g.fixed_ram_bytes
+    peak = schedule.totals.peak_ram_bytes - schedule.graph.fixed_ram_bytes
     attempts = [FitAttempt(budget.ram_bytes, schedule.status, peak, plan.arena_bytes, time.monotonic() - t0)]
     best = (schedule, plan)
-    ram = budget.ram_bytes
-    while plan.arena_bytes > avail and schedule.strategy in REFIT_STRATEGIES:
+    too_big, infeasible = budget.ram_bytes, None
+    step = max(8, budget.ram_bytes // 200)  # stop halving below half a percent of the budget
+    ram, overshoot = budget.ram_bytes, plan.arena_bytes - avail_of(schedule)
+    while best[1].arena_bytes > avail_of(best[0]) and schedule.strategy in REFIT_STRATEGIES:
         left = t_end - time.monotonic()
-        if left <= 1.0:
+        nxt = _next_budget(ram, overshoot, too_big, infeasible, step)
+        if left <= 1.0 or nxt is None or nxt <= schedule.graph.fixed_ram_bytes:
             break
-        ram -= plan.arena_bytes - avail
-        if ram <= g.fixed_ram_bytes:
-            break
+        ram = nxt
         if progress:
-            progress(f"arena {plan.arena_bytes:,} B > {avail:,} B available: solving again for {ram:,} B RAM")
+            progress(
+                f"arena {best[1].arena_bytes:,} B > {avail_of(best[0]):,} B available: solving again for {ram:,} B RAM"
+            )
         t0 = time.monotonic()
         s2 = run(schedule, ram, left)
         if not s2.feasible:
             attempts.append(FitAttempt(ram, s2.status, None, None, time.monotonic() - t0))
-            break
-        totals = validate(g, s2.steps, budget)  # valid under the tighter budget, so under the real one
+            infeasible = ram if infeasible is None else max(infeasible, ram)
+            continue
+        totals = validate(s2.graph, s2.steps, budget)  # valid under the tighter budget, so under the real one
         s2 = s2.with_(budget=budget, totals=totals)
         plan = plan_arena(s2, time_limit_s=arena_time_limit_s)
+        fixed = s2.graph.fixed_ram_bytes
         attempts.append(
-            FitAttempt(
-                ram, s2.status, totals.peak_ram_bytes - g.fixed_ram_bytes, plan.arena_bytes, time.monotonic() - t0
-            )
+            FitAttempt(ram, s2.status, totals.peak_ram_bytes - fixed, plan.arena_bytes, time.monotonic() - t0)
         )
-        if plan.arena_bytes < best[1].arena_bytes:
+        overshoot = plan.arena_bytes - avail_of(s2)
+        if overshoot > 0:
+            too_big = min(too_big, ram)
+        if plan.arena_bytes - avail_of(s2) < best[1].arena_bytes - avail_of(best[0]):
             best = (s2, plan)
-        schedule = s2
-    return ArenaFit(best[0], best[1], avail, tuple(attempts))
+    return ArenaFit(best[0], best[1], avail_of(best[0]), tuple(attempts))

@@ -210,9 +210,9 @@ def _item(name: str, t: torch.Tensor, trainable: bool = True, with_data: bool = 
 
 def lower_program(program, schedule: Schedule | None = None) -> KernelProgram:
     """The kernel program of ``program`` (checked against ``schedule``'s graph when given)."""
-    _check_supported(program)
-    if schedule is not None:
+    if program.granularity == "aten" and schedule is not None:
         check_schedule_matches(program, schedule)
+    _check_supported(program)
     p = program
     param_names = list(p.params)
     buffer_names = list(p.buffers)

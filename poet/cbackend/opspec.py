@@ -16,7 +16,19 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["SPECS", "CallSpec", "UnsupportedOp", "arg", "flat_ints", "register", "target_key"]
+__all__ = [
+    "SPECS",
+    "CallSpec",
+    "UnsupportedOp",
+    "arg",
+    "flat_ints",
+    "is_value",
+    "need_float32",
+    "register",
+    "scalar_for",
+    "target_key",
+    "value_dtype",
+]
 
 Scalar = int | float
 
@@ -75,3 +87,35 @@ def arg(n, i: int, name: str, default):
     """Argument ``i`` of FX node ``n`` by position, else by keyword ``name``, else ``default`` (the
     schema's default: FX leaves defaulted arguments out)."""
     return n.args[i] if len(n.args) > i else n.kwargs.get(name, default)
+
+
+def is_value(a) -> bool:
+    """True for a tensor argument (an FX node), False for a Python number, list or None."""
+    return hasattr(a, "op") and hasattr(a, "meta")
+
+
+def value_dtype(n, item: int | None = None) -> str:
+    """The dtype of FX node ``n``'s traced value (``item`` of a tuple), as ``float32``, ``int64`` ..."""
+    val = n.meta.get("val")
+    if item is not None:
+        val = val[item]
+    return str(getattr(val, "dtype", "unknown")).replace("torch.", "")
+
+
+def scalar_for(dtype: str, value) -> Scalar:
+    """A Python number in the kind a kernel reads for ``dtype``: a float (``.f``) for floating dtypes,
+    an int (``.i``) for integer and bool ones."""
+    if dtype.startswith("float"):
+        return float(value)
+    return int(value)
+
+
+def need_float32(n, *values) -> None:
+    """Refuse (:class:`UnsupportedOp`, naming node ``n``) unless every tensor in ``values`` (FX nodes;
+    numbers and None are skipped) is float32: for kernels that only have a float32 version."""
+    for v in values:
+        if is_value(v) and value_dtype(v) != "float32":
+            raise UnsupportedOp(
+                f"the C kernel for {target_key(n.target)} (node {n.name}) takes float32 tensors; "
+                f"{v.name} is {value_dtype(v)}"
+            )

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import hostlib, qemu_m4
+from .target_types import RunOutput
 
 MAGIC, VERSION = 0x42504B50, 1
 DATA_MAX = 16 << 20  # the probe's data block lives in the EXTERNAL region (16 MiB of PSRAM)
@@ -40,7 +41,7 @@ class KernelCall:
 class ProbeResult:
     instructions: tuple[int, ...]  # per call, the kernel's own instructions
     overhead: int  # instructions of an empty kernel called the same way (subtracted from each)
-    run: qemu_m4.RunOutput
+    run: RunOutput
 
 
 class ProbeError(RuntimeError):

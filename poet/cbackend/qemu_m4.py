@@ -2,11 +2,12 @@
 QEMU's ``mps2-an386`` board under a hard RAM cap.
 
 * **Build.**  The kernels (``runtime/kernels_*.c``, ``pk_math*.c``) are compiled once per content
-  into a cached static library; the project's own C files, the startup (``startup_m4.c``) and the
-  semihosting platform (``pk_platform_semihost.c``) are compiled per build and linked with a linker
-  script (``m4.ld.in``) whose RAM region is exactly the budget: a firmware whose stack, data, arena
-  and bss do not fit does not link, and the error says by how much and of what.  A project file with
-  the name of a runtime file (a copy the code generator wrote) replaces it.
+  into a cached static library (used whenever the project's copies of them are unchanged); the
+  project's own C files, the startup (``startup_m4.c``) and the semihosting platform
+  (``pk_platform_semihost.c``) are compiled per build and linked with a linker script
+  (``m4.ld.in``) whose RAM region is exactly the budget: a firmware whose stack, data, arena and bss
+  do not fit does not link, and the error says by how much and of what.  A project file with the
+  name of a target file replaces it (the project layout of :mod:`poet.cbackend.targets`).
 * **Memory.**  :class:`MemoryUse` is read from the ELF's section sizes: flash, and in RAM the stack,
   data, arena and bss, plus what sits outside the budget in the external region.
 * **Run.**  ``qemu-system-arm`` always under ``timeout``, with the run folder as its working folder
@@ -27,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import hostlib, icount
+from .target_types import Build, MemoryUse, RunOutput, TargetError, project_sources
 
 NAME = "qemu-m4"
 DEBIAN_PACKAGES = ("gcc-arm-none-eabi", "libnewlib-arm-none-eabi", "qemu-system-arm")
@@ -45,10 +47,8 @@ MACHINE = (
 RAM_REGION_MAX = 4 << 20  # ZBT SSRAM2/3 at 0x20000000
 DEFAULT_STACK_BYTES = 4096
 OUT_DIR = "qemu-m4"  # build outputs, inside the project folder
-
-
-class TargetError(RuntimeError):
-    """The firmware could not be built, or the emulator could not run it (the message says why)."""
+# a measurement build's arena in the external region (16 MiB), where no budget applies
+ARENA_EXTERNAL = 'PK_ARENA=__attribute__((section(".bss.PK.external"), aligned(8)))'
 
 
 def _exit_codes() -> dict[str, int]:
@@ -70,40 +70,6 @@ TIMEOUT_EXITS = (124, 137)  # timeout(1): the command timed out / had to be kill
 
 
 @dataclass(frozen=True)
-class MemoryUse:
-    """Bytes per region of a linked firmware (the RAM figures are what the budget caps)."""
-
-    ram_region: int  # the RAM region's size: the budget
-    stack: int
-    data: int  # initialized statics (their initial values also take flash)
-    arena: int  # the step's one arena (pk_sections.h: PK_ARENA)
-    bss: int  # every other zero-initialized static
-    external: int  # outside the budget (PK_EXTERNAL): the gradients in the paper's setting
-    flash: int  # code, constants and the initial values of .data
-
-    @property
-    def ram(self) -> int:
-        """RAM the firmware holds: stack + data + arena + bss (never more than ``ram_region``)."""
-        return self.stack + self.data + self.arena + self.bss
-
-    def describe(self) -> str:
-        ext = f"; outside the budget: {self.external:,} B external" if self.external else ""
-        return (
-            f"RAM {self.ram:,} of {self.ram_region:,} B (stack {self.stack:,}, data {self.data:,}, "
-            f"arena {self.arena:,}, bss {self.bss:,}); flash {self.flash:,} B{ext}"
-        )
-
-
-@dataclass(frozen=True)
-class Build:
-    """A linked firmware."""
-
-    binary: Path  # the ELF QEMU loads
-    map_file: Path | None  # the linker's map: where every object went
-    memory: MemoryUse
-
-
-@dataclass(frozen=True)
 class Fault:
     """What the startup's fault handler reported before exiting (runtime/pk_m4.h)."""
 
@@ -120,33 +86,6 @@ class Fault:
         if self.pc is not None:
             s += f", pc {self.pc:#010x}" + (f" in {self.where}" if self.where else "")
         return s
-
-
-@dataclass(frozen=True)
-class RunOutput:
-    """One run of a firmware on the emulator."""
-
-    exit_code: int
-    text: str  # what the firmware printed (pk_print), its pk-stack line taken out
-    marks: tuple[int, ...] | None  # instructions executed before each pk_mark call; None: not counted
-    instructions: int | None  # every instruction executed, reset to exit; None: not counted
-    stack_used: int | None  # the stack's high-water mark in bytes (the stack is painted at reset)
-    fault: Fault | None
-    timed_out: bool
-
-    @property
-    def ok(self) -> bool:
-        return self.exit_code == 0 and not self.timed_out
-
-    def problem(self) -> str | None:
-        """Why the run failed, in one sentence; None when it succeeded."""
-        if self.timed_out:
-            return "the firmware did not finish within the time limit (an endless loop, or give it more time)"
-        if self.fault is not None:
-            return f"the firmware faulted: {self.fault.describe()}"
-        if self.exit_code != 0:
-            return f"the firmware exited with code {self.exit_code}"
-        return None
 
 
 # ---- toolchain ---------------------------------------------------------------------------------
@@ -214,43 +153,52 @@ def linker_script(ram_bytes: int, stack_bytes: int) -> str:
 
 
 def _check_sizes(ram_bytes: int, stack_bytes: int) -> None:
-    if not isinstance(ram_bytes, int) or not 256 <= ram_bytes <= RAM_REGION_MAX:
-        raise ValueError(f"RAM budget {ram_bytes!r}: give bytes from 256 to {RAM_REGION_MAX:,} (mps2-an386's 4 MiB)")
-    if not isinstance(stack_bytes, int) or stack_bytes < 256 or stack_bytes % 8:
-        raise ValueError(f"stack size {stack_bytes!r}: give a multiple of 8 bytes, at least 256")
+    if isinstance(ram_bytes, bool) or not isinstance(ram_bytes, int) or not 256 <= ram_bytes <= RAM_REGION_MAX:
+        raise TargetError(f"RAM budget {ram_bytes!r}: give bytes from 256 to {RAM_REGION_MAX:,} (mps2-an386's 4 MiB)")
+    if isinstance(stack_bytes, bool) or not isinstance(stack_bytes, int) or stack_bytes < 256 or stack_bytes % 8:
+        raise TargetError(f"stack size {stack_bytes!r}: give a multiple of 8 bytes, at least 256")
     if stack_bytes >= ram_bytes:
-        raise ValueError(f"a stack of {stack_bytes:,} B leaves nothing of a {ram_bytes:,} B RAM budget")
+        raise TargetError(
+            f"the RAM budget of {ram_bytes:,} B cannot hold a {stack_bytes:,} B stack, let alone the arena and data "
+            "besides: the qemu-m4 RAM region is the whole budget; give a larger budget or a smaller stack"
+        )
 
 
 def _sources(project_dir: Path) -> tuple[list[Path], bool]:
-    """The project's C and assembly files, the target's runtime files it has no copy of, and whether
-    it carries its own kernels (then the cached kernel library is not linked)."""
-    own = sorted(project_dir.glob("*.c")) + sorted(project_dir.glob("*.S"))
-    names = {p.name for p in own}
-    target = [hostlib.RUNTIME / n for n in TARGET_SOURCES if n not in names]
-    own_kernels = any(p.name in names for p in hostlib.kernel_sources())
-    return own + target, own_kernels
+    """What to compile: the project's C and assembly files and the target's runtime files it has no
+    copy of; and whether to link the cached kernel library instead of compiling the project's
+    kernels (when its copies of the kernels and headers are the runtime's own, byte for byte)."""
+    sources = project_sources(project_dir, TARGET_SOURCES)
+    shared = {p.name: p for p in hostlib.kernel_sources() + sorted(hostlib.RUNTIME.glob("*.h"))}
+    copies = [p for p in list(project_dir.glob("*.c")) + list(project_dir.glob("*.h")) if p.name in shared]
+    if any(p.read_bytes() != shared[p.name].read_bytes() for p in copies):
+        return sources, False  # edited copies: compile the project's own
+    kernels = {p.name for p in hostlib.kernel_sources()}
+    return [p for p in sources if p.name not in kernels], True
 
 
-def build(project_dir, ram_bytes: int, *, stack_bytes: int = DEFAULT_STACK_BYTES) -> Build:
+def build(project_dir, ram_bytes: int, *, stack_bytes: int = DEFAULT_STACK_BYTES, defines=()) -> Build:
     """Compile and link ``project_dir`` for the Cortex-M4F with a RAM region of exactly ``ram_bytes``.
 
     Outputs go to ``project_dir/qemu-m4/`` (``m4.ld``, ``firmware.elf``, ``firmware.map``), each
     replaced only once the link succeeded.  :class:`TargetError` says what did not fit or compile.
+    ``defines``: ``NAME=VALUE`` macros for the project's own files (a measurement build moves the
+    arena outside the budget with ``PK_ARENA=...``, see :data:`ARENA_EXTERNAL`).
     """
     _check_sizes(ram_bytes, stack_bytes)
     _need_toolchain()
     project_dir = Path(project_dir).resolve()
     if not project_dir.is_dir():
         raise TargetError(f"no project folder {project_dir}")
-    sources, own_kernels = _sources(project_dir)
-    libs = [] if own_kernels else [str(kernel_library())]
+    sources, use_library = _sources(project_dir)
+    libs = [str(kernel_library())] if use_library else []
     out_dir = project_dir / OUT_DIR
     out_dir.mkdir(exist_ok=True)
     with tempfile.TemporaryDirectory(dir=out_dir) as tmp:
         tmp = Path(tmp)
         includes = ["-I", str(project_dir), "-I", str(hostlib.RUNTIME)]
-        r = _run_tool([GCC, *COMPILE_FLAGS, *includes, "-c", *map(str, sources)], cwd=tmp)
+        macros = [f"-D{d}" for d in defines]
+        r = _run_tool([GCC, *COMPILE_FLAGS, *includes, *macros, "-c", *map(str, sources)], cwd=tmp)
         if r.returncode != 0:
             raise TargetError(f"compiling {project_dir} for the Cortex-M4 failed:\n" + r.stderr[-4000:])
         objs = sorted(str(p) for p in tmp.glob("*.o"))
@@ -416,15 +364,18 @@ def run(build: Build, run_dir, count: bool = False, timeout_s: float = 60.0) -> 
 
 
 class QemuM4:
-    """The ``qemu-m4`` target (the Target protocol of :mod:`poet.cbackend`)."""
+    """The ``qemu-m4`` target (the :class:`poet.cbackend.targets.Target` protocol)."""
 
     name = NAME
 
     def missing(self) -> str | None:
         return missing()
 
-    def build(self, project_dir, ram_bytes: int, *, stack_bytes: int = DEFAULT_STACK_BYTES) -> Build:
-        return build(project_dir, ram_bytes, stack_bytes=stack_bytes)
+    def build(self, project_dir, ram_bytes: int, *, stack_bytes: int = DEFAULT_STACK_BYTES, defines=()) -> Build:
+        return build(project_dir, ram_bytes, stack_bytes=stack_bytes, defines=defines)
 
     def run(self, build: Build, run_dir, count: bool = False, timeout_s: float = 60.0) -> RunOutput:
         return run(build, run_dir, count, timeout_s)
+
+
+TARGET = QemuM4()

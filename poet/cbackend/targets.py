@@ -10,6 +10,8 @@ budget and runs it in a run folder holding ``batch.bin`` (and, after the run, ``
   ``mps2-an386`` with a RAM region of exactly the budget, semihosting for files, and an instruction
   counter.
 
+:mod:`poet.cbackend.target_table` picks one by name.
+
 What a project folder holds, for every target: its C and assembly files at the top level (the
 runtime, the kernels and the generated tables; ``*.S`` files ``.incbin`` the binary blobs next to
 them), compiled with the folder on the include path; target files (a platform, a startup) come from
@@ -22,11 +24,11 @@ import os
 import shutil
 import subprocess
 import tempfile
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
 from . import hostlib
+from .target_types import Build, MemoryUse, RunOutput, TargetError, project_sources
 
 __all__ = [
     "HOST",
@@ -37,77 +39,12 @@ __all__ = [
     "RunOutput",
     "Target",
     "TargetError",
-    "get_target",
+    "host_kernel_library",
+    "kernels_unchanged",
     "project_sources",
 ]
 
 TARGETS = ("host", "qemu-m4")
-
-
-class TargetError(RuntimeError):
-    """A project that could not be built, or a binary that could not be started (the message says why)."""
-
-
-@dataclass(frozen=True)
-class MemoryUse:
-    """Bytes per region of a built step (the RAM figures are what the budget caps)."""
-
-    ram_region: int  # the RAM budget the build was made for
-    stack: int  # reserved stack (0 on the host: the operating system's)
-    data: int  # initialized statics (their initial values also take flash)
-    arena: int  # the step's one arena (pk_sections.h: PK_ARENA)
-    bss: int  # every other zero-initialized static
-    external: int  # outside the budget (PK_EXTERNAL): the gradients in the paper's setting
-    flash: int  # code, constants and the initial values of .data
-
-    @property
-    def ram(self) -> int:
-        """RAM the step holds: stack + data + arena + bss."""
-        return self.stack + self.data + self.arena + self.bss
-
-    def describe(self) -> str:
-        ext = f"; outside the budget: {self.external:,} B external" if self.external else ""
-        return (
-            f"RAM {self.ram:,} of {self.ram_region:,} B (stack {self.stack:,}, data {self.data:,}, "
-            f"arena {self.arena:,}, bss {self.bss:,}); flash {self.flash:,} B{ext}"
-        )
-
-
-@dataclass(frozen=True)
-class Build:
-    """A built step."""
-
-    binary: Path  # what the target runs (an executable, an ELF)
-    map_file: Path | None  # the linker's map, where the target writes one
-    memory: MemoryUse
-
-
-@dataclass(frozen=True)
-class RunOutput:
-    """One run of a built step."""
-
-    exit_code: int
-    text: str  # what the step printed (pk_print)
-    marks: tuple[int, ...] | None  # running instruction count at each pk_mark call; None: not counted
-    instructions: int | None = None  # every instruction executed; None: not counted
-    stack_used: int | None = None  # the stack's high-water mark in bytes, where the target measures it
-    fault: object | None = None  # what a target's fault handler reported (it has .describe())
-    timed_out: bool = False
-
-    @property
-    def ok(self) -> bool:
-        return self.exit_code == 0 and not self.timed_out
-
-    def problem(self) -> str | None:
-        """Why the run failed, in one sentence; None when it succeeded."""
-        if self.timed_out:
-            return "the step did not finish within the time limit (an endless loop, or give it more time)"
-        if self.fault is not None:
-            return f"the step faulted: {self.fault.describe()}"
-        if self.exit_code != 0:
-            last = [ln for ln in self.text.splitlines() if ln.strip()]
-            return f"the step exited with code {self.exit_code}" + (f": {last[-1]}" if last else "")
-        return None
 
 
 class Target(Protocol):
@@ -125,11 +62,38 @@ class Target(Protocol):
         """Run the built step with ``run_dir`` as its working folder (never longer than ``timeout_s``)."""
 
 
-def project_sources(project_dir: Path, target_files: tuple[str, ...]) -> list[Path]:
-    """The project's C and assembly files, plus the target's runtime files it has no copy of."""
-    own = sorted(project_dir.glob("*.c")) + sorted(project_dir.glob("*.S"))
-    names = {p.name for p in own}
-    return own + [hostlib.RUNTIME / n for n in target_files if n not in names]
+def kernels_unchanged(project_dir: Path) -> bool:
+    """True when the project's copies of the kernels and headers are the runtime's own, byte for byte
+    (a target may then link its cached kernel library instead of compiling them again)."""
+    shared = {p.name: p for p in hostlib.kernel_sources() + sorted(hostlib.RUNTIME.glob("*.h"))}
+    copies = [p for p in list(project_dir.glob("*.c")) + list(project_dir.glob("*.h")) if p.name in shared]
+    return all(p.read_bytes() == shared[p.name].read_bytes() for p in copies)
+
+
+def host_kernel_library() -> Path | None:
+    """The kernels compiled with the host's ``cc`` into a static library, once per content (cached);
+    None without ``ar`` (the project's copies are compiled then)."""
+    ar = shutil.which("ar")
+    if ar is None:
+        return None
+    srcs = hostlib.kernel_sources()
+    digest = hostlib.content_hash(srcs + sorted(hostlib.RUNTIME.glob("*.h")), hostlib.CFLAGS)
+    out = hostlib.cache_dir() / f"libpk-host-{digest}.a"
+    if out.exists():
+        return out
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=out.parent) as tmp:
+        cmd = [hostlib.compiler(), *hostlib.CFLAGS, "-I", str(hostlib.RUNTIME), "-c", *map(str, srcs)]
+        r = subprocess.run(cmd, cwd=tmp, capture_output=True, text=True, timeout=900)
+        if r.returncode != 0:
+            raise TargetError("compiling the kernels for the host failed:\n" + r.stderr[-4000:])
+        tmp_out = Path(tmp) / out.name
+        objs = sorted(str(p) for p in Path(tmp).glob("*.o"))
+        r = subprocess.run([ar, "rcs", str(tmp_out), *objs], capture_output=True, text=True, timeout=300)
+        if r.returncode != 0:
+            raise TargetError("archiving the host kernels failed:\n" + r.stderr[-4000:])
+        os.replace(tmp_out, out)  # atomic: a concurrent build of the same sources writes the same file
+    return out
 
 
 def _section_sizes(binary: Path) -> dict[str, int]:
@@ -179,6 +143,12 @@ class HostTarget:
         if not project_dir.is_dir():
             raise TargetError(f"no project folder {project_dir}")
         sources = project_sources(project_dir, self.platform_files)
+        libs: list[str] = []
+        lib = host_kernel_library() if kernels_unchanged(project_dir) else None
+        if lib is not None:  # the kernels as they are in the runtime: link the cached library
+            kernels = {p.name for p in hostlib.kernel_sources()}
+            sources = [p for p in sources if p.name not in kernels]
+            libs = [str(lib)]
         out_dir = project_dir / self.out_dir
         out_dir.mkdir(exist_ok=True)
         exe = out_dir / "step"
@@ -192,6 +162,7 @@ class HostTarget:
                 "-I",
                 str(hostlib.RUNTIME),
                 *map(str, sources),
+                *libs,
                 "-o",
                 str(tmp_exe),
             ]
@@ -236,16 +207,3 @@ class HostTarget:
 
 
 HOST = HostTarget()
-
-
-def get_target(name: str) -> Target:
-    """The target called ``name`` (``host`` or ``qemu-m4``)."""
-    if name == "host":
-        return HOST
-    if name == "qemu-m4":
-        try:
-            from . import qemu_m4
-        except ImportError as e:
-            raise TargetError(f"the qemu-m4 target is not available in this installation ({e})") from e
-        return getattr(qemu_m4, "TARGET", None) or qemu_m4.QemuM4()
-    raise TargetError(f"unknown target {name!r}; choose one of {', '.join(TARGETS)}")

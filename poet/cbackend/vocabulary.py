@@ -3,11 +3,19 @@
 from __future__ import annotations
 
 from . import (  # noqa: F401  (each family module registers its specs on import)
+    ops_arith,
+    ops_attention,
+    ops_batchnorm,
+    ops_conv,
     ops_elementwise,
+    ops_gelu,
     ops_index,
     ops_layout,
     ops_loss,
     ops_matmul,
+    ops_norm,
+    ops_pool,
+    ops_softmax,
 )
 from .opspec import SPECS, CallSpec, SpecFn, UnsupportedOp, target_key
 

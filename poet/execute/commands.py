@@ -110,6 +110,9 @@ def register(subparsers) -> None:
         help="also train with plain PyTorch from the same seed and compare the loss curves bit for bit",
     )
     t.add_argument("--quiet", action="store_true")
+    from ..cbackend.commands import add_train_options
+
+    add_train_options(t)
     t.add_argument(
         "--json",
         action="store_true",
@@ -119,35 +122,9 @@ def register(subparsers) -> None:
 
 
 def _load(a):
-    from . import models
+    from .models import load
 
-    if ":" in a.model:
-        import importlib
-        import os
-
-        mod, fn = a.model.split(":", 1)
-        if os.getcwd() not in sys.path:  # a console script does not put it there; python -m does
-            sys.path.insert(0, os.getcwd())
-        try:
-            module = importlib.import_module(mod)
-        except ImportError as e:
-            raise ValueError(
-                f"--model {a.model}: cannot import {mod!r} ({e}); run from the directory that "
-                f"holds it, or add that directory to PYTHONPATH"
-            ) from e
-        build = getattr(module, fn, None)
-        if not callable(build):
-            raise ValueError(f"--model {a.model}: {mod} has no function {fn!r}")
-        try:
-            made = build()
-        except Exception as e:  # noqa: BLE001 - the user's code: say whose and what, not a traceback
-            raise ValueError(f"--model {a.model}: {mod}.{fn}() raised {type(e).__name__}: {e}") from e
-        if not (isinstance(made, tuple) and len(made) == 3):
-            raise ValueError(
-                f"--model {a.model}: {mod}.{fn}() must return (model, loss_fn, data), got {type(made).__name__}"
-            )
-        return made
-    return models.build(a.model, batch_size=a.batch_size, seed=a.seed, dropout=a.dropout)
+    return load(a.model, batch_size=a.batch_size, seed=a.seed, dropout=a.dropout)
 
 
 def _optimizer(a, model):
@@ -185,11 +162,21 @@ def _make_plan(a, model, loss_fn, inputs, targets, optimizer):
                 stop=stop,
                 costs=a.costs,
                 tile=a.tile,
+                runtime_ram_bytes=_runtime_ram(a),
             )
     finally:
         prog.done()
     warn_uncached(pl.schedule)
     return pl
+
+
+def _runtime_ram(a) -> int:
+    """RAM a compiled step (poet train --target) holds besides its tensors: the plan leaves room for it."""
+    if getattr(a, "target", None) is None:
+        return 0
+    from ..cbackend.commands import RUNTIME_RAM_BYTES
+
+    return RUNTIME_RAM_BYTES
 
 
 def _errors():
@@ -268,6 +255,10 @@ def cmd_train(a) -> int:
                 },
             )
             return 3
+        if getattr(a, "target", None) is not None:  # the plan compiled to C, trained there
+            from ..cbackend.commands import train_on_target
+
+            return train_on_target(a, pl, data, tuple(inputs) + tuple(targets))
         losses = []
         results = []
         peak = 0

@@ -289,3 +289,35 @@ def build(name: str, batch_size: int = 8, seed: int = 0, dropout: float = 0.1):
     if name == "gpt":
         return TinyGPT(), lm_loss, NextTokenData(1, seq_len=128, seed=seed + 1)
     raise ValueError(f"unknown model {name!r}; choose one of {', '.join(MODELS)}")
+
+
+def load(spec: str, batch_size: int = 8, seed: int = 0, dropout: float = 0.1):
+    """(model, loss_fn, data) for ``--model``: a built-in name, or ``module:function`` returning them
+    (``data.batch() -> (inputs, targets)``; the module is looked up in the current directory, then
+    on ``PYTHONPATH``).  ValueError saying what is wrong with a user's function."""
+    if ":" not in spec:
+        return build(spec, batch_size=batch_size, seed=seed, dropout=dropout)
+    import importlib
+    import os
+    import sys
+
+    mod, fn = spec.split(":", 1)
+    if os.getcwd() not in sys.path:  # a console script does not put it there; python -m does
+        sys.path.insert(0, os.getcwd())
+    try:
+        module = importlib.import_module(mod)
+    except ImportError as e:
+        raise ValueError(
+            f"--model {spec}: cannot import {mod!r} ({e}); run from the directory that "
+            f"holds it, or add that directory to PYTHONPATH"
+        ) from e
+    make = getattr(module, fn, None)
+    if not callable(make):
+        raise ValueError(f"--model {spec}: {mod} has no function {fn!r}")
+    try:
+        made = make()
+    except Exception as e:  # noqa: BLE001 - the user's code: say whose and what, not a traceback
+        raise ValueError(f"--model {spec}: {mod}.{fn}() raised {type(e).__name__}: {e}") from e
+    if not (isinstance(made, tuple) and len(made) == 3):
+        raise ValueError(f"--model {spec}: {mod}.{fn}() must return (model, loss_fn, data), got {type(made).__name__}")
+    return made

@@ -72,6 +72,19 @@ def register(subparsers) -> None:
         default=None,
         help="with --import --graph-out and no storage rows: the device whose storage prices paging",
     )
+    p.add_argument(
+        "--target",
+        choices=("host", "qemu-m4"),
+        default="host",
+        help="host (default): time this machine; qemu-m4: count the instructions of --model's step on the "
+        "emulated Cortex-M4 (docs/mcu.md), priced with a declared clock and energies",
+    )
+    p.add_argument("--memory", help="with --target qemu-m4: also measure the tiled step this RAM budget needs")
+    p.add_argument("--clock-hz", type=float, default=None, help="with --target qemu-m4: declared clock (default 64e6)")
+    p.add_argument(
+        "--joules-per-instruction", type=float, default=None, help="with --target qemu-m4: declared (default: m4's)"
+    )
+    p.add_argument("--joules-per-byte", type=float, default=None, help="with --target qemu-m4: declared per byte paged")
     p.add_argument("--quiet", action="store_true", help="no progress lines")
     p.set_defaults(func=cmd_profile)
 
@@ -147,6 +160,10 @@ def cmd_profile(a) -> int:
     try:
         check_out_path(a.out, a.force)
         check_out_path(a.graph_out, a.force)
+        if a.target == "qemu-m4":
+            return _qemu(a, say)
+        if a.memory is not None or a.clock_hz is not None:
+            raise ValueError("--memory and --clock-hz go with --target qemu-m4")
         if a.import_csv:
             return _import(a, say)
         if not a.out:
@@ -164,6 +181,62 @@ def cmd_profile(a) -> int:
     except (ValueError, OSError, FileExistsError) as e:
         print(f"poet: error: {e}", file=sys.stderr)
         return 2
+
+
+def _qemu(a, say) -> int:
+    """The instruction profile of --model's step (and its tiled step for --memory) on the emulator."""
+    import torch
+
+    from ..cbackend import qemu_m4
+    from ..cbackend.instruction_profile import default_declared, profile_programs, profile_toml
+    from ..fileio import atomic_write_text
+    from ..graph.torch_export import export_training_graph
+    from ..solve.api import make_budget
+    from .tiled import tile_for_budget
+
+    if not a.out:
+        raise ValueError("give --out m4-cnn.toml (where to write the profile)")
+    if not a.model:
+        raise ValueError(
+            "give --model: an instruction profile measures one model's own kernel calls (e.g. --model cnn)"
+        )
+    if a.import_csv or a.graph_out:
+        raise ValueError("--import and --graph-out go with --target host")
+    why = qemu_m4.missing()
+    if why:
+        raise ValueError(why)
+    declared = default_declared(a.clock_hz, a.joules_per_instruction, a.joules_per_byte)
+    programs = []
+    for spec in a.model.split(","):
+        torch.manual_seed(0)
+        model, loss_fn, data = build_model(spec, a.batch_size)
+        model.train()
+        inputs, targets = data.batch()
+        say(f"tracing {spec}")
+        prog = export_training_graph(model, inputs, loss_fn, targets)
+        programs.append((spec, prog))
+        if a.memory is not None:
+            budget = make_budget(prog.costed("m4"), a.memory, None, "serial")
+            tiling = tile_for_budget(prog, "m4", budget.ram_bytes)
+            if tiling.tiled:
+                say(f"{spec} is tiled for {budget.ram_bytes:,} B: {len(tiling.program.graph.nodes)} nodes")
+                programs.append((f"{spec}, tiled for {budget.ram_bytes} B", tiling.program))
+            else:
+                say(f"{spec} needs no tiling at {budget.ram_bytes:,} B")
+    t0 = time.monotonic()
+    measured = profile_programs(programs, progress=say)
+    command = "poet profile " + " ".join(sys.argv[2:]) if len(sys.argv) > 2 else "poet profile --target qemu-m4"
+    atomic_write_text(a.out, profile_toml(measured, declared, command=command))
+    say(f"measured in {time.monotonic() - t0:.1f} s; wrote {a.out}")
+    for _, m in measured:
+        total = sum(nd.compute for nd in m.nodes)
+        print(
+            f"{m.program}: {len(m.nodes)} nodes, {len(m.kernel_counts)} distinct kernel calls, "
+            f"{total:,} instructions to compute every node once ({total / declared.clock_hz * 1e3:.1f} ms "
+            f"at {declared.clock_hz / 1e6:g} MHz), update {m.update_in_ram:,}"
+        )
+    print(f"wrote {a.out}: plan with --device {a.out}")
+    return 0
 
 
 def _measure(a, say) -> int:

@@ -79,7 +79,7 @@ class TorchProgram:
 
         fixed = self.fixed_ram_bytes if fixed_ram_bytes is None else int(fixed_ram_bytes)
         dev = load_device(device)
-        if dev.families:  # a measured profile prices each aten op of a node by its family
+        if dev.families and dev.instructions is None:  # a measured profile prices each aten op by its family
             from ..hardware.profile_model import price_program
 
             return price_program(self, dev, fixed)

@@ -12,6 +12,7 @@ from typing import Protocol
 
 from ..graph.core import COST_FIELDS, CostedGraph, CostedNode, Graph, GraphError
 from .device import Device, DeviceError, load_device
+from .instructions import price_by_instructions
 
 
 class CostModel(Protocol):
@@ -25,6 +26,10 @@ def linear_cost_model(graph: Graph, device: Device | str, fixed_ram_bytes: int =
     page time = latency + bytes / throughput; page energy = page time x storage power.
     """
     dev = load_device(device)
+    if dev.instructions is not None:  # an instruction profile that measured this graph's nodes
+        priced = price_by_instructions(graph, dev.instructions, dev.name, fixed_ram_bytes)
+        if priced is not None:
+            return priced
     if dev.families:  # a measured profile: per-family latency + FLOPs / rate (profile_model.py)
         from .profile_model import costed_node, op_seconds
 

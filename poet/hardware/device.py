@@ -9,6 +9,7 @@ from pathlib import Path
 
 from ..fileio import read_text
 from ..units import byte_count, finite_number
+from .instructions import InstructionTable, parse_instructions
 
 DEVICE_DIR = Path(__file__).parent / "devices"
 
@@ -50,6 +51,9 @@ class Device:
     # executing one page-in / page-out beyond the storage fit (the executor's work, cold caches after I/O)
     page_in_overhead_s: float = 0.0
     page_out_overhead_s: float = 0.0
+    # Filled only by an instruction profile (`poet profile --target qemu-m4`, docs/mcu.md): per-node
+    # instructions of the profiled programs, priced with the declared clock and energies
+    instructions: InstructionTable | None = None
 
     @property
     def joules_per_flop(self) -> float:
@@ -98,6 +102,7 @@ def _parse(d: dict, path: Path) -> Device:
         write_bytes_per_s=s["write_bytes_per_s"],
         storage_power_w=s["power_w"],
         path=str(path),
+        instructions=parse_instructions(d, path, DeviceError),
         **_measured(d, path),
     )
 

@@ -106,12 +106,13 @@ static int fits_along(const pk_tensor *x, const pk_tensor *index, const pk_tenso
     return 1;
 }
 
-/* gather(x, index -> out [index's shape]; dim): out[p] = x[p with p[dim] = index[p]] */
+/* gather(x, index -> out [index's shape]; dim): out[p] = x[p with p[dim] = index[p]] (any dtype) */
 PK_KERNEL(gather) {
     if (nt != 3 || ns != 1) return PK_EARGS;
     const pk_tensor *x = &t[0], *index = &t[1];
     pk_tensor *out = &t[2];
-    if (x->dtype != PK_F32 || out->dtype != PK_F32 || !pk_is_index(index)) return PK_EDTYPE;
+    const int es = pk_esize(out->dtype);
+    if (es == 0 || x->dtype != out->dtype || !pk_is_index(index)) return PK_EDTYPE;
     const int dim = pk_dim(s[0].i, out->ndim);
     if (dim < 0 || !fits_along(x, index, out, dim, 1)) return PK_EARGS;
     if (pk_numel(out) == 0) return PK_OK;
@@ -126,7 +127,7 @@ PK_KERNEL(gather) {
         for (int32_t j = 0; j < n; j++) {
             const int64_t k = pk_index_at(index, off[1] + (int64_t)j * si);
             if (k < 0 || k >= limit) return PK_EARGS;
-            ((float *)out->data)[off[0] + (int64_t)j * so] = ((const float *)x->data)[off[2] + k * sx];
+            pk_move1((char *)out->data + (off[0] + (int64_t)j * so) * es, (const char *)x->data + (off[2] + k * sx) * es, es);
         }
     } while (pk_rows_next(&r, st, 3, off));
     return PK_OK;
@@ -163,12 +164,12 @@ PK_KERNEL(scatter_add) {
     return PK_OK;
 }
 
-/* index_select(x, index [n] -> out; dim): out's positions along dim are x's at index[0..n) */
+/* index_select(x, index [n] -> out; dim): out's positions along dim are x's at index[0..n) (any dtype) */
 PK_KERNEL(index_select) {
     if (nt != 3 || ns != 1) return PK_EARGS;
     const pk_tensor *x = &t[0], *index = &t[1];
     pk_tensor *out = &t[2];
-    if (x->dtype != PK_F32 || out->dtype != PK_F32 || !pk_is_index(index)) return PK_EDTYPE;
+    if (pk_esize(out->dtype) == 0 || x->dtype != out->dtype || !pk_is_index(index)) return PK_EDTYPE;
     const int dim = pk_dim(s[0].i, x->ndim);
     const int64_t n = pk_numel(index);
     if (dim < 0 || index->ndim > 1 || out->ndim != x->ndim) return PK_EARGS;

@@ -1,0 +1,314 @@
+"""Instructions a compiled step executes on the Cortex-M4: measured per node, predicted per schedule,
+compared with a run.
+
+:func:`measure_program` measures, on the emulator, what every node of a traced program costs:
+
+* **kernels**: each distinct kernel call of the program, at its shapes and on the values the
+  example batch gives it, between two instruction marks (:mod:`poet.cbackend.probe`);
+* **the runtime around them**: the program compiled with empty kernels under a calibration
+  schedule that, for each node in turn, computes it, pages it out, frees it, pages it in, frees it
+  and computes it again, so one run measures every node's compute overhead (argument set-up,
+  dispatch, and the graph-output copies made the first time), page-out, page-in and free (with and
+  without the poisoning a ``--check`` run adds), and the update, for parameters in RAM and in flash.
+  The arena of that build lives outside the budget (the external region), so any program whose
+  parameters fit the board runs it.
+
+A node's compute is then its kernels plus the runtime's part.  :meth:`InstructionModel.predict`
+adds these up along any schedule of the program, per kind (compute, page_out, page_in, free,
+update); :func:`measured_per_kind` reads the same sums off a run's marks, and
+:class:`InstructionComparison` puts them side by side.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..schedule.core import HEURISTIC, Budget, Schedule, Step
+from ..schedule.validate import validate
+from . import probe, qemu_m4
+from .arena import plan_arena
+from .ir import KernelProgram
+from .layout import write_batches
+from .lower import lower_program
+from .project import write_project
+from .traced_calls import TracedCall, traced_calls
+
+__all__ = [
+    "KINDS",
+    "InstructionComparison",
+    "InstructionModel",
+    "NodeInstructions",
+    "calibration_steps",
+    "measure_program",
+    "measured_per_kind",
+]
+
+KINDS = ("compute", "page_out", "page_in", "free", "update")
+CALIBRATION = ("compute", "page_out", "free", "page_in", "free", "compute")  # per node, in graph order
+WARM_UP = CALIBRATION[:5]  # node 0 once before: the first page of a run also builds the CRC table
+PROBE_CHUNK = probe.DATA_MAX * 3 // 4  # data of the calls probed by one firmware
+
+
+@dataclass(frozen=True)
+class NodeInstructions:
+    """What one node costs, in instructions."""
+
+    kernels: int  # its kernel calls alone
+    first: int  # the runtime around them at the node's first computation (with the graph-output copies)
+    again: int  # ... at a recomputation
+    page_out: int
+    page_in: int
+    free: int
+    free_poisoned: int  # a free that fills the block with NaN (check runs)
+
+    @property
+    def compute(self) -> int:
+        """A first computation, kernels included (what a plan prices every computation at)."""
+        return self.kernels + self.first
+
+
+@dataclass(frozen=True)
+class InstructionModel:
+    """Per-node instruction costs of one program (as measured by :func:`measure_program`)."""
+
+    program: str
+    node_names: tuple[str, ...]
+    nodes: tuple[NodeInstructions, ...]
+    update_in_ram: int  # buffer updates and SGD, parameters in RAM
+    update_in_flash: int  # ... parameters const: the updated values written to out.bin
+    first_page_extra: int  # the first page_out of a run also builds the CRC table
+    kernel_counts: dict  # call signature -> instructions (traced_calls.call_signature)
+
+    def step_costs(self, steps: Sequence[Step], *, poison: bool = False, first_iteration: bool = False) -> list[int]:
+        """Instructions of each schedule instruction, in order (``first_iteration``: the run's first,
+        whose first page_out also builds the CRC table)."""
+        seen: set[int] = set()
+        out = []
+        crc_built = not first_iteration
+        for s in steps:
+            nd = self.nodes[s.node]
+            if s.op == "compute":
+                out.append(nd.kernels + (nd.again if s.node in seen else nd.first))
+                seen.add(s.node)
+            elif s.op == "page_out":
+                out.append(nd.page_out + (0 if crc_built else self.first_page_extra))
+                crc_built = True
+            elif s.op == "page_in":
+                out.append(nd.page_in)
+            else:
+                out.append(nd.free_poisoned if poison else nd.free)
+        return out
+
+    def predict(
+        self, steps: Sequence[Step], *, params_in_ram: bool, poison: bool = False, first_iteration: bool = False
+    ) -> dict[str, int]:
+        """Instructions per kind of one iteration (the schedule's instructions, then the update)."""
+        out = dict.fromkeys(KINDS, 0)
+        for s, n in zip(steps, self.step_costs(steps, poison=poison, first_iteration=first_iteration)):
+            out[s.op] += n
+        out["update"] = self.update_in_ram if params_in_ram else self.update_in_flash
+        return out
+
+
+def calibration_steps(n: int) -> tuple[Step, ...]:
+    """For each node in graph order: compute, page_out, free, page_in, free, compute again (node 0
+    once more before, to warm up: see :data:`WARM_UP`).
+
+    Every earlier node stays in RAM, so each computation finds its inputs there; one run of it
+    measures every node in every role."""
+    return tuple(Step(op, 0) for op in WARM_UP) + tuple(Step(op, v) for v in range(n) for op in CALIBRATION)
+
+
+def _say(progress, text: str) -> None:
+    if progress is not None:
+        progress(text)
+
+
+def probe_kernels(calls: Sequence[TracedCall], *, progress=None, timeout_s: float = 600.0) -> dict[str, int]:
+    """Instructions of each distinct call (by signature), measured on the emulator in as few
+    firmwares as the probe's data block allows."""
+    distinct: dict[str, TracedCall] = {}
+    for c in calls:
+        distinct.setdefault(c.signature, c)
+    chunks: list[list[TracedCall]] = [[]]
+    size = 0
+    for c in distinct.values():
+        nbytes = sum(t.untyped_storage().nbytes() for t in (*c.probe.inputs, *c.probe.outputs) if t is not None)
+        if chunks[-1] and size + nbytes > PROBE_CHUNK:
+            chunks.append([])
+            size = 0
+        chunks[-1].append(c)
+        size += nbytes
+    counts: dict[str, int] = {}
+    for i, chunk in enumerate(chunks):
+        _say(progress, f"measuring {len(chunk)} distinct kernel calls on the emulator ({i + 1}/{len(chunks)})")
+        r = probe.run_on_qemu([c.probe for c in chunk], timeout_s=timeout_s)
+        counts.update({c.signature: n for c, n in zip(chunk, r.instructions)})
+    return counts
+
+
+def _nop_kernels(project: Path, kernels: Sequence[str]) -> None:
+    """Replace the project's kernels by empty ones (same names, every call returns PK_OK)."""
+    for p in project.glob("kernels_*.c"):
+        p.unlink()
+    body = "".join(
+        f"PK_KERNEL({k}) {{\n    (void)t;\n    (void)nt;\n    (void)s;\n    (void)ns;\n    return PK_OK;\n}}\n"
+        for k in kernels
+    )
+    (project / "pk_nop_kernels.c").write_text(
+        '/* empty kernels: the runtime measured alone */\n#include "pk.h"\n' + body
+    )
+
+
+def _calibration_run(
+    program, kp: KernelProgram, schedule: Schedule, folder: Path, *, params_in_ram: bool, poison: bool, timeout_s: float
+) -> list[int]:
+    """The instructions of each calibration step and of the update (last), empty kernels."""
+    project = write_project(
+        kp,
+        schedule,
+        plan_arena(schedule),
+        folder / "project",
+        params_in_ram=params_in_ram,
+        lr=0.05,
+        poison=poison,
+        force=True,
+    )
+    _nop_kernels(project.path, project.tables.kernels)
+    build = qemu_m4.build(project.path, qemu_m4.RAM_REGION_MAX, defines=(qemu_m4.ARENA_EXTERNAL,))
+    run_dir = folder / "run"
+    run_dir.mkdir(exist_ok=True)
+    write_batches(project.layout, [tuple(program.example_batch)], run_dir / "batch.bin")
+    out = qemu_m4.run(build, run_dir, count=True, timeout_s=timeout_s)
+    if not out.ok:
+        raise qemu_m4.TargetError(f"the calibration step failed on the emulator: {out.problem()}\n{out.text[-2000:]}")
+    marks = out.marks or ()
+    n = len(schedule.steps)
+    if len(marks) != n + 2:
+        raise qemu_m4.TargetError(f"the calibration step left {len(marks)} instruction marks, expected {n + 2}")
+    return [b - a for a, b in zip(marks, marks[1:])]
+
+
+def measure_program(
+    program, *, progress: Callable[[str], None] | None = None, timeout_s: float = 600.0
+) -> InstructionModel:
+    """Every node's instructions on the emulated Cortex-M4 (module docstring)."""
+    kp = lower_program(program)
+    calls = traced_calls(program, kp)
+    counts = probe_kernels(calls, progress=progress, timeout_s=timeout_s)
+    kernels = [0] * len(kp.nodes)
+    for c in calls:
+        kernels[c.node] += counts[c.signature]
+    g = program.costed("m4")
+    steps = calibration_steps(len(g.nodes))
+    budget = Budget(ram_bytes=g.fixed_ram_bytes + sum(g.ram) + 1)
+    schedule = Schedule(g, budget, steps, HEURISTIC, "calibration")
+    schedule = schedule.with_(totals=validate(g, steps, budget))
+    with tempfile.TemporaryDirectory(prefix="poet-calibration-") as tmp:
+        _say(progress, f"measuring the step runtime around the kernels: {len(steps)} calibration instructions")
+        ram = _calibration_run(
+            program, kp, schedule, Path(tmp) / "ram", params_in_ram=True, poison=False, timeout_s=timeout_s
+        )
+        flash = _calibration_run(
+            program, kp, schedule, Path(tmp) / "flash", params_in_ram=False, poison=True, timeout_s=timeout_s
+        )
+    k, w = len(CALIBRATION), len(WARM_UP)
+    nodes = tuple(
+        NodeInstructions(
+            kernels=kernels[v],
+            first=ram[0] if v == 0 else ram[w + k * v],
+            again=ram[w + k * v + 5],
+            page_out=ram[w + k * v + 1],
+            page_in=ram[w + k * v + 3],
+            free=ram[w + k * v + 2],
+            free_poisoned=flash[w + k * v + 2],
+        )
+        for v in range(len(g.nodes))
+    )
+    return InstructionModel(
+        program=program.name,
+        node_names=tuple(nd.name for nd in g.nodes),
+        nodes=nodes,
+        update_in_ram=ram[-1],
+        update_in_flash=flash[-1],
+        first_page_extra=ram[1] - ram[w + 1],
+        kernel_counts=counts,
+    )
+
+
+def measured_per_kind(steps: Sequence[Step], marks: Sequence[int]) -> list[dict[str, int]]:
+    """Instructions per kind of each iteration of a run, from its marks (the step program marks the
+    start of each iteration, the end of every schedule instruction, and the end of the update)."""
+    per = len(steps) + 2
+    if not marks or len(marks) % per:
+        raise ValueError(f"{len(marks)} instruction marks do not split into iterations of {per} marks")
+    out = []
+    for t in range(len(marks) // per):
+        m = marks[t * per : (t + 1) * per]
+        kinds = dict.fromkeys(KINDS, 0)
+        for s, a, b in zip(steps, m, m[1:]):
+            kinds[s.op] += b - a
+        kinds["update"] = m[-1] - m[-2]
+        out.append(kinds)
+    return out
+
+
+@dataclass(frozen=True)
+class InstructionComparison:
+    """Predicted beside measured instructions per iteration and per kind."""
+
+    counts: dict  # kind -> number of schedule instructions of that kind per iteration
+    predicted: tuple  # per iteration: kind -> instructions
+    measured: tuple  # per iteration: kind -> instructions
+
+    @classmethod
+    def of(
+        cls, model: InstructionModel, steps: Sequence[Step], marks: Sequence[int], *, params_in_ram: bool, poison: bool
+    ) -> InstructionComparison:
+        counts = dict.fromkeys(KINDS, 0)
+        for s in steps:
+            counts[s.op] += 1
+        counts["update"] = 1
+        measured = tuple(measured_per_kind(steps, marks))
+        predicted = tuple(
+            model.predict(steps, params_in_ram=params_in_ram, poison=poison, first_iteration=t == 0)
+            for t in range(len(measured))
+        )
+        return cls(counts, predicted, measured)
+
+    def mean_predicted(self, kind: str) -> float:
+        return sum(p[kind] for p in self.predicted) / len(self.predicted)
+
+    def mean_measured(self, kind: str) -> float:
+        return sum(m[kind] for m in self.measured) / len(self.measured)
+
+    @property
+    def total_error(self) -> float:
+        """(predicted - measured) / measured of the mean iteration."""
+        p = sum(map(self.mean_predicted, KINDS))
+        m = sum(map(self.mean_measured, KINDS))
+        return (p - m) / m if m else 0.0
+
+    def lines(self) -> list[str]:
+        n = len(self.measured)
+        head = "instructions per iteration on qemu-m4: predicted (per-node costs measured on the emulator) beside "
+        head += "measured (this run" + (f", mean of {n} iterations)" if n > 1 else ")")
+        rows = [head, f"  {'kind':<9}{'count':>7}{'predicted':>16}{'measured':>16}{'error':>9}"]
+        for k in (*KINDS, "total"):
+            if k == "total":
+                c, p, m = (
+                    sum(self.counts.values()),
+                    sum(map(self.mean_predicted, KINDS)),
+                    sum(map(self.mean_measured, KINDS)),
+                )
+            else:
+                c, p, m = self.counts[k], self.mean_predicted(k), self.mean_measured(k)
+            err = f"{(p - m) / m:+.2%}" if m else ("0" if p == 0 else "n/a")
+            rows.append(f"  {k:<9}{c:>7,}{p:>16,.0f}{m:>16,.0f}{err:>9}")
+        if n > 1:
+            totals = [sum(it.values()) for it in self.measured]
+            rows.append(f"  measured iterations range from {min(totals):,} to {max(totals):,} instructions")
+        return rows
