@@ -34,9 +34,12 @@ def reference(add, a, b, beta, alpha):
 def test_mm_every_layout(m, k, n):
     a0, b0 = randn(m, k, seed=1), randn(k, n, seed=2)
     exact, bound = reference(None, a0, b0, 0.0, 1.0)
+    first = None
     for (na, a), (nb, b), (no, out) in itertools.product(layouts(a0), layouts(b0), empty_layouts((m, n))):
         hostlib.call("matmul", [None, a, b], [out], [0.0, 1.0])
         assert_within(out, exact, bound, f"a {na}, b {nb}, out {no}")
+        first = out.clone() if first is None else first
+        assert torch.equal(out, first), f"a {na}, b {nb}, out {no}: the layout changed the result"
     assert_within(torch.mm(a0, b0), exact, bound, "torch's own mm")  # the bound is torch's too
 
 
