@@ -23,7 +23,7 @@ from .instructions import InstructionComparison, InstructionModel, measure_progr
 from .ir import LoweringError
 from .layout import StepResults, read_out, write_batches
 from .lower import lower_program
-from .lower_zoo import ZooProgram, lower_zoo
+from .lower_zoo import ZooProgram, lower_zoo, zoo_program
 from .project import Project, write_project
 from .target_table import get_target
 from .targets import Build, RunOutput, TargetError
@@ -123,6 +123,10 @@ def compile_program(
 ) -> CompileResult:
     """Compile ``schedule`` of the traced ``program`` into a C project in ``out`` for ``target``.
 
+    ``program`` is a traced program, or a :class:`~poet.cbackend.lower_zoo.ZooProgram` for the
+    schedule of a zoo network's layer graph (``zoo_program(schedule.graph)``; checked against
+    :func:`~poet.cbackend.check_zoo.zoo_reference`).
+
     params_in_ram: None decides by the schedule's budget: parameters in RAM when it counts fixed RAM
     (``poet train``: the budget covers everything), const in flash with the gradients outside the
     budget when it counts activations only (the paper's setting).  run: build and run ``steps``
@@ -166,8 +170,9 @@ def compile_program(
             + " give a larger budget, or a longer time limit for the re-solves"
         )
     schedule = fit.schedule
-    if zoo and schedule.graph is not program.graph:
-        kp = lower_zoo(program, schedule)  # a re-solved schedule of the same graph: checked against it again
+    if zoo and len(fit.attempts) > 1:  # re-solved (perhaps tiled finer): the program of its graph
+        program = zoo_program(schedule.graph, seed=program.seed, layers=program.layers)
+        kp = lower_zoo(program, schedule)
     fixed = schedule.graph.fixed_ram_bytes
     project = write_project(
         kp,
