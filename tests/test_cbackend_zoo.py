@@ -285,3 +285,15 @@ def test_the_example_batch_is_generated_reproducibly():
     (x1, y1), (x2, y2) = zp.example_batch, zp.example_batch
     assert np.array_equal(x1, x2) and np.array_equal(y1, y2)
     assert x1.shape == (4, 784) and y1.dtype == np.int64 and y1.max() < 10
+
+
+def test_poet_compile_takes_a_zoo_schedule_without_model(tmp_path, capsys):
+    from poet.cli import main
+    from poet.schedule.io import save_schedule
+
+    s = solve(build_model("linear", 2), "m4", memory="100%", runtime=None, time_limit=10, find_min_budgets=False)
+    save_schedule(s, tmp_path / "s.json")
+    rc = main(["compile", "--schedule", str(tmp_path / "s.json"), "--out", str(tmp_path / "c"), "--check", "--quiet"])
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    assert "against PyTorch: match within the bounds" in out

@@ -46,9 +46,10 @@ def register(subparsers) -> None:
     p.add_argument("--schedule", required=True, help="a poet-schedule/1 file of a traced model (poet plan --out)")
     p.add_argument(
         "--model",
-        required=True,
+        default=None,
         help="the model the schedule was planned for: cnn, mlp, dwnet, gpt ... or module:function returning "
-        "(model, loss_fn, data), traced again with the options below",
+        "(model, loss_fn, data), traced again with the options below (not needed for a schedule of a zoo "
+        "network from poet solve --model: its graph names the network, weights and batch come from --seed)",
     )
     p.add_argument("--batch-size", type=BATCH, default=8)
     p.add_argument(
@@ -154,8 +155,19 @@ def cmd_compile(a) -> int:
     try:
         _check_out_dir(a.out, a.force)
         schedule = load_schedule(a.schedule)  # replayed by the validator
-        prog, untiled, data, first = traced_program(a, schedule)
         from .compiler import compile_program
+        from .lower_zoo import is_zoo_graph, zoo_program
+
+        if a.model is None and is_zoo_graph(schedule.graph):  # a zoo layer graph: built again from its meta
+            prog = untiled = zoo_program(schedule.graph, seed=a.seed)
+            batches = [prog.example_batch] * a.steps
+        elif a.model is None:
+            raise ValueError(
+                f"{a.schedule} is not a schedule of a zoo network: give --model, the model it was planned for"
+            )
+        else:
+            prog, untiled, data, first = traced_program(a, schedule)
+            batches = _batches(data, first, a.steps)
 
         res = compile_program(
             prog,
@@ -164,7 +176,7 @@ def cmd_compile(a) -> int:
             out=a.out,
             run=a.run or a.check,
             check=a.check,
-            batches=_batches(data, first, a.steps),
+            batches=batches,
             lr=a.lr,
             momentum=a.momentum,
             force=a.force,
