@@ -218,3 +218,19 @@ def test_missing_toolchain_names_the_debian_packages(tmp_path, monkeypatch):
 def test_bad_sizes_are_refused_with_what_would_work(tmp_path, ram, stack):
     with pytest.raises(qemu_m4.TargetError, match="give"):
         qemu_m4.build(tmp_path, ram, stack_bytes=stack)
+
+
+def test_the_link_map_shows_every_section_in_its_region(tmp_path):
+    top = "float grads[300] PK_EXTERNAL;\nfloat acts[500] PK_ARENA;\nfloat init[4] = {1, 2, 3, 4};"
+    body = "volatile float *g = grads;\ng[1] = acts[2] + init[3];\nreturn g[1] == 4.0f ? 0 : 1;"
+    b = firmware(tmp_path, body, top=top, ram=16 << 10)
+    text = "\n".join(b.notes)
+    assert (
+        "RAM [0x20000000, 0x20004000)" in text
+        and ".pk_arena 2,000 B" in text
+        and ".stack 4,096 B at 0x20000000" in text
+    )
+    assert "EXTERNAL [0x21000000, 0x22000000): 1,200 of" in text and "FLASH [0x00000000" in text
+    # a section outside its region is refused (here: a RAM region said to be smaller than the link's)
+    with pytest.raises(qemu_m4.TargetError, match="outside the RAM region"):
+        qemu_m4.link_map_lines(b.binary, 4096)

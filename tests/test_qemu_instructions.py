@@ -81,3 +81,12 @@ def test_later_iterations_on_other_batches_stay_close(mlp, model, tmp_path):
     r = compile_program(mlp, s, out=out, target="qemu-m4", run=True, batches=batches, instruction_model=model)
     assert r.ok and len(r.instructions.measured) == 3
     assert abs(r.instructions.total_error) < 0.01
+
+
+def test_measuring_again_gives_the_same_counts_and_the_cache_answers(mlp, model, build_cache_dir, monkeypatch):  # noqa: F811
+    monkeypatch.setenv("POET_CACHE_DIR", str(build_cache_dir))
+    again = instructions.measure_program(mlp, cache=False)  # every count repeats exactly, run to run
+    assert again == model
+    said = []
+    assert instructions.measure_program(mlp, progress=said.append) == model
+    assert said == ["per-node instructions of mlp from the cache"]

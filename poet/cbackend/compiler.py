@@ -78,6 +78,7 @@ class CompileResult:
             out += self.fit.lines()
         if self.build is not None:
             out.append(f"built for {self.target}: {self.build.memory.describe()}")
+            out += self.build.notes
         if self.run is not None:
             why = self.run.problem()
             out.append(f"ran on {self.target}: " + (why or "ok"))

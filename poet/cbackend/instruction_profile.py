@@ -1,7 +1,7 @@
 """``poet profile --target qemu-m4``: a device profile in instructions, measured on the emulator.
 
 Each program given (a model's traced step, and its tiled step when a budget asks for one) is
-measured by :func:`poet.cbackend.instructions.measure_program`: every distinct kernel call at its
+measured by :func:`poet.cbackend.instructions.measure_program`: every kernel call at its
 shapes, and the step runtime around the kernels.  The profile file (device TOML, docs/mcu.md) holds
 per node the instructions of a computation, a recomputation, a page-out, a page-in and a free, with
 the declared clock and energies that turn them into seconds and joules; every command that takes
@@ -14,13 +14,13 @@ The file says which numbers are measured and which declared.
 from __future__ import annotations
 
 import dataclasses
-import subprocess
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from ..hardware.device import load_device
 from ..hardware.profile import OpSample, fit_families, toml_table, toml_value
+from . import qemu_m4
 from .instructions import InstructionModel, measure_program
 
 __all__ = ["Declared", "default_declared", "profile_programs", "profile_toml"]
@@ -68,14 +68,6 @@ def default_declared(clock_hz=None, joules_per_instruction=None, joules_per_byte
     )
 
 
-def _qemu_version() -> str:
-    try:
-        out = subprocess.run(["qemu-system-arm", "--version"], capture_output=True, text=True, timeout=30).stdout
-        return out.splitlines()[0] if out else "qemu-system-arm"
-    except (OSError, subprocess.TimeoutExpired):
-        return "qemu-system-arm"
-
-
 def _line_fit(xs, ys) -> tuple[float, float]:
     """``y = a + b x`` by least squares, a >= 0, b > 0 (through the origin when the intercept would be < 0)."""
     import numpy as np
@@ -106,9 +98,10 @@ def profile_toml(measured: Sequence[tuple[object, InstructionModel]], declared: 
     per_byte = (rd[1] + wr[1]) / 2
     storage_w = hz * (declared.joules_per_instruction + declared.joules_per_byte_paged / per_byte)
     names = ", ".join(m.program for _, m in measured)
+    when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     lines = [
         f"# poet profile --target qemu-m4: instructions of {names} measured on the emulated Cortex-M4F",
-        f"# ({_qemu_version()}, mps2-an386, TCG plugin count), {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}.",
+        f"# ({qemu_m4.qemu_version()}, mps2-an386, TCG plugin count), {when}.",
         "# Measured: [instructions] and its per-node tables.  Declared: clock_hz, joules_per_instruction,",
         "# joules_per_byte_paged.  Derived from both: [compute], its families, and [storage] (for graphs",
         "# whose nodes the tables do not have).",
@@ -151,7 +144,7 @@ def profile_toml(measured: Sequence[tuple[object, InstructionModel]], declared: 
             "joules_per_instruction": declared.joules_per_instruction,
             "joules_per_byte_paged": declared.joules_per_byte_paged,
             "declared": declared.source,
-            "measured": "instructions executed (TCG plugin): each distinct kernel call of each program at its shapes "
+            "measured": "instructions executed (TCG plugin): each kernel call of each program at its shapes "
             "on its example batch's values, and the step runtime around the kernels (a calibration schedule that "
             "computes, pages out, frees, pages in, frees and recomputes every node, with empty kernels)",
             "command": command,
@@ -164,7 +157,7 @@ def profile_toml(measured: Sequence[tuple[object, InstructionModel]], declared: 
                 "update_in_ram": m.update_in_ram,
                 "update_in_flash": m.update_in_flash,
                 "first_page_extra": m.first_page_extra,
-                "distinct_kernel_calls": len(m.kernel_counts),
+                "kernel_calls": len(m.kernel_counts),
             },
         )
         lines.append(f"\n[instructions.programs.{toml_value(m.program)}.nodes]")

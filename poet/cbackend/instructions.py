@@ -3,8 +3,8 @@ compared with a run.
 
 :func:`measure_program` measures, on the emulator, what every node of a traced program costs:
 
-* **kernels**: each distinct kernel call of the program, at its shapes and on the values the
-  example batch gives it, between two instruction marks (:mod:`poet.cbackend.probe`);
+* **kernels**: each kernel call of the program, at its shapes and on the values the example
+  batch gives it, between two instruction marks (:mod:`poet.cbackend.probe`);
 * **the runtime around them**: the program compiled with empty kernels under a calibration
   schedule that, for each node in turn, computes it, pages it out, frees it, pages it in, frees it
   and computes it again, so one run measures every node's compute overhead (argument set-up,
@@ -21,14 +21,18 @@ update); :func:`measured_per_kind` reads the same sums off a run's marks, and
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
+import json
 import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..fileio import atomic_write_text
 from ..schedule.core import HEURISTIC, Budget, Schedule, Step
 from ..schedule.validate import validate
-from . import probe, qemu_m4
+from . import hostlib, probe, qemu_m4
 from .arena import plan_arena
 from .ir import KernelProgram
 from .layout import write_batches
@@ -80,7 +84,7 @@ class InstructionModel:
     update_in_ram: int  # buffer updates and SGD, parameters in RAM
     update_in_flash: int  # ... parameters const: the updated values written to out.bin
     first_page_extra: int  # the first page_out of a run also builds the CRC table
-    kernel_counts: dict  # call signature -> instructions (traced_calls.call_signature)
+    kernel_counts: dict  # "fx name: call signature" -> instructions, for every kernel call
 
     def step_costs(self, steps: Sequence[Step], *, poison: bool = False, first_iteration: bool = False) -> list[int]:
         """Instructions of each schedule instruction, in order (``first_iteration``: the run's first,
@@ -127,26 +131,29 @@ def _say(progress, text: str) -> None:
         progress(text)
 
 
-def probe_kernels(calls: Sequence[TracedCall], *, progress=None, timeout_s: float = 600.0) -> dict[str, int]:
-    """Instructions of each distinct call (by signature), measured on the emulator in as few
-    firmwares as the probe's data block allows."""
-    distinct: dict[str, TracedCall] = {}
-    for c in calls:
-        distinct.setdefault(c.signature, c)
-    chunks: list[list[TracedCall]] = [[]]
-    size = 0
-    for c in distinct.values():
-        nbytes = sum(t.untyped_storage().nbytes() for t in (*c.probe.inputs, *c.probe.outputs) if t is not None)
+def probe_kernels(calls: Sequence[TracedCall], *, progress=None, timeout_s: float = 600.0) -> list[int]:
+    """Instructions of each call, measured on the emulator in as few firmwares as the probe's data
+    block allows.  Every call is measured on its own values, even when another has the same shapes:
+    kernels branch on the data (a ReLU on the sign of each element), so two such calls differ."""
+    chunks: list[list[int]] = [[]]
+    size, seen = 0, set()
+    for i, c in enumerate(calls):
+        ts = [t for t in (*c.probe.inputs, *c.probe.outputs) if t is not None]
+        new = {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes() for t in ts}
+        nbytes = sum(n for k, n in new.items() if k not in seen)
         if chunks[-1] and size + nbytes > PROBE_CHUNK:
             chunks.append([])
-            size = 0
-        chunks[-1].append(c)
-        size += nbytes
-    counts: dict[str, int] = {}
-    for i, chunk in enumerate(chunks):
-        _say(progress, f"measuring {len(chunk)} distinct kernel calls on the emulator ({i + 1}/{len(chunks)})")
-        r = probe.run_on_qemu([c.probe for c in chunk], timeout_s=timeout_s)
-        counts.update({c.signature: n for c, n in zip(chunk, r.instructions)})
+            size, seen = sum(new.values()), set(new)
+        else:
+            size += nbytes
+            seen |= set(new)
+        chunks[-1].append(i)
+    counts = [0] * len(calls)
+    for k, chunk in enumerate(chunks):
+        _say(progress, f"measuring {len(chunk)} kernel calls on the emulator ({k + 1}/{len(chunks)})")
+        r = probe.run_on_qemu([calls[i].probe for i in chunk], timeout_s=timeout_s)
+        for i, n in zip(chunk, r.instructions):
+            counts[i] = n
     return counts
 
 
@@ -192,16 +199,54 @@ def _calibration_run(
     return [b - a for a, b in zip(marks, marks[1:])]
 
 
+def _cache_key(program, kp: KernelProgram) -> str:
+    """What the measurement depends on: the runtime and kernel sources, the build flags, the
+    emulator's version, the lowered program (calls, shapes, data) and the example batch's values."""
+    h = hashlib.sha256()
+    runtime = [p for p in sorted(hostlib.RUNTIME.iterdir()) if p.is_file()]
+    h.update(hostlib.content_hash(runtime, (*qemu_m4.COMPILE_FLAGS, qemu_m4.qemu_version())).encode())
+    h.update(repr((kp.name, kp.nodes, kp.outputs, kp.loss_dtype)).encode())
+    for item in (*kp.params, *kp.buffers, *kp.batch, *kp.consts):
+        h.update(repr((item.name, item.dtype, item.sizes, item.trainable)).encode() + (item.data or b""))
+    for x in program.example_batch:
+        h.update(x.detach().contiguous().numpy().tobytes() if hasattr(x, "numpy") else repr(x).encode())
+    return h.hexdigest()[:24]
+
+
+def _cached(key: str) -> InstructionModel | None:
+    path = hostlib.cache_dir() / "instructions" / f"{key}.json"
+    try:
+        d = json.loads(path.read_text())
+        d["nodes"] = tuple(NodeInstructions(**n) for n in d["nodes"])
+        d["node_names"] = tuple(d["node_names"])
+        return InstructionModel(**d)
+    except (OSError, ValueError, TypeError, KeyError):
+        return None  # absent, or written by another version: measure again
+
+
+def _store(key: str, model: InstructionModel) -> None:
+    path = hostlib.cache_dir() / "instructions" / f"{key}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(path, json.dumps(dataclasses.asdict(model)))
+
+
 def measure_program(
-    program, *, progress: Callable[[str], None] | None = None, timeout_s: float = 600.0
+    program, *, progress: Callable[[str], None] | None = None, timeout_s: float = 600.0, cache: bool = True
 ) -> InstructionModel:
-    """Every node's instructions on the emulated Cortex-M4 (module docstring)."""
+    """Every node's instructions on the emulated Cortex-M4 (module docstring); kept in the build
+    cache (``$POET_CACHE_DIR/cbackend/instructions``) and measured again only when the program, its
+    data or the runtime changed."""
     kp = lower_program(program)
+    key = _cache_key(program, kp)
+    hit = _cached(key) if cache else None
+    if hit is not None:
+        _say(progress, f"per-node instructions of {program.name} from the cache")
+        return hit
     calls = traced_calls(program, kp)
     counts = probe_kernels(calls, progress=progress, timeout_s=timeout_s)
     kernels = [0] * len(kp.nodes)
-    for c in calls:
-        kernels[c.node] += counts[c.signature]
+    for c, n in zip(calls, counts):
+        kernels[c.node] += n
     g = program.costed("m4")
     steps = calibration_steps(len(g.nodes))
     budget = Budget(ram_bytes=g.fixed_ram_bytes + sum(g.ram) + 1)
@@ -228,15 +273,17 @@ def measure_program(
         )
         for v in range(len(g.nodes))
     )
-    return InstructionModel(
+    model = InstructionModel(
         program=program.name,
         node_names=tuple(nd.name for nd in g.nodes),
         nodes=nodes,
         update_in_ram=ram[-1],
         update_in_flash=flash[-1],
         first_page_extra=ram[1] - ram[w + 1],
-        kernel_counts=counts,
+        kernel_counts={f"{c.call.fx_name}: {c.signature}": n for c, n in zip(calls, counts)},
     )
+    _store(key, model)
+    return model
 
 
 def measured_per_kind(steps: Sequence[Step], marks: Sequence[int]) -> list[dict[str, int]]:

@@ -24,15 +24,29 @@ import re
 import shutil
 import subprocess
 import tempfile
-from dataclasses import dataclass
 from pathlib import Path
 
 from . import hostlib, icount
-from .target_types import Build, MemoryUse, RunOutput, TargetError, project_sources
+from .m4_elf import ADDR2LINE, NM, SIZE, Fault, link_map_lines, memory_use, parse_fault, run_tool, symbol_address
+from .target_types import Build, RunOutput, TargetError, project_sources
+
+__all__ = [
+    "ARENA_EXTERNAL",
+    "FAULT_EXITS",
+    "TARGET",
+    "Fault",
+    "QemuM4",
+    "build",
+    "link_map_lines",
+    "memory_use",
+    "missing",
+    "run",
+    "symbol_address",
+]
 
 NAME = "qemu-m4"
 DEBIAN_PACKAGES = ("gcc-arm-none-eabi", "libnewlib-arm-none-eabi", "qemu-system-arm")
-GCC, SIZE, NM, ADDR2LINE, AR = (f"arm-none-eabi-{t}" for t in ("gcc", "size", "nm", "addr2line", "ar"))
+GCC, AR = "arm-none-eabi-gcc", "arm-none-eabi-ar"
 QEMU = "qemu-system-arm"
 M4_FLAGS = ("-mcpu=cortex-m4", "-mthumb", "-mfloat-abi=hard", "-mfpu=fpv4-sp-d16")
 # every function and object in its own section, so the link keeps only what is called; -g costs no
@@ -67,25 +81,7 @@ FAULT_EXITS = {  # exit code -> what the startup reported (PK_EXIT_FAULT + the e
     _CODES["PK_EXIT_MPU_SETUP"]: "MPU setup",
 }
 TIMEOUT_EXITS = (124, 137)  # timeout(1): the command timed out / had to be killed
-
-
-@dataclass(frozen=True)
-class Fault:
-    """What the startup's fault handler reported before exiting (runtime/pk_m4.h)."""
-
-    kind: str  # HardFault, MemManage, BusFault, UsageFault, unexpected exception, MPU setup
-    reason: str  # e.g. "data access violation", "stack overflow", "division by zero"
-    pc: int | None  # the faulting instruction, when the stack frame was readable
-    address: int | None  # the faulting data address, when the core latched one
-    where: str | None  # function and source line of pc, from the ELF's debug information
-
-    def describe(self) -> str:
-        s = f"{self.kind} ({self.reason})"
-        if self.address is not None:
-            s += f" at address {self.address:#010x}"
-        if self.pc is not None:
-            s += f", pc {self.pc:#010x}" + (f" in {self.where}" if self.where else "")
-        return s
+_STACK = re.compile(r"pk-stack: used (\d+) of (\d+)\n?")
 
 
 # ---- toolchain ---------------------------------------------------------------------------------
@@ -107,17 +103,20 @@ def missing() -> str | None:
     )
 
 
+@functools.cache
+def qemu_version() -> str:
+    """The emulator's version line (counts can change with QEMU's translator)."""
+    try:
+        r = subprocess.run([QEMU, "--version"], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return QEMU
+    return (r.stdout.splitlines() or [QEMU])[0]
+
+
 def _need_toolchain() -> None:
     why = missing()
     if why:
         raise TargetError(why)
-
-
-def _run_tool(cmd: list[str], cwd: Path | None = None, timeout_s: float = 600) -> subprocess.CompletedProcess:
-    try:
-        return subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        raise TargetError(f"{Path(cmd[0]).name} did not finish within {timeout_s:.0f} s") from None
 
 
 # ---- build -------------------------------------------------------------------------------------
@@ -134,12 +133,12 @@ def kernel_library() -> Path:
     out.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=out.parent) as tmp:
         if srcs:
-            r = _run_tool([GCC, *COMPILE_FLAGS, "-I", str(hostlib.RUNTIME), "-c", *map(str, srcs)], cwd=Path(tmp))
+            r = run_tool([GCC, *COMPILE_FLAGS, "-I", str(hostlib.RUNTIME), "-c", *map(str, srcs)], cwd=Path(tmp))
             if r.returncode != 0:
                 raise TargetError("compiling the kernels for the Cortex-M4 failed:\n" + r.stderr[-4000:])
         tmp_out = Path(tmp) / out.name
         objs = sorted(str(p) for p in Path(tmp).glob("*.o"))
-        r = _run_tool([AR, "rcs", str(tmp_out), *objs])
+        r = run_tool([AR, "rcs", str(tmp_out), *objs])
         if r.returncode != 0:
             raise TargetError("archiving the Cortex-M4 kernels failed:\n" + r.stderr[-4000:])
         os.replace(tmp_out, out)
@@ -198,7 +197,7 @@ def build(project_dir, ram_bytes: int, *, stack_bytes: int = DEFAULT_STACK_BYTES
         tmp = Path(tmp)
         includes = ["-I", str(project_dir), "-I", str(hostlib.RUNTIME)]
         macros = [f"-D{d}" for d in defines]
-        r = _run_tool([GCC, *COMPILE_FLAGS, *includes, *macros, "-c", *map(str, sources)], cwd=tmp)
+        r = run_tool([GCC, *COMPILE_FLAGS, *includes, *macros, "-c", *map(str, sources)], cwd=tmp)
         if r.returncode != 0:
             raise TargetError(f"compiling {project_dir} for the Cortex-M4 failed:\n" + r.stderr[-4000:])
         objs = sorted(str(p) for p in tmp.glob("*.o"))
@@ -208,13 +207,13 @@ def build(project_dir, ram_bytes: int, *, stack_bytes: int = DEFAULT_STACK_BYTES
         for name in ("m4.ld", "firmware.map", "firmware.elf"):
             os.replace(tmp / name, out_dir / name)
     elf = out_dir / "firmware.elf"
-    return Build(elf, out_dir / "firmware.map", memory_use(elf, ram_bytes))
+    return Build(elf, out_dir / "firmware.map", memory_use(elf, ram_bytes), tuple(link_map_lines(elf, ram_bytes)))
 
 
 def _link(folder: Path, objs, libs, ram_bytes: int, stack_bytes: int) -> subprocess.CompletedProcess:
     (folder / "m4.ld").write_text(linker_script(ram_bytes, stack_bytes))
     cmd = [GCC, *M4_FLAGS, *LINK_FLAGS, "-T", "m4.ld", "-Wl,-Map=firmware.map", *objs, *libs, "-o", "firmware.elf"]
-    return _run_tool(cmd, cwd=folder)
+    return run_tool(cmd, cwd=folder)
 
 
 _LIBM = {"expf", "logf", "tanhf", "erff", "sqrtf", "powf", "exp", "log", "sqrt", "tanh", "erf", "pow", "log1pf"}
@@ -253,68 +252,7 @@ def _link_failure(stderr: str, folder: Path, objs, libs, ram_bytes: int, stack_b
     return "linking the Cortex-M4 firmware failed:\n" + stderr[-4000:]
 
 
-def memory_use(elf: Path, ram_bytes: int) -> MemoryUse:
-    """Section sizes of a linked firmware, by region."""
-    r = _run_tool([SIZE, "-A", "-d", str(elf)])
-    if r.returncode != 0:
-        raise TargetError(f"{SIZE} could not read {elf}:\n{r.stderr[-2000:]}")
-    sizes = {}
-    for line in r.stdout.splitlines():
-        parts = line.split()
-        if len(parts) == 3 and parts[1].isdigit():
-            sizes[parts[0]] = int(parts[1])
-    flash = sum(sizes.get(s, 0) for s in (".vectors", ".text", ".rodata", ".ARM.exidx", ".data"))
-    return MemoryUse(
-        ram_region=ram_bytes,
-        stack=sizes.get(".stack", 0),
-        data=sizes.get(".data", 0),
-        arena=sizes.get(".pk_arena", 0),
-        bss=sizes.get(".bss", 0),
-        external=sizes.get(".pk_external", 0),
-        flash=flash,
-    )
-
-
 # ---- run ---------------------------------------------------------------------------------------
-
-
-def symbol_address(elf: Path, name: str) -> int | None:
-    """The address of a function or object in the ELF (a Thumb function's low bit cleared)."""
-    r = _run_tool([NM, str(elf)])
-    for line in r.stdout.splitlines():
-        parts = line.split()
-        if len(parts) == 3 and parts[2] == name:
-            return int(parts[0], 16) & ~1
-    return None
-
-
-_FAULT = re.compile(
-    r"pk-fault: (?P<kind>HardFault|MemManage|BusFault|UsageFault|unexpected exception|MPU setup)"
-    r"(?: \((?P<reason>[^)]*)\))?(?: pc=(?P<pc>0x[0-9a-f]+) addr=(?P<addr>0x[0-9a-f]+))?"
-)
-_STACK = re.compile(r"pk-stack: used (\d+) of (\d+)\n?")
-
-
-def _where(elf: Path, pc: int) -> str | None:
-    r = _run_tool([ADDR2LINE, "-f", "-s", "-e", str(elf), f"{pc:#x}"])
-    lines = r.stdout.split()
-    if r.returncode != 0 or len(lines) < 2 or lines[0] == "??":
-        return None
-    return f"{lines[0]} ({lines[1]})" if not lines[1].startswith("??") else lines[0]
-
-
-def parse_fault(text: str, elf: Path | None = None) -> Fault | None:
-    """The fault the firmware reported, if any."""
-    m = _FAULT.search(text)
-    if not m:
-        return None
-    pc = int(m["pc"], 16) if m["pc"] else None
-    pc = None if pc == 0xFFFFFFFF else pc
-    addr = int(m["addr"], 16) if m["addr"] else None
-    addr = None if addr == 0xFFFFFFFF else addr
-    where = _where(elf, pc) if elf is not None and pc is not None else None
-    reason = m["reason"] or ("the RAM region cannot be mapped" if m["kind"] == "MPU setup" else "unknown cause")
-    return Fault(m["kind"], reason, pc, addr, where)
 
 
 def run(build: Build, run_dir, count: bool = False, timeout_s: float = 60.0) -> RunOutput:

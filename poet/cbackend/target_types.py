@@ -51,6 +51,7 @@ class Build:
     binary: Path  # what the target runs (an executable, an ELF)
     map_file: Path | None  # the linker's map, where the target writes one
     memory: MemoryUse
+    notes: tuple[str, ...] = ()  # what the target checked of the build (qemu-m4: where each section went)
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,7 @@ from . import (  # noqa: F401  (each family module registers its specs on import
     ops_attention,
     ops_batchnorm,
     ops_conv,
+    ops_dropout,
     ops_elementwise,
     ops_gelu,
     ops_index,

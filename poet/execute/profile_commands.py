@@ -231,7 +231,7 @@ def _qemu(a, say) -> int:
     for _, m in measured:
         total = sum(nd.compute for nd in m.nodes)
         print(
-            f"{m.program}: {len(m.nodes)} nodes, {len(m.kernel_counts)} distinct kernel calls, "
+            f"{m.program}: {len(m.nodes)} nodes, {len(m.kernel_counts)} kernel calls, "
             f"{total:,} instructions to compute every node once ({total / declared.clock_hz * 1e3:.1f} ms "
             f"at {declared.clock_hz / 1e6:g} MHz), update {m.update_in_ram:,}"
         )
