@@ -4,6 +4,8 @@ scalars; the kernel writes fresh outputs, which the tests compare with what torc
 
 from __future__ import annotations
 
+import ctypes
+
 import torch
 from torch.fx.experimental.proxy_tensor import make_fx
 
@@ -47,3 +49,31 @@ def run_kernel(node, values):
     )
     hostlib.call(spec.kernel, ins, got, spec.scalars)
     return want, got
+
+
+def program_values(program):
+    """(the program's kernel nodes: no views, no getitem; every node's value in one run of its traced
+    step on its example batch), the generator's state restored afterwards."""
+    from poet.graph.torch_run import placeholder_values
+
+    args = placeholder_values(program.placeholders, program.params, program.buffers, program.example_batch)
+    rec = _Recorder(program.gm)
+    state = torch.get_rng_state()
+    try:
+        with torch.enable_grad():
+            rec.run(*args)
+    finally:
+        torch.set_rng_state(state)
+    nodes = [
+        n
+        for n in program.gm.graph.nodes
+        if n.op == "call_function" and not getattr(n.target, "is_view", False) and n.target.__name__ != "getitem"
+    ]
+    return nodes, rec.values
+
+
+def set_step_seed(seed: int) -> None:
+    """What the runtime does before each step: the seed dropout's masks are drawn from."""
+    lib = hostlib.library()
+    lib.pk_rng_set_seed.argtypes = [ctypes.c_uint64]
+    lib.pk_rng_set_seed(ctypes.c_uint64(seed))

@@ -13,17 +13,12 @@ torch = pytest.importorskip("torch")
 np = pytest.importorskip("numpy")
 
 from ckernel_cases import empty_layouts, layouts, randn  # noqa: E402
+from ckernel_specs import set_step_seed  # noqa: E402
 
 from poet.cbackend import hostlib, rng, vocabulary  # noqa: E402
 from poet.graph.torch_export import export_training_graph  # noqa: E402
 
 aten = torch.ops.aten
-
-
-def set_seed(seed: int) -> None:
-    lib = hostlib.library()
-    lib.pk_rng_set_seed.argtypes = [ctypes.c_uint64]
-    lib.pk_rng_set_seed(ctypes.c_uint64(seed))
 
 
 def c_step_seed(base: int, step: int) -> int:
@@ -46,7 +41,7 @@ def dropout(x, p, train, unit, out_layout=None):
 @pytest.mark.parametrize("p", [0.1, 0.5, 0.9])
 def test_mask_and_output_equal_the_python_reference_on_every_layout(seed, unit, p):
     x0 = randn(4, 5, 6)
-    set_seed(seed)
+    set_step_seed(seed)
     want_out, want_mask = rng.native_dropout(x0, p, True, seed, unit)
     for (nx, x), (no, y) in itertools.product(layouts(x0), empty_layouts(x0.shape)):
         _, m = dropout(x, p, True, unit, y)
@@ -57,7 +52,7 @@ def test_mask_and_output_equal_the_python_reference_on_every_layout(seed, unit, 
 def test_output_is_atens_arithmetic_on_the_mask():
     x = randn(1000)
     x[:4] = torch.tensor([float("inf"), -0.0, float("nan"), 1e-38])
-    set_seed(5)
+    set_step_seed(5)
     y, m = dropout(x, 0.3, True, 11)
     assert torch.equal(y.isnan(), (x * m).isnan())
     ok = ~y.isnan()
@@ -70,14 +65,14 @@ def test_output_is_atens_arithmetic_on_the_mask():
 
 def test_keep_rate_and_independence():
     x = torch.ones(200_000)
-    set_seed(123)
+    set_step_seed(123)
     rates = []
     masks = []
     for unit in (1, 2):
         _, m = dropout(x, 0.2, True, unit)
         rates.append(float(m.float().mean()))
         masks.append(m)
-    set_seed(124)  # the next step
+    set_step_seed(124)  # the next step
     masks.append(dropout(x, 0.2, True, 1)[1])
     sigma = (0.8 * 0.2 / x.numel()) ** 0.5
     assert all(abs(r - 0.8) < 5 * sigma for r in rates), rates
@@ -108,7 +103,7 @@ def test_step_seeds_agree_and_the_hook_reproduces_the_kernel():
 
     for step in range(3):
         assert c_step_seed(base, step) == rng.step_seed(base, step)
-        set_seed(c_step_seed(base, step))
+        set_step_seed(c_step_seed(base, step))
         y, m = dropout(x, 0.25, True, rng.unit_of(Node.name))
         want_y, want_m = hook(step)(Node, (x, 0.25, True))
         assert torch.equal(m, want_m) and torch.equal(y, want_y)

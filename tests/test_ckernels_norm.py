@@ -3,11 +3,13 @@
 every output mask, and the tiled weight/bias gradient accumulated over tiles of tokens.
 
 Two float passes with cascaded sums: bounds are a few tens of ulp of the magnitudes involved
-(|x| rstd |w| for the output, the summed magnitudes for the gradients)."""
+(|x| rstd |w| for the output); the weight and bias gradients are sums over the rows in row order,
+within (rows + 2) u of the summed magnitudes."""
 
 from __future__ import annotations
 
 import itertools
+import math
 
 import pytest
 
@@ -76,8 +78,9 @@ def test_layer_norm_backward(shape, k, mask):
     mag_gi = rstd.double() * (
         g.abs() + g.abs().mean(list(range(len(shape) - k, len(shape))), keepdim=True) * (1 + xhat.abs())
     )
-    mag_gw = (go0.double() * xhat).abs().sum(lead) if lead else (go0.double() * xhat).abs()
-    mag_gb = go0.double().abs().sum(lead) if lead else go0.double().abs()
+    rows = x0.numel() // math.prod(nshape)
+    mag_gw = (rows + 2) * ((go0.double() * xhat).abs().sum(lead) if lead else (go0.double() * xhat).abs())
+    mag_gb = (rows + 2) * (go0.double().abs().sum(lead) if lead else go0.double().abs())
     for (ng, go), (nx, x) in itertools.product(layouts(go0), layouts(x0)):
         gi = torch.full(shape, float("nan")) if mask[0] else None
         gw = torch.full(nshape, float("nan")) if mask[1] else None
@@ -87,9 +90,9 @@ def test_layer_norm_backward(shape, k, mask):
         if mask[0]:
             assert_within(gi, want[0], 64 * U32 * mag_gi, what + " grad input")
         if mask[1]:
-            assert_within(gw, want[1], 32 * U32 * mag_gw, what + " grad weight")
+            assert_within(gw, want[1], 4 * U32 * mag_gw, what + " grad weight")
         if mask[2]:
-            assert_within(gb, want[2], 32 * U32 * mag_gb, what + " grad bias")
+            assert_within(gb, want[2], 4 * U32 * mag_gb, what + " grad bias")
 
 
 def test_layer_norm_backward_without_weight():
@@ -117,10 +120,10 @@ def test_tile_layer_norm_param_grad_matches_the_python_tile(want_w, want_b, firs
     gb = torch.full((8,), float("nan")) if want_b else None
     hostlib.call("layer_norm_param_grad", [acc_w, acc_b, go, x, mean, rstd], [gw, gb])
     if want_w:
-        bound = 32 * U32 * ((go * xhat).abs().sum((0, 1)) + (acc_w.abs() if acc_w is not None else 0))
+        bound = 16 * U32 * ((go * xhat).abs().sum((0, 1)) + (acc_w.abs() if acc_w is not None else 0))
         assert_within(gw, want_gw, bound, "grad weight")
     if want_b:
-        bound = 32 * U32 * (go.abs().sum((0, 1)) + (acc_b.abs() if acc_b is not None else 0))
+        bound = 16 * U32 * (go.abs().sum((0, 1)) + (acc_b.abs() if acc_b is not None else 0))
         assert_within(gb, want_gb, bound, "grad bias")
     assert (gw is None) == (want_gw is None) and (gb is None) == (want_gb is None)
 

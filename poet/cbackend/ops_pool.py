@@ -61,12 +61,19 @@ def avg_pool2d_backward(n) -> CallSpec:
 
 
 def _mask(n, dims) -> int:
-    """The bit mask of the dimensions reduced (None or [] means all, as aten's sum.dim_IntList)."""
-    ndim = n.args[0].meta["val"].dim()
-    if dims is None or (isinstance(dims, (list, tuple)) and len(dims) == 0):
-        return (1 << ndim) - 1 if ndim else 0
+    """The bit mask of the dimensions reduced (None or [] means all, as aten's sum.dim_IntList); negative
+    dimensions and "all" need the input's rank, which a node made after tracing may not record."""
+    val = n.args[0].meta.get("val")
+    explicit = flat_ints(dims) if dims is not None and dims != [] else ()
+    if val is None:
+        if explicit and min(explicit) >= 0:
+            return sum(1 << d for d in set(explicit))
+        raise UnsupportedOp(f"{target_key(n.target)} (node {n.name}): dimensions {dims} of a tensor of unknown rank")
+    ndim = val.dim()
+    if not explicit:
+        return (1 << ndim) - 1
     mask = 0
-    for d in flat_ints(dims):
+    for d in explicit:
         if not -max(ndim, 1) <= d < max(ndim, 1):
             raise UnsupportedOp(f"{target_key(n.target)} (node {n.name}): dimension {d} of a {ndim}-d tensor")
         mask |= 1 << (d % max(ndim, 1))

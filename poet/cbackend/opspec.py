@@ -94,12 +94,21 @@ def is_value(a) -> bool:
     return hasattr(a, "op") and hasattr(a, "meta")
 
 
-def value_dtype(n, item: int | None = None) -> str:
-    """The dtype of FX node ``n``'s traced value (``item`` of a tuple), as ``float32``, ``int64`` ..."""
+def value_dtype(n, item: int | None = None, _depth: int = 16) -> str:
+    """The dtype of FX node ``n``'s value (``item`` of a tuple), as ``float32``, ``int64`` ...: the traced
+    one, or, for a node made after tracing (a tile kernel's, whose meta is empty), its first tensor
+    argument's (views and tiles keep their input's dtype); ``unknown`` when neither says."""
     val = n.meta.get("val")
-    if item is not None:
-        val = val[item]
-    return str(getattr(val, "dtype", "unknown")).replace("torch.", "")
+    if val is not None:
+        if item is not None:
+            val = val[item]
+        return str(getattr(val, "dtype", "unknown")).replace("torch.", "")
+    if _depth > 0:
+        for a in n.args:
+            for v in a if isinstance(a, (list, tuple)) else (a,):
+                if is_value(v):
+                    return value_dtype(v, None, _depth - 1)
+    return "unknown"
 
 
 def scalar_for(dtype: str, value) -> Scalar:
@@ -112,9 +121,10 @@ def scalar_for(dtype: str, value) -> Scalar:
 
 def need_float32(n, *values) -> None:
     """Refuse (:class:`UnsupportedOp`, naming node ``n``) unless every tensor in ``values`` (FX nodes;
-    numbers and None are skipped) is float32: for kernels that only have a float32 version."""
+    numbers and None are skipped) is float32: for kernels that only have a float32 version.  A dtype
+    nothing records is let through: the kernel itself refuses it (PK_EDTYPE) when it runs."""
     for v in values:
-        if is_value(v) and value_dtype(v) != "float32":
+        if is_value(v) and value_dtype(v) not in ("float32", "unknown"):
             raise UnsupportedOp(
                 f"the C kernel for {target_key(n.target)} (node {n.name}) takes float32 tensors; "
                 f"{v.name} is {value_dtype(v)}"

@@ -1,13 +1,34 @@
 /* Moving elements between views (specs: poet/cbackend/ops_layout.py): copy (clone of any layout),
    cat, stack, the tiles joined again (tile_assemble, tile_gather), masked_fill and where, tril.
    Elements are moved as bits, so every dtype of the same size copies exactly. */
+#include <string.h>
+
 #include "pk.h"
 #include "pk_dense.h"
 
-/* rows of dst's last dimension, each copied element by element (or zeroed when src is NULL) */
+/* n elements of es bytes, dst ds and src ss elements apart (src NULL: zeros); one loop per size, so
+   each element is a single load and store */
+#define MOVE_RUN(T)                                                                                   \
+    do {                                                                                              \
+        T *d_ = (T *)d;                                                                               \
+        const T *s_ = (const T *)sp;                                                                  \
+        if (s_)                                                                                       \
+            for (int32_t i = 0; i < n; i++, d_ += ds, s_ += ss) memcpy(d_, s_, sizeof(T));            \
+        else                                                                                          \
+            for (int32_t i = 0; i < n; i++, d_ += ds) memset(d_, 0, sizeof(T));                       \
+    } while (0)
+
+static void move_run(void *d, const void *sp, int32_t n, int32_t ds, int32_t ss, int es) {
+    switch (es) {
+    case 8: MOVE_RUN(uint64_t); break;
+    case 4: MOVE_RUN(uint32_t); break;
+    case 2: MOVE_RUN(uint16_t); break;
+    default: MOVE_RUN(uint8_t); break;
+    }
+}
+
+/* rows of dst's last dimension, each copied (or zeroed when src is NULL) */
 static void move_rows(pk_tensor *dst, const pk_tensor *src) {
-    static const uint64_t zero_bits = 0;
-    const void *zero = &zero_bits;
     const int es = pk_esize(dst->dtype), nd = dst->ndim, last = nd - 1;
     const int32_t n = nd ? dst->size[last] : 1, ds = nd ? dst->stride[last] : 0, ss = nd && src ? src->stride[last] : 0;
     pk_rows r;
@@ -17,10 +38,7 @@ static void move_rows(pk_tensor *dst, const pk_tensor *src) {
     do {
         char *d = (char *)dst->data + off[0] * es;
         const char *sp = src ? (const char *)src->data + off[1] * es : 0;
-        for (int32_t i = 0; i < n; i++) {
-            if (sp) pk_move1(d + (int64_t)i * ds * es, sp + (int64_t)i * ss * es, es);
-            else pk_move1(d + (int64_t)i * ds * es, zero, es);
-        }
+        move_run(d, sp, n, ds, ss, es);
     } while (pk_rows_next(&r, st, 2, off));
 }
 

@@ -5,47 +5,65 @@
    (normalized_shape), which may have any strides.  Two passes in float (mean, then the mean of squared
    deviations: no cancellation), each a cascaded sum; rstd = 1 / sqrt(var + eps) through pk_sqrtf.
    mean and rstd are read and written through their own strides for the leading dimensions (their
-   trailing size-1 dimensions, if any, are ignored).  Weight and bias gradients are summed over the
-   rows per element (cascaded), not accumulated row by row, so their error grows with log(rows). */
+   trailing size-1 dimensions, if any, are ignored).  Weight and bias gradients are accumulated row by
+   row in their outputs (float, in row order), as aten's CPU kernel does. */
 #include "pk.h"
 #include "pk_dense.h"
 #include "pk_math.h"
 
-/* the trailing k dimensions of up to four views, walked element by element: offsets in elements */
+/* the trailing k dimensions of up to six views: the last one walked by an inner loop (n elements,
+   last[i] apart in view i), the k - 1 before it by an odometer (off[i]: view i's offset of the
+   current run of the last dimension) */
 typedef struct {
     int k, nv;
+    int32_t n, last[6];
     int32_t size[PK_MAXDIM], idx[PK_MAXDIM];
-    int32_t stride[4][PK_MAXDIM];
-    int64_t off[4];
+    int32_t stride[6][PK_MAXDIM];
+    int64_t off[6];
 } tail;
 
 /* views[i] may be NULL (its offsets stay 0); each has its trailing k dims as the normalized shape */
 static void tail_init(tail *w, int k, const pk_tensor *shape, const pk_tensor *const *views, int nv) {
-    w->k = k;
+    w->k = k - 1;
     w->nv = nv;
-    for (int d = 0; d < k; d++) {
+    w->n = shape->size[shape->ndim - 1];
+    for (int i = 0; i < nv; i++) w->last[i] = views[i] ? views[i]->stride[views[i]->ndim - 1] : 0;
+    for (int d = 0; d < k - 1; d++) {
         w->size[d] = shape->size[shape->ndim - k + d];
-        w->idx[d] = 0;
         for (int i = 0; i < nv; i++) w->stride[i][d] = views[i] ? views[i]->stride[views[i]->ndim - k + d] : 0;
     }
-    for (int i = 0; i < nv; i++) w->off[i] = 0;
 }
 
-static void tail_next(tail *w) {
+static inline void tail_reset(tail *w) {
+    for (int d = 0; d < w->k; d++) w->idx[d] = 0;
+    for (int i = 0; i < w->nv; i++) w->off[i] = 0;
+}
+
+/* the next run of the last dimension; 0 after the last one */
+static inline int tail_next(tail *w) {
     for (int d = w->k - 1; d >= 0; d--) {
         if (++w->idx[d] < w->size[d]) {
             for (int i = 0; i < w->nv; i++) w->off[i] += w->stride[i][d];
-            return;
+            return 1;
         }
         for (int i = 0; i < w->nv; i++) w->off[i] -= (int64_t)w->stride[i][d] * (w->size[d] - 1);
         w->idx[d] = 0;
     }
+    return 0;
 }
 
-static void tail_reset(tail *w) {
-    for (int d = 0; d < w->k; d++) w->idx[d] = 0;
-    for (int i = 0; i < w->nv; i++) w->off[i] = 0;
-}
+/* the statement(s) after E for every element of the normalized dims, in order; in them, E_AT(E, i) is
+   view i's offset */
+#define TAIL_LOOP(E, ...)                                                       \
+    do {                                                                        \
+        tail_reset(E);                                                          \
+        do {                                                                    \
+            for (int32_t j_ = 0; j_ < (E)->n; j_++) {                           \
+                __VA_ARGS__;                                                    \
+            }                                                                   \
+        } while (tail_next(E));                                                 \
+    } while (0)
+#define E_AT(E, I) ((E)->off[I] + (int64_t)j_ * (E)->last[I])
 
 /* the leading dimensions of x as a shape of their own (rows), and a row statistic's strides over them */
 static pk_tensor leading(const pk_tensor *x, int k) {
@@ -99,57 +117,56 @@ PK_KERNEL(layer_norm) {
         float *yr = (float *)y->data + off[1];
         pk_cascade c;
         pk_cascade_init(&c);
-        tail_reset(&e);
-        for (int64_t j = 0; j < n; j++, tail_next(&e)) pk_cascade_add(&c, xr[e.off[0]]);
+        TAIL_LOOP(&e, pk_cascade_add(&c, xr[E_AT(&e, 0)]));
         const float mu = pk_cascade_total(&c) / (float)n;
         pk_cascade_init(&c);
-        tail_reset(&e);
-        for (int64_t j = 0; j < n; j++, tail_next(&e)) {
-            const float d = xr[e.off[0]] - mu;
+        TAIL_LOOP(&e, {
+            const float d = xr[E_AT(&e, 0)] - mu;
             pk_cascade_add(&c, d * d);
-        }
+        });
         const float rs = 1.0f / pk_sqrtf(pk_cascade_total(&c) / (float)n + eps);
-        tail_reset(&e);
-        for (int64_t j = 0; j < n; j++, tail_next(&e)) {
-            float v = (xr[e.off[0]] - mu) * rs;
-            if (views[2]) v = v * AT(w, e.off[2]);
-            if (views[3]) v = v + AT(b, e.off[3]);
-            yr[e.off[1]] = v;
-        }
+        TAIL_LOOP(&e, {
+            float v = (xr[E_AT(&e, 0)] - mu) * rs;
+            if (views[2]) v = v * AT(w, E_AT(&e, 2));
+            if (views[3]) v = v + AT(b, E_AT(&e, 3));
+            yr[E_AT(&e, 1)] = v;
+        });
         AT(mean, off[2]) = mu;
         AT(rstd, off[3]) = rs;
     } while (pk_rows_next(&r, st, 4, off));
     return PK_OK;
 }
 
-/* gw = acc_w + sum over rows of go * (x - mean) * rstd, gb = acc_b + sum over rows of go (either absent) */
+/* gw = acc_w + sum over rows of go * (x - mean) * rstd, gb = acc_b + sum over rows of go (either absent):
+   the sums accumulated in gw and gb row by row (as aten's CPU kernel does), then the running ones added */
 static void param_grads(const pk_tensor *acc_w, const pk_tensor *acc_b, const pk_tensor *go, const pk_tensor *x,
                         const pk_tensor *mean, const pk_tensor *rstd, pk_tensor *gw, pk_tensor *gb, int k) {
     const pk_tensor rows = leading(x, k);
-    const pk_tensor *views[4] = {gw->dtype ? gw : 0, gb->dtype ? gb : 0, acc_w->dtype ? acc_w : 0,
-                                 acc_b->dtype ? acc_b : 0};
-    const pk_tensor *data[2] = {go, x};
-    tail e, ex;
-    tail_init(&e, k, x, views, 4);
-    tail_init(&ex, k, x, data, 2);
-    const int64_t n = pk_numel(x) / (pk_numel(&rows) ? pk_numel(&rows) : 1);
-    for (int64_t j = 0; j < n; j++, tail_next(&e), tail_next(&ex)) {
-        pk_cascade cw, cb;
-        pk_cascade_init(&cw);
-        pk_cascade_init(&cb);
-        pk_rows r;
-        if (pk_numel(&rows) > 0 && pk_rows_init(&r, &rows, -1)) {
-            int64_t off[4] = {0, 0, 0, 0};
-            const int32_t *st[4] = {go->stride, x->stride, mean->stride, rstd->stride};
-            do {
-                const float g = AT(go, off[0] + ex.off[0]);
-                if (views[0]) pk_cascade_add(&cw, g * ((AT(x, off[1] + ex.off[1]) - AT(mean, off[2])) * AT(rstd, off[3])));
-                pk_cascade_add(&cb, g);
-            } while (pk_rows_next(&r, st, 4, off));
-        }
-        if (views[0]) AT(gw, e.off[0]) = views[2] ? AT(acc_w, e.off[2]) + pk_cascade_total(&cw) : pk_cascade_total(&cw);
-        if (views[1]) AT(gb, e.off[1]) = views[3] ? AT(acc_b, e.off[3]) + pk_cascade_total(&cb) : pk_cascade_total(&cb);
+    const pk_tensor *views[6] = {gw->dtype ? gw : 0, gb->dtype ? gb : 0, acc_w->dtype ? acc_w : 0,
+                                 acc_b->dtype ? acc_b : 0, go, x};
+    tail e;
+    tail_init(&e, k, x, views, 6);
+    TAIL_LOOP(&e, {
+        if (views[0]) AT(gw, E_AT(&e, 0)) = 0.0f;
+        if (views[1]) AT(gb, E_AT(&e, 1)) = 0.0f;
+    });
+    pk_rows r;
+    if (pk_numel(x) > 0 && pk_rows_init(&r, &rows, -1)) {
+        int64_t off[4] = {0, 0, 0, 0};
+        const int32_t *st[4] = {go->stride, x->stride, mean->stride, rstd->stride};
+        do {
+            const float mu = AT(mean, off[2]), rs = AT(rstd, off[3]);
+            TAIL_LOOP(&e, {
+                const float g = AT(go, off[0] + E_AT(&e, 4));
+                if (views[0]) AT(gw, E_AT(&e, 0)) += g * ((AT(x, off[1] + E_AT(&e, 5)) - mu) * rs);
+                if (views[1]) AT(gb, E_AT(&e, 1)) += g;
+            });
+        } while (pk_rows_next(&r, st, 4, off));
     }
+    TAIL_LOOP(&e, {
+        if (views[2]) AT(gw, E_AT(&e, 0)) = AT(acc_w, E_AT(&e, 2)) + AT(gw, E_AT(&e, 0));
+        if (views[3]) AT(gb, E_AT(&e, 1)) = AT(acc_b, E_AT(&e, 3)) + AT(gb, E_AT(&e, 1));
+    });
 }
 
 /* layer_norm_backward(go, x, mean, rstd, weight | NONE -> gi | NONE, gw | NONE, gb | NONE; k):
@@ -180,21 +197,19 @@ PK_KERNEL(layer_norm_backward) {
         pk_cascade ca, cb;
         pk_cascade_init(&ca);
         pk_cascade_init(&cb);
-        tail_reset(&e);
-        for (int64_t j = 0; j < n; j++, tail_next(&e)) {
-            float g = AT(go, off[0] + e.off[0]);
-            if (views[3]) g = g * AT(w, e.off[3]);
+        TAIL_LOOP(&e, {
+            float g = AT(go, off[0] + E_AT(&e, 0));
+            if (views[3]) g = g * AT(w, E_AT(&e, 3));
             pk_cascade_add(&ca, g);
-            pk_cascade_add(&cb, g * ((AT(x, off[1] + e.off[1]) - mu) * rs));
-        }
+            pk_cascade_add(&cb, g * ((AT(x, off[1] + E_AT(&e, 1)) - mu) * rs));
+        });
         const float ma = pk_cascade_total(&ca) / (float)n, mb = pk_cascade_total(&cb) / (float)n;
-        tail_reset(&e);
-        for (int64_t j = 0; j < n; j++, tail_next(&e)) {
-            float g = AT(go, off[0] + e.off[0]);
-            if (views[3]) g = g * AT(w, e.off[3]);
-            const float xhat = (AT(x, off[1] + e.off[1]) - mu) * rs;
-            AT(gi, off[2] + e.off[2]) = rs * ((g - ma) - xhat * mb);
-        }
+        TAIL_LOOP(&e, {
+            float g = AT(go, off[0] + E_AT(&e, 0));
+            if (views[3]) g = g * AT(w, E_AT(&e, 3));
+            const float xhat = (AT(x, off[1] + E_AT(&e, 1)) - mu) * rs;
+            AT(gi, off[2] + E_AT(&e, 2)) = rs * ((g - ma) - xhat * mb);
+        });
     } while (pk_rows_next(&r, st, 5, off));
     return PK_OK;
 }
