@@ -175,7 +175,7 @@ def _pieces(t: torch.Tensor, cuts) -> tuple[list, list]:
     """``t`` (B, C, R, W) as separate contiguous pieces at row ``cuts``, and the source scalars."""
     bounds = [0, *cuts, t.shape[2]]
     ps = [t[:, :, a:b].contiguous() for a, b in zip(bounds, bounds[1:])]
-    return ps, [1, len(ps), *bounds[:-1]]
+    return ps, [1, len(ps), *(v for a in bounds[:-1] for v in (a, 0))]
 
 
 def test_conv_tile_with_halo_and_its_gradients_match_torch():
@@ -212,7 +212,7 @@ def test_batchnorm_statistics_chain_and_backward_match_torch():
     for lo, hi in cuts:
         out = torch.empty(4, 2)
         ps, sc = _pieces(x[:, :, lo:hi], [])
-        sc[2] = lo
+        sc[2] = lo  # the piece's first row (its first channel: 0)
         hostlib.call("zoo_bn_stats", [prev, *ps], [out], [lo, hi, *sc])
         prev = out
     var, mean = torch.var_mean(x, dim=(0, 2, 3), unbiased=False)
@@ -271,13 +271,13 @@ def test_cross_entropy_kernels_match_torch():
     loss.backward()
     zs = z.reshape(3, 1, 7, 1)
     per, tot = torch.empty(3), torch.empty(1)
-    hostlib.call("zoo_cross_entropy", [zs, lab], [per, tot], [7, 1, 1, 0])
+    hostlib.call("zoo_cross_entropy", [zs, lab], [per, tot], [7, 1, 1, 0, 0])
     assert abs(float(tot) - loss.item()) < 1e-6 * abs(loss.item())
     dz = torch.empty(3, 1, 4, 1)
-    hostlib.call("zoo_cross_entropy_grad", [zs, lab], [dz], [3, 7, 1, 1, 0])
+    hostlib.call("zoo_cross_entropy_grad", [zs, lab], [dz], [3, 7, 1, 1, 0, 0])
     assert torch.allclose(dz.reshape(3, 4), zr.grad[:, 3:7], atol=1e-7)
     with pytest.raises(hostlib.KernelError):
-        hostlib.call("zoo_cross_entropy", [zs, torch.tensor([0, 7, 1])], [per, tot], [7, 1, 1, 0])
+        hostlib.call("zoo_cross_entropy", [zs, torch.tensor([0, 7, 1])], [per, tot], [7, 1, 1, 0, 0])
 
 
 def test_the_example_batch_is_generated_reproducibly():

@@ -7,9 +7,11 @@ the builder, never parsed from names) says what it computes: a layer's output ro
 partial-sum step, the loss, the gradient rows of some layer outputs, a weight gradient's share.
 
 Every tensor is seen as (B, C, rows, W) (a flat vector as (B, 1, F, 1)); a node's block holds its
-rows for the whole batch, contiguous, so its bytes are the graph's ``ram_bytes`` for it.  A kernel
-reads a layer output through a *row source* (runtime/pk_zoo.h): the pieces of it the node reads,
-each with its first row; a gradient source has one group per layer reading the output, summed.
+rows (and channel group) for the whole batch, contiguous, so its bytes are the graph's ``ram_bytes``
+for it.  A kernel reads a layer output through a *row source* (runtime/pk_zoo.h): the pieces of it
+the node reads, each with its first row and channel; a gradient source has one group per layer
+reading the output, summed (:mod:`poet.cbackend.zoo_refs`).  A tile of a channel group gets the
+group's slices of its parameters, statistics and gradients.
 Parameters are ``<layer>.weight`` / ``<layer>.bias`` (const data), their gradients are written by the
 kernels into the gradient space: whole-layer backward nodes and BatchNorm's last backward statistics
 step overwrite theirs; weight-gradient tiles add their share to a space zeroed at the start of the
@@ -18,14 +20,16 @@ step, so they are marked ``accumulates`` (a schedule computing one twice is refu
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
 
 from ..graph.tiling import NodeRole, build_tiled
-from ..graph.tiling_ranges import input_rows, output_rows_touching, rows_of
+from ..graph.tiling_ranges import input_rows, output_rows_touching
 from ..graph.zoo import DATA, MODELS, ModelLayers, model_layers
-from .ir import DataItem, KernelCall, KernelProgram, LoweringError, NodeCode, TensorRef, contiguous_strides
+from .ir import DataItem, KernelCall, KernelProgram, LoweringError, NodeCode, TensorRef
+from .zoo_refs import ZooRefs, ref, zoo_call
 
 __all__ = ["BN_EPS", "ZooProgram", "is_zoo_graph", "lower_zoo", "zoo_program"]
 
@@ -112,207 +116,90 @@ def zoo_program(graph, *, seed: int = 0, layers: ModelLayers | None = None) -> Z
     return ZooProgram(name, b, tiles, ml, tb.graph, tuple(tb.roles), params, seed)
 
 
-# ---------------------------------------------------------------- tensors
-
-
-def _canon(shape, b: int, lo: int, hi: int, what: str) -> tuple[int, ...]:
-    if len(shape) == 3:
-        return (b, shape[0], hi - lo, shape[2])
-    if len(shape) == 1:
-        return (b, 1, hi - lo, 1)
-    raise LoweringError(f"{what}: tensors of shape {tuple(shape)} (tokens) are not compiled yet")
-
-
-def _ref(space: str, index: int, sizes, dtype: str = "float32") -> TensorRef:
-    sizes = tuple(int(s) for s in sizes)
-    return TensorRef(space, index, 0, dtype, sizes, contiguous_strides(sizes))
-
-
-class _Lowering:
-    def __init__(self, zp: ZooProgram):
-        self.zp = zp
-        self.L = zp.layers.layers
-        self.b = zp.batch_size
-        self.preds = [[] for _ in zp.graph.nodes]
-        for u, v in zp.graph.edges:
-            self.preds[v].append(u)
-        self.pindex = {k: i for i, k in enumerate(zp.params)}
-
-    # --- shapes and refs
-    def shape(self, x: int):
-        return self.zp.layers.input_shape if x == DATA else self.L[x].shape
-
-    def rows(self, x: int) -> int:
-        return rows_of(self.shape(x))
-
-    def param(self, layer: int, kind: str, space: str = "param") -> TensorRef | None:
-        key = f"{self.L[layer].name}.{kind}"
-        if key not in self.pindex:
-            return None
-        return _ref(space, self.pindex[key], self.zp.params[key].shape)
-
-    def block(self, v: int, x: int, lo: int, hi: int) -> TensorRef:
-        return _ref("node", v, _canon(self.shape(x), self.b, lo, hi, self.what(v)))
-
-    def what(self, v: int) -> str:
-        return f"node {v} ({self.zp.graph.nodes[v].name})"
-
-    # --- sources
-    def pieces_of(self, v: int, x: int, lo: int, hi: int) -> list[tuple[TensorRef, int]]:
-        """The pieces of layer ``x``'s output node ``v`` reads, covering rows [lo, hi)."""
-        if x == DATA:
-            return [(_ref("batch", 0, _canon(self.shape(DATA), self.b, 0, self.rows(DATA), self.what(v))), 0)]
-        got = []
-        for u in self.preds[v]:
-            r = self.zp.roles[u]
-            if r.layer == x and (r.kind == "output" or (r.kind == "partial" and r.index == r.count - 1)):
-                lo_u, hi_u = (0, self.rows(x)) if r.kind == "partial" else (r.lo, r.hi)
-                got.append((self.block(u, x, lo_u, hi_u), lo_u))
-        return self.covering(v, sorted(got, key=lambda p: p[1]), lo, hi, f"layer {self.L[x].name}'s output")
-
-    def grad_groups(self, v: int, x: int, lo: int, hi: int) -> list[list[tuple[TensorRef, int]]]:
-        """The gradient of layer ``x``'s output over rows [lo, hi): one group per layer reading it."""
-        groups: dict[int, list] = {}
-        for u in self.preds[v]:
-            r = self.zp.roles[u]
-            if r.kind in ("grad_input", "loss_grad", "backward") and x in r.grad_of:
-                lo_u, hi_u = (0, self.rows(x)) if r.kind == "backward" else (r.lo, r.hi)
-                groups.setdefault(r.layer, []).append((self.block(u, x, lo_u, hi_u), lo_u))
-        if not groups:
-            raise LoweringError(f"{self.what(v)}: reads no gradient of layer {self.L[x].name}'s output")
-        what = f"the gradient of {self.L[x].name}'s output"
-        return [self.covering(v, sorted(g, key=lambda p: p[1]), lo, hi, what) for _, g in sorted(groups.items())]
-
-    def covering(self, v, pieces, lo, hi, what):
-        at = lo
-        for ref, start in pieces:
-            if start <= at < start + ref.sizes[2]:
-                at = start + ref.sizes[2]
-        if at < hi:
-            raise LoweringError(f"{self.what(v)}: the pieces of {what} it reads do not cover rows [{lo}, {hi})")
-        return pieces
-
-    def pred_role(self, v: int, kind: str, layer: int, index: int | None = None) -> int | None:
-        """The pred of ``v`` that is step ``index`` (default: the last) of ``layer``'s ``kind`` chain."""
-        for u in self.preds[v]:
-            r = self.zp.roles[u]
-            if r.kind == kind and r.layer == layer and r.index == (r.count - 1 if index is None else index):
-                return u
-        return None
-
-    def stats_ref(self, u: int | None, layer: int) -> TensorRef | None:
-        return None if u is None else _ref("node", u, (self.L[layer].shape[0], 2))
-
-
-def _src(groups) -> tuple[list, list]:
-    """Tensors and scalars of a row source (runtime/pk_zoo.h)."""
-    tensors, scalars = [], [len(groups)]
-    for g in groups:
-        scalars.append(len(g))
-        for ref, start in g:
-            tensors.append(ref)
-            scalars.append(int(start))
-    return tensors, scalars
-
-
-def _call(kernel: str, v_name: str, fixed_in, srcs, outs, scalars) -> KernelCall:
-    tensors, sc = list(fixed_in), list(scalars)
-    for s in srcs:
-        t, s2 = _src(s)
-        tensors += t
-        sc += s2
-    return KernelCall(
-        kernel=kernel,
-        op=f"zoo.{kernel}",
-        fx_name=v_name,
-        tensors=tuple(tensors) + tuple(outs),
-        n_inputs=len(tensors),
-        scalars=tuple(sc),
-    )
-
-
 # ---------------------------------------------------------------- per role
 
 
-def _forward(lw: _Lowering, v: int, r: NodeRole) -> list[KernelCall]:
+def _forward(lw: ZooRefs, v: int, r: NodeRole) -> list[KernelCall]:
+    """Rows [lo, hi) (channels [clo, chi)) of layer ``r.layer``'s output."""
     lay, i, name = lw.L[r.layer], r.layer, lw.zp.graph.nodes[v].name
     op, x = lay.op, lay.inputs[0]
-    y = lw.block(v, i, r.lo, r.hi)
-    if op == "conv2d":
+    ch = (r.clo, r.chi)
+    y = lw.block(v, i, r.lo, r.hi, *ch)
+    if op == "conv2d":  # a group of output channels reads every input channel
         a, z = input_rows(lay, r.lo, r.hi, lw.rows(x))
-        srcs = [[lw.pieces_of(v, x, a, z)]]
-        return [
-            _call(
-                "zoo_conv",
-                name,
-                [lw.param(i, "weight"), lw.param(i, "bias")],
-                srcs,
-                [y],
-                [lay.stride, lay.pad, r.lo, lw.rows(x)],
-            )
-        ]
+        ins = [lw.param(i, "weight", "param", *ch), lw.param(i, "bias", "param", *ch)]
+        sc = [lay.stride, lay.pad, r.lo, lw.rows(x)]
+        return [zoo_call("zoo_conv", name, ins, [[lw.pieces_of(v, x, a, z)]], [y], sc)]
     if op == "batchnorm":
-        st = lw.stats_ref(lw.pred_role(v, "stats", i), i)
-        ins = [lw.param(i, "weight"), lw.param(i, "bias"), st]
+        st = lw.stats_ref(lw.pred_role(v, "stats", i), i, *ch)
+        ins = [lw.param(i, "weight", "param", *ch), lw.param(i, "bias", "param", *ch), st]
         h = lw.rows(i)
         a, z = (r.lo, r.hi) if st is not None else (0, h)
-        return [_call("zoo_bn", name, ins, [[lw.pieces_of(v, x, a, z)]], [y], [r.lo, h, BN_EPS])]
+        return [zoo_call("zoo_bn", name, ins, [[lw.pieces_of(v, x, a, z, *ch)]], [y], [r.lo, h, BN_EPS])]
     if op in ("relu", "dropout", "add"):
-        groups = [lw.pieces_of(v, xx, r.lo, r.hi) for xx in lay.inputs]
-        return [_call("zoo_relu" if op == "relu" else "zoo_sum", name, [], [groups], [y], [r.lo])]
+        groups = [lw.pieces_of(v, xx, r.lo, r.hi, *ch) for xx in lay.inputs]
+        return [zoo_call("zoo_relu" if op == "relu" else "zoo_sum", name, [], [groups], [y], [r.lo])]
     if op == "maxpool":
         a, z = input_rows(lay, r.lo, r.hi, lw.rows(x))
         sc = [lay.kernel, lay.stride, lay.pad, r.lo, lw.rows(x)]
-        return [_call("zoo_maxpool", name, [], [[lw.pieces_of(v, x, a, z)]], [y], sc)]
+        return [zoo_call("zoo_maxpool", name, [], [[lw.pieces_of(v, x, a, z, *ch)]], [y], sc)]
     if op == "avgpool":
         a, z = input_rows(lay, r.lo, r.hi, lw.rows(x))
-        return [_call("zoo_avgpool", name, [], [[lw.pieces_of(v, x, a, z)]], [y], [lay.kernel, r.lo])]
+        return [zoo_call("zoo_avgpool", name, [], [[lw.pieces_of(v, x, a, z, *ch)]], [y], [lay.kernel, r.lo])]
     if op == "flatten":
         src = [[lw.pieces_of(v, x, 0, lw.rows(x))]]
-        return [_call("zoo_flatten", name, [], src, [y], [r.lo, lw.rows(x)])]
+        return [zoo_call("zoo_flatten", name, [], src, [y], [r.lo, lw.rows(x)])]
     if op == "linear":
         src = [[lw.pieces_of(v, x, 0, lw.rows(x))]]
-        return [_call("zoo_linear", name, [lw.param(i, "weight"), lw.param(i, "bias")], src, [y], [r.lo])]
+        return [zoo_call("zoo_linear", name, [lw.param(i, "weight"), lw.param(i, "bias")], src, [y], [r.lo])]
     raise LoweringError(f"{lw.what(v)}: layer op {op!r} has no C kernel")
 
 
-def _grad_input(lw: _Lowering, v: int, r: NodeRole, x: int, lo: int, hi: int, dx: TensorRef) -> list[KernelCall]:
-    """Rows [lo, hi) of the gradient of layer ``r.layer``'s input ``x`` (add: of its output)."""
+def _grad_input(lw: ZooRefs, v: int, r: NodeRole, x: int, dx: TensorRef) -> list[KernelCall]:
+    """Rows [lo, hi) (channels [clo, chi)) of the gradient of layer ``r.layer``'s input ``x`` (add: of its
+    output)."""
     i, lay, name = r.layer, lw.L[r.layer], lw.zp.graph.nodes[v].name
-    op, R = lay.op, lw.rows(i)
+    op, R, lo, hi, ch = lay.op, lw.rows(i), r.lo, r.hi, (r.clo, r.chi)
     if op in ("conv2d", "maxpool") and not _touched(lay, lo, hi, R):
         return [KernelCall("zoo_zero", "zoo.zoo_zero", name, (dx,), 0, ())]  # a strided window skips these rows
-    if op == "conv2d":
+    if op == "conv2d":  # a group of input channels reads the gradient of every output channel
         dlo, dhi = output_rows_touching(lay, lo, hi, R)
-        srcs = [lw.grad_groups(v, i, dlo, dhi)]
-        return [_call("zoo_conv_grad_input", name, [lw.param(i, "weight")], srcs, [dx], [lay.stride, lay.pad, lo, R])]
+        w = lw.param(i, "weight", "param", *ch, axis=1)
+        return [
+            zoo_call(
+                "zoo_conv_grad_input", name, [w], [lw.grad_groups(v, i, dlo, dhi)], [dx], [lay.stride, lay.pad, lo, R]
+            )
+        ]
     if op == "batchnorm":
-        fst = lw.stats_ref(lw.pred_role(v, "stats", i), i)
-        bst = lw.stats_ref(lw.pred_role(v, "grad_stats", i), i)
+        fst = lw.stats_ref(lw.pred_role(v, "stats", i), i, *ch)
+        bst = lw.stats_ref(lw.pred_role(v, "grad_stats", i), i, *ch)
         a, z = (lo, hi) if fst is not None and bst is not None else (0, R)
-        srcs = [lw.grad_groups(v, i, a, z), [lw.pieces_of(v, x, a, z)]]
-        whole = bst is None
-        gs = [lw.param(i, "weight", "grad"), lw.param(i, "bias", "grad")] if whole else [None, None]
-        ins = [lw.param(i, "weight"), fst, bst]
-        return [_call("zoo_bn_grad", name, ins, srcs, [dx, *gs], [lo, R, BN_EPS])]
+        srcs = [lw.grad_groups(v, i, a, z, *ch), [lw.pieces_of(v, x, a, z, *ch)]]
+        whole = bst is None  # no backward statistics chain: this tile computes its channels' sums itself
+        gs = [lw.param(i, "weight", "grad", *ch), lw.param(i, "bias", "grad", *ch)] if whole else [None, None]
+        ins = [lw.param(i, "weight", "param", *ch), fst, bst]
+        return [zoo_call("zoo_bn_grad", name, ins, srcs, [dx, *gs], [lo, R, BN_EPS])]
     if op == "relu":
-        srcs = [[lw.pieces_of(v, i, lo, hi)], lw.grad_groups(v, i, lo, hi)]
-        return [_call("zoo_relu_grad", name, [], srcs, [dx], [lo])]
+        srcs = [[lw.pieces_of(v, i, lo, hi, *ch)], lw.grad_groups(v, i, lo, hi, *ch)]
+        return [zoo_call("zoo_relu_grad", name, [], srcs, [dx], [lo])]
     if op in ("add", "dropout"):
-        return [_call("zoo_sum", name, [], [lw.grad_groups(v, i, lo, hi)], [dx], [lo])]
+        return [zoo_call("zoo_sum", name, [], [lw.grad_groups(v, i, lo, hi, *ch)], [dx], [lo])]
     if op == "flatten":
-        return [_call("zoo_unflatten", name, [], [lw.grad_groups(v, i, 0, R)], [dx], [lo, lw.rows(x)])]
+        sc = [lo, lw.rows(x), r.clo or 0]
+        return [zoo_call("zoo_unflatten", name, [], [lw.grad_groups(v, i, 0, R)], [dx], sc)]
     if op == "maxpool":
         dlo, dhi = output_rows_touching(lay, lo, hi, R)
         a, z = input_rows(lay, dlo, dhi, lw.rows(x))
-        srcs = [[lw.pieces_of(v, x, a, z)], lw.grad_groups(v, i, dlo, dhi)]
+        srcs = [[lw.pieces_of(v, x, a, z, *ch)], lw.grad_groups(v, i, dlo, dhi, *ch)]
         sc = [lay.kernel, lay.stride, lay.pad, lo, lw.rows(x), R]
-        return [_call("zoo_maxpool_grad", name, [], srcs, [dx], sc)]
+        return [zoo_call("zoo_maxpool_grad", name, [], srcs, [dx], sc)]
     if op == "avgpool":
         dlo, dhi = output_rows_touching(lay, lo, hi, R) if R > 1 else (0, 1)
-        return [_call("zoo_avgpool_grad", name, [], [lw.grad_groups(v, i, dlo, dhi)], [dx], [lay.kernel, lo, R])]
+        srcs = [lw.grad_groups(v, i, dlo, dhi, *ch)]
+        return [zoo_call("zoo_avgpool_grad", name, [], srcs, [dx], [lay.kernel, lo, R])]
     if op == "linear":
-        return [_call("zoo_linear_grad_input", name, [lw.param(i, "weight")], [lw.grad_groups(v, i, 0, R)], [dx], [lo])]
+        srcs = [lw.grad_groups(v, i, 0, R)]
+        return [zoo_call("zoo_linear_grad_input", name, [lw.param(i, "weight")], srcs, [dx], [lo])]
     raise LoweringError(f"{lw.what(v)}: layer op {op!r} has no C backward kernel")
 
 
@@ -321,22 +208,24 @@ def _touched(lay, lo: int, hi: int, out_rows: int) -> bool:
     return a < z and any(lo <= oh * lay.stride - lay.pad + k < hi for oh in range(a, z) for k in range(lay.kernel))
 
 
-def _weight_grad(lw: _Lowering, v: int, layer: int, lo: int, hi: int, accumulate: bool) -> list[KernelCall]:
+def _weight_grad(lw: ZooRefs, v: int, r: NodeRole, accumulate: bool) -> list[KernelCall]:
+    """Layer ``r.layer``'s weight gradient, or the share of output rows [lo, hi) (channels [clo, chi))."""
+    layer, lo, hi, ch = r.layer, r.lo, r.hi, (r.clo, r.chi)
     lay, name = lw.L[layer], lw.zp.graph.nodes[v].name
     x = lay.inputs[0]
-    dw, db = lw.param(layer, "weight", "grad"), lw.param(layer, "bias", "grad")
+    dw, db = lw.param(layer, "weight", "grad", *ch), lw.param(layer, "bias", "grad", *ch)
     if lay.op == "conv2d":
         a, z = input_rows(lay, lo, hi, lw.rows(x))
-        srcs = [[lw.pieces_of(v, x, a, z)], lw.grad_groups(v, layer, lo, hi)]
+        srcs = [[lw.pieces_of(v, x, a, z)], lw.grad_groups(v, layer, lo, hi, *ch)]
         sc = [lay.stride, lay.pad, lo, hi, lw.rows(x), int(accumulate)]
-        return [_call("zoo_conv_weight_grad", name, [], srcs, [dw, db], sc)]
+        return [zoo_call("zoo_conv_weight_grad", name, [], srcs, [dw, db], sc)]
     if lay.op == "linear":
         srcs = [[lw.pieces_of(v, x, 0, lw.rows(x))], lw.grad_groups(v, layer, lo, hi)]
-        return [_call("zoo_linear_weight_grad", name, [], srcs, [dw, db], [lo, hi, int(accumulate)])]
+        return [zoo_call("zoo_linear_weight_grad", name, [], srcs, [dw, db], [lo, hi, int(accumulate)])]
     return []
 
 
-def _node_calls(lw: _Lowering, v: int) -> tuple[list[KernelCall], TensorRef | None, bool]:
+def _node_calls(lw: ZooRefs, v: int) -> tuple[list[KernelCall], TensorRef | None, bool]:
     """The calls of node ``v``, the tensor its block holds (None: nothing) and whether it accumulates."""
     r = lw.zp.roles[v]
     name = lw.zp.graph.nodes[v].name
@@ -352,36 +241,37 @@ def _node_calls(lw: _Lowering, v: int) -> tuple[list[KernelCall], TensorRef | No
         raise LoweringError(f"{lw.what(v)}: layer {lay.name} reads one tensor twice; not compiled")
     i = r.layer
     if r.kind == "output":
-        out = lw.block(v, i, r.lo, r.hi)
+        out = lw.block(v, i, r.lo, r.hi, r.clo, r.chi)
         return _forward(lw, v, r), out, False
     if r.kind == "stats":
-        out = _ref("node", v, (lay.shape[0], 2))
+        out = ref("node", v, (lay.shape[0], 2))
         prev = lw.stats_ref(lw.pred_role(v, "stats", i, r.index - 1), i) if r.index else None
         src = [[lw.pieces_of(v, lay.inputs[0], r.lo, r.hi)]]
-        return [_call("zoo_bn_stats", name, [prev], src, [out], [r.lo, r.hi])], out, False
+        return [zoo_call("zoo_bn_stats", name, [prev], src, [out], [r.lo, r.hi])], out, False
     if r.kind == "partial":
         if lay.op != "avgpool" or lay.kernel != lw.shape(lay.inputs[0])[2]:
             raise LoweringError(f"{lw.what(v)}: a running partial of a {lay.op} is not compiled (global avgpool only)")
-        out = _ref("node", v, (lw.b, lay.shape[0], 1, 1))
+        out = ref("node", v, (lw.b, lay.shape[0], 1, 1))
         prev = None
         if r.index:
             u = lw.pred_role(v, "partial", i, r.index - 1)
-            prev = None if u is None else _ref("node", u, (lw.b, lay.shape[0], 1, 1))
-        src = [[lw.pieces_of(v, lay.inputs[0], r.lo, r.hi)]]
-        return [_call("zoo_avgpool_partial", name, [prev], src, [out], [lay.kernel, r.lo, r.hi])], out, False
+            prev = None if u is None else ref("node", u, (lw.b, lay.shape[0], 1, 1))
+        src = [[lw.pieces_of(v, lay.inputs[0], r.lo, r.hi, r.clo, r.chi)]]
+        sc = [lay.kernel, r.lo, r.hi, r.clo or 0]
+        return [zoo_call("zoo_avgpool_partial", name, [prev], src, [out], sc)], out, False
     if r.kind == "loss":
         k = lay.shape[0]
         if len(lay.shape) != 1:
             raise LoweringError(f"{lw.what(v)}: the loss over logits of shape {lay.shape} is not compiled")
-        out = _ref("node", v, (lw.b,))
-        ins = [_ref("batch", 1, (lw.b,), "int64")]
+        out = ref("node", v, (lw.b,))
+        ins = [ref("batch", 1, (lw.b,), "int64")]
         src = [[lw.pieces_of(v, i, 0, k)]]
-        call = _call("zoo_cross_entropy", name, [], src, [], [k])
+        call = zoo_call("zoo_cross_entropy", name, [], src, [], [k])
         call = KernelCall(
             call.kernel,
             call.op,
             name,
-            call.tensors + (ins[0], out, _ref("loss", 0, (1,))),
+            call.tensors + (ins[0], out, ref("loss", 0, (1,))),
             call.n_inputs + 1,
             call.scalars,
         )
@@ -396,37 +286,37 @@ def _node_calls(lw: _Lowering, v: int) -> tuple[list[KernelCall], TensorRef | No
         k = lay.shape[0]
         out = lw.block(v, i, r.lo, r.hi)
         src = [[lw.pieces_of(v, i, 0, k)]]
-        call = _call("zoo_cross_entropy_grad", name, [], src, [], [r.lo, k])
-        labels = _ref("batch", 1, (lw.b,), "int64")
+        call = zoo_call("zoo_cross_entropy_grad", name, [], src, [], [r.lo, k])
+        labels = ref("batch", 1, (lw.b,), "int64")
         call = KernelCall(call.kernel, call.op, name, call.tensors + (labels, out), call.n_inputs + 1, call.scalars)
         return [call], out, False
     if r.kind == "grad_input":
         x = i if r.wrt is None else r.wrt
-        out = lw.block(v, x, r.lo, r.hi)
-        return _grad_input(lw, v, r, x, r.lo, r.hi, out), out, False
+        out = lw.block(v, x, r.lo, r.hi, r.clo, r.chi)
+        return _grad_input(lw, v, r, x, out), out, False
     if r.kind == "backward":
         xs = [x for x in lay.inputs if x != DATA]
         calls, out = [], None
         if xs:
             x = xs[0] if len(xs) == 1 else i
             out = lw.block(v, x, 0, lw.rows(x))
-            calls += _grad_input(lw, v, r, x, 0, lw.rows(x), out)
+            calls += _grad_input(lw, v, dataclasses.replace(r, lo=0, hi=lw.rows(x)), x, out)
         elif lay.op == "batchnorm":
             raise LoweringError(f"{lw.what(v)}: a BatchNorm reading the model input is not compiled")
-        calls += _weight_grad(lw, v, i, 0, lw.rows(i), accumulate=False)
+        calls += _weight_grad(lw, v, dataclasses.replace(r, lo=0, hi=lw.rows(i)), accumulate=False)
         return calls, out, False
     if r.kind == "grad_stats":
-        out = _ref("node", v, (lay.shape[0], 2))
+        out = ref("node", v, (lay.shape[0], 2))
         prev = lw.stats_ref(lw.pred_role(v, "grad_stats", i, r.index - 1), i) if r.index else None
         fst = lw.stats_ref(lw.pred_role(v, "stats", i), i)
         last = r.index == r.count - 1
         gs = [lw.param(i, "weight", "grad"), lw.param(i, "bias", "grad")] if last else [None, None]
         srcs = [lw.grad_groups(v, i, r.lo, r.hi), [lw.pieces_of(v, lay.inputs[0], r.lo, r.hi)]]
         sc = [r.lo, r.hi, lw.rows(i), BN_EPS]
-        return [_call("zoo_bn_grad_stats", name, [prev, fst], srcs, [out, *gs], sc)], out, False
+        return [zoo_call("zoo_bn_grad_stats", name, [prev, fst], srcs, [out, *gs], sc)], out, False
     if r.kind == "weight_grad":
         acc = r.count > 1
-        return _weight_grad(lw, v, i, r.lo, r.hi, accumulate=acc), None, acc
+        return _weight_grad(lw, v, r, accumulate=acc), None, acc
     raise LoweringError(f"{lw.what(v)}: unknown node kind {r.kind!r}")
 
 
@@ -434,7 +324,7 @@ def lower_zoo(zp: ZooProgram, schedule=None) -> KernelProgram:
     """The kernel program of ``zp`` (its graph checked against ``schedule``'s when given)."""
     if schedule is not None:
         _check_same(schedule.graph, zp.graph, f"{zp.name} at batch {zp.batch_size}")
-    lw = _Lowering(zp)
+    lw = ZooRefs(zp)
     nodes, problems = [], []
     for v, nd in enumerate(zp.graph.nodes):
         try:

@@ -20,6 +20,8 @@ from .zoo import Layer
 ROW_OPS = {"conv2d", "maxpool", "avgpool", "batchnorm", "relu", "add", "dropout", "gelu", "layernorm", "linear"}
 WINDOWED = {"conv2d", "maxpool", "avgpool"}
 WEIGHTED = {"conv2d", "linear"}  # grad-input and weight gradient split into separate tiles
+# feature-map ops whose output can also be split into channel groups (when one row is still too much)
+CHANNEL_OPS = {"conv2d", "batchnorm", "relu", "add", "dropout", "maxpool", "avgpool"}
 STATS_FLOPS_PER_ELEM = 2  # BatchNorm statistics pass (sum, sum of squares) per element
 
 
@@ -54,6 +56,20 @@ def tileable(lay: Layer) -> bool:
         and rows_of(lay.shape) > 1
         and not (lay.op == "linear" and len(lay.shape) != 2)
     )
+
+
+def channel_splittable(lay: Layer) -> bool:
+    """Whether ``lay``'s output (C, H, W) can be split into channel groups as well as rows.
+
+    A convolution's group computes its output channels from every input channel; the other ops
+    work channel by channel, so a group reads only its channels.  Global pooling (one output row)
+    is a running sum over its input's pieces instead."""
+    return lay.op in CHANNEL_OPS and len(lay.shape) == 3 and lay.shape[0] > 1 and lay.shape[1] > 1
+
+
+def channelwise(lay: Layer) -> bool:
+    """Whether output channel c of ``lay`` reads only channel c of its inputs (and gradient)."""
+    return lay.op in CHANNEL_OPS and lay.op != "conv2d" and len(lay.shape) == 3
 
 
 def halo_of(lay: Layer) -> int:
@@ -107,7 +123,9 @@ class NodeRole:
     and ``grad_input`` (rows ``[lo, hi)`` of the gradient of the outputs of the layers ``grad_of``;
     ``layer`` is the layer whose backward computes it, ``wrt`` the input it is the gradient of, None
     for add's one tensor serving both), ``weight_grad`` (the weight gradient's share of output rows
-    ``[lo, hi)``, step ``index`` of ``count``), ``other`` (a node kind no front-end reads yet)."""
+    ``[lo, hi)``, step ``index`` of ``count``), ``other`` (a node kind no front-end reads yet).
+    ``clo``/``chi``: the channels ``[clo, chi)`` of the tensor (for a weight-gradient share: of the
+    layer's output channels) the node covers, when it is one of several channel groups; None: all."""
 
     kind: str
     layer: int
@@ -117,11 +135,14 @@ class NodeRole:
     wrt: int | None = None
     index: int = 0
     count: int = 1
+    clo: int | None = None
+    chi: int | None = None
 
 
 @dataclass
 class Piece:
-    """A node holding rows ``[lo, hi)`` (and, when split by heads too, heads ``[clo, chi)``) of a tensor."""
+    """A node holding rows ``[lo, hi)`` of a tensor, and when it is split by heads or channels too, heads
+    ``[clo, chi)`` (in head-group units) or channels ``[clo, chi)``."""
 
     lo: int
     hi: int

@@ -2,8 +2,10 @@
 
    Every kernel computes rows [lo, lo + rows) of its output from row sources (pk_zoo.h) holding the
    rows it needs, with zero padding outside the tensor; a whole (untiled) layer is the one tile
-   lo = 0.  Weights are contiguous float32 parameters.  Sums are in float32 in a fixed order, so a
-   node computed again gives the same bytes.  poet/cbackend/lower_zoo.py makes the calls.
+   lo = 0.  A tile of a group of channels is given the group's slice of the weight (output channels
+   for the forward and the weight gradient, input channels for the grad-input: a strided view) and
+   of the bias, so the kernels compute every channel of what they are given.  Sums are in float32
+   in a fixed order, so a node computed again gives the same bytes.  poet/cbackend/lower_zoo.py makes the calls.
 
    zoo_conv               W, bias|NONE, x src, y           | stride, pad, lo, H_in, <x>
    zoo_conv_grad_input    W, dy src, dx                    | stride, pad, lo, H_out, <dy>
@@ -11,13 +13,15 @@
    zoo_maxpool            x src, y                         | k, stride, pad, lo, H_in, <x>
    zoo_maxpool_grad       x src, dy src, dx                | k, stride, pad, lo, H_in, H_out, <x>, <dy>
    zoo_avgpool            x src, y                         | k, lo, <x>              (k x k windows, stride k)
-   zoo_avgpool_partial    prev|NONE, x src, y              | k, lo, hi, <x>          (global pooling's chain)
+   zoo_avgpool_partial    prev|NONE, x src, y              | k, lo, hi, c0, <x>      (global pooling's chain;
+                                                                                     x: channels [c0, c0 + its C))
    zoo_avgpool_grad       dy src, dx                       | k, lo, H_out, <dy>
    zoo_linear             W, bias|NONE, x src, y           | lo, <x>                 (flat vectors)
    zoo_linear_grad_input  W, dy src, dx                    | lo, <dy>
    zoo_linear_weight_grad x src, dy src, dW, db|NONE       | lo, hi, accumulate, <x>, <dy>
    zoo_flatten            x src, y                         | lo, H, <x>              ((C,H,W) -> (C*H*W,))
-   zoo_unflatten          dy src, dx                       | lo, H, <dy>             (the way back) */
+   zoo_unflatten          dy src, dx                       | lo, H, c0, <dy>         (the way back; dx: channels
+                                                                                     from c0) */
 #include <string.h>
 
 #include "pk.h"
@@ -30,10 +34,17 @@
         if (take_rc_) return take_rc_; \
     } while (0)
 
+/* a float32 (Cout, Cin, k, k) weight whose k x k kernels are contiguous; the channel strides may
+   be those of a slice (a group of output or input channels of the layer's weight) */
 static int weight4(const pk_tensor *w) {
     if (w->dtype != PK_F32) return PK_EDTYPE;
-    if (w->ndim != 4 || !pk_contiguous(w) || w->size[2] != w->size[3]) return PK_EARGS;
+    if (w->ndim != 4 || w->size[2] != w->size[3]) return PK_EARGS;
+    if ((w->size[3] > 1 && w->stride[3] != 1) || (w->size[2] > 1 && w->stride[2] != w->size[3])) return PK_EARGS;
     return PK_OK;
+}
+
+static inline int64_t widx(const pk_tensor *w, int32_t co, int32_t ci, int32_t kh) {
+    return (int64_t)co * w->stride[0] + (int64_t)ci * w->stride[1] + (int64_t)kh * w->size[3];
 }
 
 static void zero_rows(const pk_tensor *y) {
@@ -76,7 +87,7 @@ PK_KERNEL(zoo_conv) {
                     const float *xr = pkz_row(&x, 0, b, ci, ih);
                     if (!xr) return PK_EARGS;
                     for (int32_t co = 0; co < co_n; co++) {
-                        const float *wk = w + (((int64_t)co * ci_n + ci) * k + kh) * k;
+                        const float *wk = w + widx(W, co, ci, kh);
                         float *yr = pkz_at(y, b, co, r);
                         for (int32_t ow = 0; ow < wo; ow++) {
                             float acc = yr[ow];
@@ -131,7 +142,7 @@ PK_KERNEL(zoo_conv_grad_input) {
                         const float *dyr = pkz_row(&dy, g, b, co, oh);
                         if (!dyr) return PK_EARGS;
                         for (int32_t ci = 0; ci < ci_n; ci++) {
-                            const float *wk = w + (((int64_t)co * ci_n + ci) * k + kh) * k;
+                            const float *wk = w + widx(W, co, ci, kh);
                             float *dxr = pkz_at(dx, b, ci, r);
                             for (int32_t ow = 0; ow < wo; ow++) {
                                 const float d = dyr[ow];
@@ -160,6 +171,7 @@ PK_KERNEL(zoo_conv_weight_grad) {
     if (ti != nt - 2 || si != ns || st < 1 || x.ng != 1 || x.b != dy.b) return PK_EARGS;
     const pk_tensor *dW = &t[ti], *db = &t[ti + 1];
     TAKE(weight4(dW));
+    if (!pk_contiguous(dW)) return PK_EARGS; /* all of the layer's, or a group of its output channels */
     const int32_t co_n = dW->size[0], ci_n = dW->size[1], k = dW->size[2];
     if (x.c != ci_n || dy.c != co_n || (x.w + 2 * pad - k) / st + 1 != dy.w) return PK_EARGS;
     TAKE(pkz_vec(db, co_n, 1));
@@ -325,30 +337,37 @@ PK_KERNEL(zoo_avgpool) {
 }
 
 PK_KERNEL(zoo_avgpool_partial) {
-    if (nt < 3 || ns < 5) return PK_EARGS;
-    const int32_t k = (int32_t)s[0].i, lo = (int32_t)s[1].i, hi = (int32_t)s[2].i;
+    if (nt < 3 || ns < 6) return PK_EARGS;
+    const int32_t k = (int32_t)s[0].i, lo = (int32_t)s[1].i, hi = (int32_t)s[2].i, c0 = (int32_t)s[3].i;
     const pk_tensor *prev = &t[0];
-    int ti = 1, si = 3;
+    int ti = 1, si = 4;
     pkz_src x;
     TAKE(pkz_src_parse(&x, t, nt, &ti, s, ns, &si));
-    if (ti != nt - 1 || si != ns || k < 1 || x.ng != 1 || x.w != k) return PK_EARGS;
+    if (ti != nt - 1 || si != ns || k < 1 || x.ng != 1 || x.w != k || c0 < 0) return PK_EARGS;
     const pk_tensor *y = &t[ti];
-    TAKE(pkz_out4(y, x.b, x.c, 1));
+    if (y->ndim != 4) return PK_EARGS;
+    const int32_t c_n = y->size[1];
+    if (c0 + x.c > c_n) return PK_EARGS;
+    TAKE(pkz_out4(y, x.b, c_n, 1));
     if (y->size[2] != 1) return PK_EARGS;
     if (prev->dtype != PK_NONE) {
-        TAKE(pkz_out4(prev, x.b, x.c, 1));
+        TAKE(pkz_out4(prev, x.b, c_n, 1));
         if (prev->size[2] != 1) return PK_EARGS;
     }
     const float scale = 1.0f / (float)(k * k);
     for (int32_t b = 0; b < x.b; b++)
-        for (int32_t c = 0; c < x.c; c++) {
+        for (int32_t c = 0; c < c_n; c++) {
+            const float before = prev->dtype == PK_NONE ? 0.0f : pkz_at(prev, b, c, 0)[0];
+            if (c < c0 || c >= c0 + x.c) { /* channels this step's piece does not hold: carried over */
+                pkz_at(y, b, c, 0)[0] = before;
+                continue;
+            }
             float acc = 0.0f;
             for (int32_t ih = lo; ih < hi; ih++) {
-                const float *xr = pkz_row(&x, 0, b, c, ih);
+                const float *xr = pkz_row(&x, 0, b, c - c0, ih);
                 if (!xr) return PK_EARGS;
                 for (int32_t iw = 0; iw < k; iw++) acc += xr[iw];
             }
-            const float before = prev->dtype == PK_NONE ? 0.0f : pkz_at(prev, b, c, 0)[0];
             pkz_at(y, b, c, 0)[0] = before + acc * scale;
         }
     return PK_OK;
@@ -408,7 +427,7 @@ PK_KERNEL(zoo_linear) {
     const int32_t np = pkz_npieces(&x, 0, &p0, &starts);
     int64_t covered = 0;
     for (int32_t q = 0; q < np; q++) {
-        if (starts[q].i < 0 || starts[q].i + p0[q].size[2] > in) return PK_EARGS;
+        if (starts[2 * q].i < 0 || starts[2 * q].i + p0[q].size[2] > in || starts[2 * q + 1].i != 0) return PK_EARGS;
         covered += p0[q].size[2];
     }
     if (covered != in) return PK_EARGS;
@@ -420,7 +439,7 @@ PK_KERNEL(zoo_linear) {
             float acc = 0.0f;
             for (int32_t q = 0; q < np; q++) {
                 const float *xp = (const float *)p0[q].data + (int64_t)b * p0[q].stride[0];
-                const float *wr = w + (int64_t)o * in + starts[q].i;
+                const float *wr = w + (int64_t)o * in + starts[2 * q].i;
                 for (int32_t i = 0; i < p0[q].size[2]; i++) acc += xp[(int64_t)i * p0[q].stride[2]] * wr[i];
             }
             pkz_at(y, b, 0, r)[0] = bv ? acc + bv[o] : acc;
@@ -520,12 +539,12 @@ PK_KERNEL(zoo_flatten) {
 }
 
 PK_KERNEL(zoo_unflatten) {
-    if (nt < 2 || ns < 4) return PK_EARGS;
-    const int32_t lo = (int32_t)s[0].i, h = (int32_t)s[1].i;
-    int ti = 0, si = 2;
+    if (nt < 2 || ns < 5) return PK_EARGS;
+    const int32_t lo = (int32_t)s[0].i, h = (int32_t)s[1].i, c0 = (int32_t)s[2].i;
+    int ti = 0, si = 3;
     pkz_src dy;
     TAKE(pkz_src_parse(&dy, t, nt, &ti, s, ns, &si));
-    if (ti != nt - 1 || si != ns || dy.c != 1 || dy.w != 1 || h < 1) return PK_EARGS;
+    if (ti != nt - 1 || si != ns || dy.c != 1 || dy.w != 1 || h < 1 || c0 < 0) return PK_EARGS;
     const pk_tensor *dx = &t[ti];
     if (dx->ndim != 4) return PK_EARGS;
     TAKE(pkz_out4(dx, dy.b, dx->size[1], dx->size[3]));
@@ -535,7 +554,7 @@ PK_KERNEL(zoo_unflatten) {
             for (int32_t r = 0; r < dx->size[2]; r++) {
                 float *dxr = pkz_at(dx, b, c, r);
                 for (int32_t iw = 0; iw < w; iw++) {
-                    const int32_t f = (c * h + lo + r) * w + iw;
+                    const int32_t f = ((c0 + c) * h + lo + r) * w + iw;
                     float acc = 0.0f;
                     for (int g = 0; g < dy.ng; g++) {
                         const float *d = pkz_row(&dy, g, b, 0, f);
