@@ -71,7 +71,8 @@ class CompileResult:
             f"arena {self.arena_bytes:,} B for a schedule peak of {self.peak_bytes:,} B of activations "
             f"({self.fit.available:,} B available after {self.schedule.graph.fixed_ram_bytes:,} B fixed); "
             f"planner order: {self.fit.plan.order}",
-            f"parameters {where}: {lay.param_bytes:,} B; buffers {lay.buffer_bytes:,} B; batch {lay.batch_bytes:,} B",
+            f"parameters {where}: {lay.param_bytes:,} B; buffers {lay.buffer_bytes:,} B; batch {lay.batch_bytes:,} B"
+            + (" (in flash, constant: one step on it)" if lay.batch_in_flash else " (read from batch.bin each step)"),
         ]
         if len(self.fit.attempts) > 1:
             out.append("the first schedule's arena did not fit; solved again:")
@@ -185,6 +186,7 @@ def compile_program(
         momentum=momentum if params_in_ram else 0.0,
         poison=check,
         force=force,
+        batch=None if params_in_ram else tuple(batches[0]),  # the paper's setting: data in flash, like the weights
     )
     secs["compile"] = time.monotonic() - t0
     _say(
@@ -208,7 +210,8 @@ def compile_program(
         rd.mkdir(parents=True, exist_ok=True)
         for stale in ("out.bin", "pages.bin"):
             (rd / stale).unlink(missing_ok=True)
-        write_batches(project.layout, [tuple(b) for b in batches], rd / "batch.bin")
+        if not project.layout.batch_in_flash:
+            write_batches(project.layout, [tuple(b) for b in batches], rd / "batch.bin")
         t1 = time.monotonic()
         _say(progress, f"running {len(batches)} step(s) on {target} in {rd} ...")
         counting = target == "qemu-m4"  # the emulator counts instructions exactly: every run compares them
@@ -218,7 +221,7 @@ def compile_program(
         _say(progress, f"ran in {secs['run']:.2f} s: " + (why or "ok"))
         if run_out.ok:
             results = read_out(project.layout, rd / "out.bin")
-        if counting and run_out.ok:
+        if counting and run_out.ok and not zoo:  # per-node predictions are measured for traced programs
             t1 = time.monotonic()
             model = instruction_model or measure_program(program, progress=progress, timeout_s=timeout_s)
             comparison = InstructionComparison.of(
