@@ -51,27 +51,6 @@ def run_kernel(node, values):
     return want, got
 
 
-def program_values(program):
-    """(the program's kernel nodes: no views, no getitem; every node's value in one run of its traced
-    step on its example batch), the generator's state restored afterwards."""
-    from poet.graph.torch_run import placeholder_values
-
-    args = placeholder_values(program.placeholders, program.params, program.buffers, program.example_batch)
-    rec = _Recorder(program.gm)
-    state = torch.get_rng_state()
-    try:
-        with torch.enable_grad():
-            rec.run(*args)
-    finally:
-        torch.set_rng_state(state)
-    nodes = [
-        n
-        for n in program.gm.graph.nodes
-        if n.op == "call_function" and not getattr(n.target, "is_view", False) and n.target.__name__ != "getitem"
-    ]
-    return nodes, rec.values
-
-
 def set_step_seed(seed: int) -> None:
     """What the runtime does before each step: the seed dropout's masks are drawn from."""
     lib = hostlib.library()

@@ -259,3 +259,21 @@ def test_after_an_infeasible_budget_the_loop_tries_halfway_back(monkeypatch):
     fit = fit_mod.fit_arena(first, solver=solver)
     assert [a.ram_budget for a in fit.attempts[1:]] == [172, 188, 196]
     assert fit.fits and fit.schedule.steps == tuple(FREE_EARLY) and fit.schedule.budget == first.budget
+
+
+def test_the_fast_first_fit_is_the_placement_in_step_order():
+    from poet.cbackend.arena import first_fit, place
+
+    rnd = random.Random(13)
+    for _ in range(30):
+        res = random_residencies(rnd, rnd.randint(1, 80), horizon=100, sizes=(0, 8, 24, 100, 640))
+        order = sorted(range(len(res)), key=lambda i: (res[i].start, i))
+        assert first_fit(res)[1] == place(res, order)[1] == lowest_fit(res, order)[1]
+
+
+def test_with_no_time_left_the_plan_is_the_step_order_first_fit_and_valid():
+    rnd = random.Random(17)
+    res = random_residencies(rnd, 300, horizon=400, sizes=(8, 24, 100, 640, 4096))
+    plan = plan_arena(res, time_limit_s=0.0)
+    check_plan(plan)
+    assert plan.arena_bytes == first_fit_bytes(res) and plan.order.startswith("in step order")

@@ -17,68 +17,36 @@ import torch.nn as nn  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
 from poet.cbackend import hostlib, vocabulary  # noqa: E402
-from poet.cbackend.opspec import SPECS, UnsupportedOp, target_key  # noqa: E402
+from poet.cbackend.opspec import UnsupportedOp  # noqa: E402
+from poet.cbackend.spec_check import SpecCall, relative_error, run_beside, run_host  # noqa: E402
 from poet.execute import models  # noqa: E402
 from poet.execute.tiled import tile_program  # noqa: E402
-from poet.graph.torch_export import export_training_graph, placeholder_values  # noqa: E402
+from poet.graph.torch_export import export_training_graph  # noqa: E402
 
 EXACT = {
     "copy", "cat", "stack", "masked_fill", "tril", "embedding", "embedding_backward", "gather", "index_select",
     "scatter_add", "index_add", "select_backward", "slice_backward", "nll_loss", "nll_loss_backward",
-    "nll_partial", "nll_combine", "zeros_like", "relu", "threshold_backward",
+    "nll_partial", "nll_combine", "zeros_like", "relu", "threshold_backward", "native_dropout",
 }  # fmt: skip
 TOLERANCE = 1e-5
 
 
 def run_specs(prog) -> dict[str, float]:
-    """Run ``prog``'s traced step once, calling each node's kernel beside it: kernel -> largest error
-    (relative to the largest value among the op's outputs and float inputs)."""
+    """Every spec'd node of ``prog``'s step run on the host beside aten: kernel -> largest error."""
     errors: dict[str, float] = {}
-    vals = placeholder_values(prog.placeholders, prog.params, prog.buffers, prog.example_batch)
 
-    class Check(torch.fx.Interpreter):
-        def run_node(self, n):
-            out = super().run_node(n)
-            if n.op != "call_function" or target_key(n.target) not in SPECS:
-                return out
-            spec = vocabulary.spec_for(n)
-            outs = list(out) if isinstance(out, (tuple, list)) else [out]
-            first = next(o for o in outs if isinstance(o, torch.Tensor))
-            ins = [self.env[a] if isinstance(a, torch.fx.Node) else a for a in spec.inputs]
-            if spec.broadcast:
-                ins = [x.expand(first.shape) if isinstance(x, torch.Tensor) else x for x in ins]
-            fresh = [
-                torch.empty_strided(o.shape, o.stride(), dtype=o.dtype).fill_(-1)
-                if isinstance(o, torch.Tensor)
-                else None
-                for o in outs
-            ]
-            try:
-                hostlib.call(spec.kernel, ins, fresh, spec.scalars)
-            except hostlib.KernelError as e:
-                raise AssertionError(f"{n.name} ({target_key(n.target)}): {e}") from e
-            scale = max(
-                [
-                    x.abs().max().item()
-                    for x in ins
-                    if isinstance(x, torch.Tensor) and x.is_floating_point() and x.numel()
-                ]
-                + [0.0]
-            )
-            for got, want in zip(fresh, outs):
-                if got is None:
-                    continue
-                if spec.kernel in EXACT or not got.is_floating_point():
-                    assert torch.equal(got, want), f"{n.name} ({spec.kernel}) differs from aten"
-                    err = 0.0
-                elif got.numel():
-                    err = (got.double() - want.double()).abs().max().item() / max(want.abs().max().item(), scale, 1e-30)
-                    assert err <= TOLERANCE, f"{n.name} ({spec.kernel}): relative error {err:.3g}"
-                errors[spec.kernel] = max(errors.get(spec.kernel, 0.0), err)
-            return out
+    def visit(call: SpecCall) -> None:
+        try:
+            run_host(call)
+        except hostlib.KernelError as e:
+            raise AssertionError(f"{call.node} ({call.op}): {e}") from e
+        err = relative_error(call)
+        if call.kernel in EXACT or any(o is not None and not o.is_floating_point() for o in call.outputs):
+            assert err == 0.0, f"{call.node} ({call.kernel}) differs from aten (relative error {err:.3g})"
+        assert err <= TOLERANCE, f"{call.node} ({call.kernel}): relative error {err:.3g}"
+        errors[call.kernel] = max(errors.get(call.kernel, 0.0), err)
 
-    with torch.enable_grad():
-        Check(prog.gm).run(*vals)
+    run_beside(prog, visit)
     return errors
 
 

@@ -47,6 +47,8 @@ def test_calibration_measures_every_node_in_every_role(mlp, model):
         assert nd.page_out > n.output_bytes and nd.page_in > n.output_bytes  # a CRC-32 over every byte
         assert nd.free_poisoned > nd.free > 0
     assert model.first_page_extra > 0 and model.update_in_ram > 0 and model.update_in_flash > 0
+    assert model.update_in_ram == model.update_in_ram_later  # no momentum: every iteration updates alike
+    assert 0 <= model.update_last_extra < 20  # the last iteration leaves the loop differently
     # graph outputs are copied at their node's first computation: the loss and the weight gradients
     copies = {n for n, nd in zip(model.node_names, model.nodes) if nd.first > nd.again + 50}
     assert "mse_loss" in copies and len(copies) == 4
@@ -90,3 +92,21 @@ def test_measuring_again_gives_the_same_counts_and_the_cache_answers(mlp, model,
     said = []
     assert instructions.measure_program(mlp, progress=said.append) == model
     assert said == ["per-node instructions of mlp from the cache"]
+
+
+def test_momentum_is_measured_as_the_run_uses_it(mlp, tmp_path, build_cache_dir, monkeypatch):  # noqa: F811
+    monkeypatch.setenv("POET_CACHE_DIR", str(build_cache_dir))
+    with_momentum = instructions.measure_program(mlp, momentum=0.9)
+    assert with_momentum.momentum == 0.9 and with_momentum.update_in_ram_later > with_momentum.update_in_ram
+    g = mlp.costed("m4")
+    s = poet.solve(g, memory="100%", strategy="keep-all")
+    momentum_buffer = g.meta["fixed_ram"]["grads"]
+    s = s.with_(budget=replace(s.budget, ram_bytes=s.budget.ram_bytes + STACK_AND_RUNTIME + momentum_buffer))
+    batches = [mlp.example_batch] * 3
+    out = tmp_path / "p"
+    r = compile_program(mlp, s, out=out, target="qemu-m4", run=True, batches=batches, momentum=0.9)
+    cmp = r.instructions
+    assert r.ok and cmp.predicted[0] == cmp.measured[0]  # later iterations compute on updated weights
+    updates = [it["update"] for it in cmp.measured]
+    assert updates == [it["update"] for it in cmp.predicted]
+    assert updates[0] < updates[1]  # the first iteration only sets the momentum buffer

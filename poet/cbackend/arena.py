@@ -14,6 +14,7 @@ the tests searches.
 
 from __future__ import annotations
 
+import bisect
 import random
 import time
 from dataclasses import dataclass
@@ -102,9 +103,10 @@ def live_peak(res, align: int = ALIGN) -> int:
     return best
 
 
-def place(res, order, align: int = ALIGN) -> tuple[list[int], int]:
+def place(res, order, align: int = ALIGN, deadline: float | None = None) -> tuple[list[int], int] | None:
     """Offsets when the blocks are placed in ``order`` (indices into ``res``), each at the lowest
-    offset clear of the blocks placed before it that are live at the same time; and the arena top."""
+    offset clear of the blocks placed before it that are live at the same time; and the arena top.
+    None when ``deadline`` (``time.monotonic()``) passes first (checked every 256 blocks)."""
     n = len(res)
     t0 = np.fromiter((r.start for r in res), dtype=np.int64, count=n)
     t1 = np.fromiter((r.end for r in res), dtype=np.int64, count=n)
@@ -113,7 +115,9 @@ def place(res, order, align: int = ALIGN) -> tuple[list[int], int]:
     p_off, p_end = np.empty(n, np.int64), np.empty(n, np.int64)
     offsets = [0] * n
     top = k = 0
-    for i in order:
+    for j, i in enumerate(order):
+        if deadline is not None and j % 256 == 255 and time.monotonic() > deadline:
+            return None
         b = int(size[i])
         if b == 0:
             continue
@@ -134,6 +138,31 @@ def place(res, order, align: int = ALIGN) -> tuple[list[int], int]:
     return offsets, top
 
 
+def first_fit(res, align: int = ALIGN) -> tuple[list[int], int]:
+    """Blocks placed as the steps allocate them, each at the lowest gap among the blocks live then
+    (a malloc-style first fit): the same packing as :func:`place` in step order, in time linear in
+    the blocks times the blocks live at once, so it is the plan of last resort for any size."""
+    order = sorted(range(len(res)), key=lambda i: (res[i].start, i))
+    live: list[tuple[int, int, int]] = []  # (offset, end, step the block is freed), by offset
+    offsets = [0] * len(res)
+    top = 0
+    for i in order:
+        r = res[i]
+        live = [x for x in live if x[2] > r.start]
+        b = _round(r.nbytes, align)
+        if b == 0:
+            continue
+        off = 0
+        for o, e, _ in live:
+            if o - off >= b:
+                break
+            off = max(off, e)
+        offsets[i] = off
+        bisect.insort(live, (off, off + b, r.end))
+        top = max(top, off + b)
+    return offsets, top
+
+
 def _orders(res, align: int):
     """Placement orders, the best-known first (TFLite Micro's: largest first, earlier first on ties)."""
     idx = range(len(res))
@@ -143,15 +172,14 @@ def _orders(res, align: int):
     yield "largest area first", sorted(idx, key=lambda i: (-size[i] * span[i], -size[i], res[i].start))
     yield "longest lived first", sorted(idx, key=lambda i: (-span[i], -size[i], res[i].start))
     yield "largest first, later ends first", sorted(idx, key=lambda i: (-size[i], -res[i].end, res[i].start))
-    yield "in step order", sorted(idx, key=lambda i: (res[i].start, -size[i]))
 
 
 ORDERS = (
+    "in step order",
     "largest first",
     "largest area first",
     "longest lived first",
     "largest first, later ends first",
-    "in step order",
 )
 
 
@@ -174,7 +202,10 @@ def _improve(res, order, best, peak, align, deadline, max_moves):
             continue
         cand = order[:]
         cand.insert(j, cand.pop(i))
-        c_offs, c_top = place(res, cand, align)
+        got = place(res, cand, align, deadline)
+        if got is None:
+            break
+        c_offs, c_top = got
         if c_top <= top:
             order, offs, top = cand, c_offs, c_top
     return offs, top, f"{name} + {moves} moves"
@@ -264,22 +295,28 @@ def _search(res, offs, top, peak, align, deadline):
 def plan_arena(
     schedule_or_res, *, align: int = ALIGN, time_limit_s: float | None = 30.0, max_moves: int = 200
 ) -> ArenaPlan:
-    """Offsets for a schedule (or its residencies): the best of :data:`ORDERS`, then a search that moves
-    blocks of that placement down into a smaller arena (:func:`repack`, aiming at the live peak), then
-    a seeded search of order moves (:func:`_improve`); each stops as soon as an arena reaches the live
-    peak (no arena is smaller) or the time limit is spent (the first order is always placed)."""
+    """Offsets for a schedule (or its residencies): the best of :data:`ORDERS` (the first, step order,
+    is always placed: it takes time linear in the blocks times the blocks live at once), then a search
+    that moves blocks of that placement down into a smaller arena (:func:`repack`, aiming at the live
+    peak), then a seeded search of order moves (:func:`_improve`); each stops as soon as an arena
+    reaches the live peak (no arena is smaller) or the time limit is spent."""
     res = residencies(schedule_or_res) if isinstance(schedule_or_res, Schedule) else tuple(schedule_or_res)
     peak = live_peak(res, align)
     deadline = None if time_limit_s is None else time.monotonic() + time_limit_s
-    best: tuple[list[int], int, str] | None = None
-    tried: list[tuple[str, int]] = []
-    best_order: list[int] = []
+    offs, top = first_fit(res, align)  # fast for any size: what is left when time runs out
+    best, best_order = (offs, top, "in step order"), sorted(range(len(res)), key=lambda i: (res[i].start, i))
+    tried: list[tuple[str, int]] = [("in step order", top)]
     for name, order in _orders(res, align):
-        offs, top = place(res, order, align)
-        tried.append((name, top))
-        if best is None or top < best[1]:
-            best, best_order = (offs, top, name), order
-        if top <= peak or (deadline is not None and time.monotonic() > deadline):
+        if best[1] <= peak:
+            break
+        got = place(res, order, align, deadline)
+        if got is None:  # out of time within this order
+            tried.append((name + " (time limit)", -1))
+            break
+        tried.append((name, got[1]))
+        if got[1] < best[1]:
+            best, best_order = (got[0], got[1], name), order
+        if deadline is not None and time.monotonic() > deadline:
             break
     if best[1] > peak and len(res) > 1:
         offs, top = _search(res, best[0], best[1], peak, align, deadline)
@@ -298,7 +335,7 @@ def plan_arena(
 def first_fit_bytes(schedule_or_res, align: int = ALIGN) -> int:
     """The arena a malloc-style first fit needs, placing blocks as the steps allocate them (for comparison)."""
     res = residencies(schedule_or_res) if isinstance(schedule_or_res, Schedule) else tuple(schedule_or_res)
-    return place(res, sorted(range(len(res)), key=lambda i: (res[i].start, i)), align)[1]
+    return first_fit(res, align)[1]
 
 
 def check_plan(plan: ArenaPlan) -> None:

@@ -31,6 +31,7 @@ __all__ = [
     "Comparison",
     "ReferenceRun",
     "compare",
+    "dropout_reference",
     "reference_run",
 ]
 
@@ -45,19 +46,38 @@ class ReferenceRun:
     grads: tuple[dict, ...]
     params: dict
     buffers: dict
+    grads64: dict  # the first step's gradients computed in float64 (how exact float32 can be)
 
 
-def _traced_step(program, params: dict, buffers: dict, batch, dropout=None) -> dict:
-    """One run of the joint graph: the value of every binding, by (role, name)."""
+def _double(x):
+    """float32 values (tensors, dtype arguments, inside lists) as float64."""
+    if isinstance(x, torch.Tensor):
+        return x.double() if x.dtype == torch.float32 else x
+    if x is torch.float32:
+        return torch.float64
+    if isinstance(x, (list, tuple)):
+        return type(x)(_double(v) for v in x)
+    if isinstance(x, dict):
+        return {k: _double(v) for k, v in x.items()}
+    return x
+
+
+def _traced_step(program, params: dict, buffers: dict, batch, dropout=None, double: bool = False) -> dict:
+    """One run of the joint graph: the value of every binding, by (role, name).  ``double``: every
+    float32 value and dtype as float64 (the exact answer float32 arithmetic approximates)."""
     vals = placeholder_values(program.placeholders, params, buffers, batch)
+    if double:
+        vals = [_double(v) for v in vals]
     want = {b.fx_node.name: (b.role, b.name) for b in program.bindings}
     got: dict = {}
 
     class Step(torch.fx.Interpreter):
         def run_node(self, n):
-            if n.op == "call_function" and dropout is not None and _is_dropout(n):
-                args = self.map_nodes_to_values(n.args, n)
-                out = dropout(n, args)
+            if n.op == "call_function" and (double or (dropout is not None and _is_dropout(n))):
+                args, kwargs = self.fetch_args_kwargs_from_env(n)
+                if double:
+                    args, kwargs = _double(args), _double(kwargs)
+                out = dropout(n, args) if dropout is not None and _is_dropout(n) else n.target(*args, **kwargs)
             else:
                 out = super().run_node(n)
             if n.name in want:
@@ -73,6 +93,33 @@ def _is_dropout(n) -> bool:
     return n.target is torch.ops.aten.native_dropout.default
 
 
+def dropout_reference(rng_seed: int, compiled=None, reference=None):
+    """``hook(step)(node, args)``: a reference run's dropout drawing the compiled step's masks
+    (:mod:`poet.cbackend.rng`).  A mask is keyed by its node's name; when the reference is another
+    program (the untiled step of a tiled one, where dropout stays whole), its dropout nodes are
+    matched to the compiled program's in graph order."""
+    from .rng import native_dropout, step_seed, unit_of
+
+    names: dict[str, str] = {}
+    if compiled is not None and reference is not None and compiled is not reference:
+        ours = [n.name for n in reference.gm.graph.nodes if n.op == "call_function" and _is_dropout(n)]
+        theirs = [n.name for n in compiled.gm.graph.nodes if n.op == "call_function" and _is_dropout(n)]
+        if len(ours) != len(theirs):
+            raise ValueError(f"the reference has {len(ours)} dropout ops, the compiled step {len(theirs)}")
+        names = dict(zip(ours, theirs))
+
+    def for_step(step: int):
+        seed = step_seed(rng_seed, step)
+
+        def draw(node, args):
+            train = args[2] if len(args) > 2 else True
+            return native_dropout(args[0], float(args[1]), train, seed, unit_of(names.get(node.name, node.name)))
+
+        return draw
+
+    return for_step
+
+
 def reference_run(program, batches, *, lr: float, momentum: float = 0.0, dropout=None) -> ReferenceRun:
     """Train ``program``'s model for ``len(batches)`` steps in PyTorch from its current weights (the
     model is not changed): the traced step, buffer updates, then SGD as ``torch.optim.SGD``."""
@@ -83,6 +130,9 @@ def reference_run(program, batches, *, lr: float, momentum: float = 0.0, dropout
     losses, grads = [], []
     rng = torch.get_rng_state()
     try:
+        drop0 = None if dropout is None else dropout(0)
+        out64 = _traced_step(program, params, buffers, batches[0], dropout=drop0, double=True) if batches else {}
+        grads64 = {name: v.numpy().copy() for (role, name), v in out64.items() if role == "grad"}
         for s, batch in enumerate(batches):
             out = _traced_step(program, params, buffers, batch, dropout=None if dropout is None else dropout(s))
             losses.append(float(out[("loss", "")]))
@@ -106,6 +156,7 @@ def reference_run(program, batches, *, lr: float, momentum: float = 0.0, dropout
         tuple(grads),
         {k: v.numpy().copy() for k, v in params.items()},
         {k: v.numpy().copy() for k, v in buffers.items()},
+        grads64,
     )
 
 
@@ -119,6 +170,9 @@ class Comparison:
     max_abs: float
     relative: float
     bound: float
+    # 'float32': PyTorch's result; 'float64': the exact one, where float32 itself is off (a cancelling
+    # sum) and the bound is twice PyTorch's own float32 error
+    against: str = "float32"
 
     @property
     def ok(self) -> bool:
@@ -138,7 +192,7 @@ class CheckReport:
 
     def worst(self, kind: str) -> Comparison | None:
         rows = [r for r in self.rows if r.kind == kind]
-        return max(rows, key=lambda r: r.relative / r.bound, default=None)
+        return max(rows, key=lambda r: (not r.ok, r.relative / r.bound if r.bound else r.relative), default=None)
 
     def lines(self) -> list[str]:
         out = []
@@ -150,9 +204,10 @@ class CheckReport:
             bad = sum(1 for r in self.rows if r.kind == kind and not r.ok)
             where = f"{w.name} " if w.name else ""
             at = f"step {w.step}" if w.step is not None else "final"
+            vs = " against float64 (a cancelling sum: twice PyTorch's own error)" if w.against == "float64" else ""
             out.append(
-                f"{kind}: {n} compared, worst {where}({at}) {w.relative:.2e} of its scale "
-                f"(max abs {w.max_abs:.2e}; bound {w.bound:.0e}): " + ("ok" if not bad else f"{bad} EXCEED the bound")
+                f"{kind}: {n} compared, worst {where}({at}) {w.relative:.2e} of its scale{vs} "
+                f"(max abs {w.max_abs:.2e}; bound {w.bound:.1e}): " + ("ok" if not bad else f"{bad} EXCEED the bound")
             )
         return out
 
@@ -178,6 +233,14 @@ def compare(res: StepResults, ref: ReferenceRun) -> CheckReport:
         rows.append(Comparison("loss", "", s + 1, d, r, loss_bound))
     for name, g in ref.grads[0].items():  # gradients: the first step (later ones follow other weights)
         d, r = _rel(res.grads[0][name], g)
+        exact = ref.grads64.get(name)
+        if r > STEP_BOUND and exact is not None:
+            # a sum that cancels: float32 itself is far from exact there (docs/torch.md, "Tiling
+            # numerics"); held to no more than twice PyTorch's own float32 error against float64
+            own_abs, own = _rel(g, exact)
+            mine_abs, mine = _rel(res.grads[0][name], exact)
+            rows.append(Comparison("grad", name, 1, mine_abs, mine, max(2 * own, STEP_BOUND), against="float64"))
+            continue
         rows.append(Comparison("grad", name, 1, d, r, STEP_BOUND))
     if steps == 1:
         for name, p in ref.params.items():

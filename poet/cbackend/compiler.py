@@ -16,7 +16,7 @@ from pathlib import Path
 
 from ..schedule.core import Schedule
 from ..schedule.validate import validate
-from .check import CheckReport, compare, reference_run
+from .check import CheckReport, compare, dropout_reference, reference_run
 from .check_zoo import zoo_reference
 from .fit import ArenaFit, fit_arena
 from .instructions import InstructionComparison, InstructionModel, measure_program
@@ -119,7 +119,7 @@ def compile_program(
     timeout_s: float = 600.0,
     fit_time_limit_s: float = 120.0,
     reference_program=None,
-    dropout_reference=None,
+    rng_seed: int = 0,
     run_dir=None,
     instruction_model: InstructionModel | None = None,
 ) -> CompileResult:
@@ -134,7 +134,8 @@ def compile_program(
     budget when it counts activations only (the paper's setting).  run: build and run ``steps``
     training steps (``batches``: one ``inputs + targets`` tuple per step; default the example
     batch).  check: also train in PyTorch (``reference_program``: the untiled program of a tiled
-    one) and compare.  Raises before building on a schedule or program the backend cannot compile.
+    one) and compare, its dropout drawing the compiled step's masks (``rng_seed``: the run's base
+    seed, :mod:`poet.cbackend.rng`).  Raises before building on a schedule or program the backend cannot compile.
     On ``qemu-m4`` a run counts instructions and compares them, per iteration and per kind, with the
     prediction from ``program``'s per-node costs (``instruction_model``, measured first if None).
     """
@@ -184,6 +185,7 @@ def compile_program(
         params_in_ram=params_in_ram,
         lr=lr,
         momentum=momentum if params_in_ram else 0.0,
+        rng_seed=rng_seed,
         poison=check,
         force=force,
         batch=None if params_in_ram else tuple(batches[0]),  # the paper's setting: data in flash, like the weights
@@ -223,7 +225,8 @@ def compile_program(
             results = read_out(project.layout, rd / "out.bin")
         if counting and run_out.ok and not zoo:  # per-node predictions are measured for traced programs
             t1 = time.monotonic()
-            model = instruction_model or measure_program(program, progress=progress, timeout_s=timeout_s)
+            m = momentum if project.layout.params_in_ram else 0.0
+            model = instruction_model or measure_program(program, momentum=m, progress=progress, timeout_s=timeout_s)
             comparison = InstructionComparison.of(
                 model, schedule.steps, run_out.marks, params_in_ram=project.layout.params_in_ram, poison=check
             )
@@ -234,7 +237,14 @@ def compile_program(
         if zoo:
             ref = zoo_reference(program, batches, lr=lr, momentum=mom)
         else:
-            ref = reference_run(reference_program or program, batches, lr=lr, momentum=mom, dropout=dropout_reference)
+            reference = reference_program or program
+            ref = reference_run(
+                reference,
+                batches,
+                lr=lr,
+                momentum=mom,
+                dropout=dropout_reference(rng_seed, compiled=program, reference=reference),
+            )
         report = compare(results, ref)
         secs["check"] = time.monotonic() - t1
     return CompileResult(project, schedule, fit, target, build, run_out, results, report, secs, comparison)

@@ -1,7 +1,7 @@
 """C code for a kernel program under a validated schedule and its arena plan.
 
 The generated ``pk_model.c`` holds the schedule as constant tables (runtime/pk_runtime.h): one
-``pk_step`` per instruction; for each compute step its calls, whose tensor arguments have their
+``pkr_step`` per instruction; for each compute step its calls, whose tensor arguments have their
 byte offsets resolved here (the arena offset of the producer's residency live at that step, plus
 the view's offset inside the block); page steps with the block's offset and the node's slot in the
 paging store; the graph-output copies of the compute step after which each output is first
@@ -59,9 +59,11 @@ class _Pool:
         self.index: dict = {}
 
     def add(self, rows: tuple) -> int:
-        at = self.index.get(rows)
+        # keyed by type and repr too: 1 == 1.0 == True and 0.0 == -0.0 in Python, not in a pk_scalar
+        key = tuple((type(x), repr(x)) for x in rows)
+        at = self.index.get(key)
         if at is None:
-            at = self.index[rows] = len(self.rows)
+            at = self.index[key] = len(self.rows)
             self.rows.extend(rows)
         return at
 
@@ -214,7 +216,7 @@ def data_assembly(params_in_ram: bool, batch_in_flash: bool = False) -> str:
 def model_source(
     kp: KernelProgram, t: Tables, layout: ProjectLayout, *, names: bool = True, poison: bool = False
 ) -> str:
-    """``pk_model.c``: the tables, the memory spaces and the ``pk_model`` that ties them together."""
+    """``pk_model.c``: the tables, the memory spaces and the ``pkr_model`` that ties them together."""
     n8 = lambda x: max(8, (x + 7) // 8 * 8)  # noqa: E731 - a C array is never empty
     grads_sym = "pk_grads" if layout.params_in_ram else "pk_grads_external"
     grads_attr = "_Alignas(8)" if layout.params_in_ram else "PK_EXTERNAL"
@@ -248,14 +250,14 @@ def model_source(
     out += [
         "static const int32_t dims[] = {" + (", ".join(map(str, t.dims)) or "0") + "};",
         "static const pk_scalar scalars[] = {\n" + _rows(t.scalars, _scalar) + "};",
-        "static const pk_arg args[] = {\n"
+        "static const pkr_arg args[] = {\n"
         + _rows(t.args, lambda r: f"{{{r[0]}, {r[1]}, {r[2]}, 0, {r[3]}u, {r[4]}u}}")
         + "};",
-        "static const pk_call calls[] = {\n"
+        "static const pkr_call calls[] = {\n"
         + _rows(t.calls, lambda r: f"{{{r[0]}, {r[1]}, {r[2]}, {r[3]}u, {r[4]}u}}")
         + "};",
-        "static const pk_copy copies[] = {\n" + _rows(t.copies, lambda r: f"{{{r[0]}u, {r[1]}u}}") + "};",
-        "static const pk_step steps[] = {\n"
+        "static const pkr_copy copies[] = {\n" + _rows(t.copies, lambda r: f"{{{r[0]}u, {r[1]}u}}") + "};",
+        "static const pkr_step steps[] = {\n"
         + _rows(t.steps, lambda r: f"{{{r[0]}, 0, {r[1]}, {r[2]}u, {r[3]}u, {r[4]}u, {r[5]}u}}")
         + "};",
     ]
@@ -263,8 +265,8 @@ def model_source(
     upd = [(p.offset, p.offset, p.nbytes // 4) for p in trained]
     bupd = [(b.offset, b.offset, b.nbytes) for b in layout.buffers if b.name in layout.updated_buffers]
     out += [
-        "static const pk_update updates[] = {\n" + _rows(upd, lambda r: f"{{{r[0]}u, {r[1]}u, {r[2]}u}}") + "};",
-        "static const pk_buffer_update buffer_updates[] = {\n"
+        "static const pkr_update updates[] = {\n" + _rows(upd, lambda r: f"{{{r[0]}u, {r[1]}u, {r[2]}u}}") + "};",
+        "static const pkr_buffer_update buffer_updates[] = {\n"
         + _rows(bupd, lambda r: f"{{{r[0]}u, {r[1]}u, {r[2]}u}}")
         + "};",
         "",
@@ -301,7 +303,7 @@ def model_source(
         )
         + "};",
         "",
-        "const pk_model pk_the_model = {",
+        "const pkr_model pkr_the_model = {",
         f"    .name = {c_string(kp.name)},",
         f"    .nsteps = {len(t.steps)}u, .ncalls = {len(t.calls)}u, .nargs = {len(t.args)}u,",
         "    .steps = steps, .calls = calls, .args = args, .dims = dims, .scalars = scalars, .copies = copies,",
@@ -311,6 +313,7 @@ def model_source(
         f"    .batch_bytes = {layout.batch_bytes}u, .pages_bytes = {t.pages_bytes}u,",
         f"    .nupdates = {len(upd)}u, .updates = updates,",
         f"    .nbuffer_updates = {len(bupd)}u, .buffer_updates = buffer_updates,",
+        f"    .rng_seed = {int(layout.rng_seed) & 0xFFFFFFFFFFFFFFFF}u,",
         f"    .lr = {float(layout.lr)!r}f, .momentum = {float(mom)!r}f,",
         f"    .momentum_buf = {'momentum_buf' if mom else 'NULL'},",
         f"    .params_writable = {int(layout.params_in_ram)}, .poison_freed = {int(poison)},",

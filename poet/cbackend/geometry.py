@@ -81,11 +81,20 @@ def _own_storage(t):
     return t.detach().clone(memory_format=torch.contiguous_format) if isinstance(t, torch.Tensor) else t
 
 
+def _as_meta(v):
+    if isinstance(v, torch.Tensor):
+        return torch.empty_strided(tuple(v.shape), tuple(v.stride()), dtype=v.dtype, device="meta")
+    if isinstance(v, (tuple, list)):
+        return type(v)(_as_meta(x) for x in v)
+    return v
+
+
 def capture_geometry(program, param_index: dict[str, int], buffer_index: dict[str, int]) -> StepGeometry:
     """Run ``program``'s joint graph once on its example batch and record every value's geometry.
 
     ``param_index``/``buffer_index`` number the parameters and buffers as the kernel program does.
-    The generator's state is restored afterwards (dropout draws here only to run the step).
+    The generator's state is restored afterwards (dropout draws here only to run the step).  Nodes
+    without ``meta['val']`` (made by a tiling rewrite) get one from this run.
     """
     p = program
     owners: dict[int, tuple[str, int]] = {}
@@ -141,6 +150,10 @@ def capture_geometry(program, param_index: dict[str, int], buffer_index: dict[st
         def run_node(self, n):
             out = super().run_node(n)
             keep.append(out)
+            if n.op != "output" and "val" not in n.meta:
+                # a node a tiling rewrite made: its shape, strides and dtype in this run, as a meta
+                # tensor, so op specs read them as they read a trace's
+                n.meta["val"] = _as_meta(out)
             if n.op == "placeholder":
                 values[n.name] = _geometry(out, f"input {n.name}")
             elif n.op == "get_attr" and isinstance(out, torch.Tensor):
@@ -180,3 +193,11 @@ def capture_geometry(program, param_index: dict[str, int], buffer_index: dict[st
     finally:
         torch.set_rng_state(rng)
     return StepGeometry(values, owners, nbytes, const_values, const_names)
+
+
+def _as_meta(v):
+    if isinstance(v, torch.Tensor):
+        return torch.empty_strided(tuple(v.shape), tuple(v.stride()), dtype=v.dtype, device="meta")
+    if isinstance(v, (tuple, list)):
+        return type(v)(_as_meta(x) for x in v)
+    return v

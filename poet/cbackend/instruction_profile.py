@@ -154,7 +154,10 @@ def profile_toml(measured: Sequence[tuple[object, InstructionModel]], declared: 
         lines += toml_table(
             f"instructions.programs.{toml_value(m.program)}",
             {
+                "update_momentum": m.momentum,
                 "update_in_ram": m.update_in_ram,
+                "update_in_ram_later": m.update_in_ram_later,
+                "update_last_extra": m.update_last_extra,
                 "update_in_flash": m.update_in_flash,
                 "first_page_extra": m.first_page_extra,
                 "kernel_calls": len(m.kernel_counts),
@@ -179,10 +182,12 @@ def profile_toml(measured: Sequence[tuple[object, InstructionModel]], declared: 
 def profile_programs(
     programs: Sequence[tuple[str, object]],
     *,
+    momentum: float = 0.9,
     progress: Callable[[str], None] | None = None,
     timeout_s: float = 600.0,
 ) -> list[tuple[object, InstructionModel]]:
-    """Each ``(label, program)`` measured on the emulator; the label names its table in the profile."""
+    """Each ``(label, program)`` measured on the emulator; the label names its table in the profile.
+    The update is measured with SGD of ``momentum`` (``poet train``'s optimizer: 0.9)."""
     labels = [label for label, _ in programs]
     if len(set(labels)) != len(labels):
         raise ValueError(f"two programs are both labelled {sorted(x for x in labels if labels.count(x) > 1)[0]!r}")
@@ -190,6 +195,6 @@ def profile_programs(
     for label, p in programs:
         if progress:
             progress(f"measuring {label}: {len(p.graph.nodes)} nodes")
-        m = measure_program(p, progress=progress, timeout_s=timeout_s)
+        m = measure_program(p, momentum=momentum, progress=progress, timeout_s=timeout_s)
         out.append((p, dataclasses.replace(m, program=label)))
     return out

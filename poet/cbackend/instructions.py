@@ -81,8 +81,13 @@ class InstructionModel:
     program: str
     node_names: tuple[str, ...]
     nodes: tuple[NodeInstructions, ...]
-    update_in_ram: int  # buffer updates and SGD, parameters in RAM
-    update_in_flash: int  # ... parameters const: the updated values written to out.bin
+    momentum: float  # of the SGD update measured (momentum changes its instructions)
+    # "update": from the schedule's last instruction to the end of the update, so the step's loss and
+    # gradients written to out.bin too
+    update_in_ram: int  # parameters in RAM: the first iteration (not the last)
+    update_in_ram_later: int  # ... a later one (with momentum the first only sets the buffer)
+    update_last_extra: int  # what the run's last iteration adds (it ends the loop differently)
+    update_in_flash: int  # parameters const: the updated values written to out.bin (the only iteration)
     first_page_extra: int  # the first page_out of a run also builds the CRC table
     kernel_counts: dict  # "fx name: call signature" -> instructions, for every kernel call
 
@@ -107,13 +112,23 @@ class InstructionModel:
         return out
 
     def predict(
-        self, steps: Sequence[Step], *, params_in_ram: bool, poison: bool = False, first_iteration: bool = False
+        self,
+        steps: Sequence[Step],
+        *,
+        params_in_ram: bool,
+        poison: bool = False,
+        first_iteration: bool = False,
+        last_iteration: bool = False,
     ) -> dict[str, int]:
         """Instructions per kind of one iteration (the schedule's instructions, then the update)."""
         out = dict.fromkeys(KINDS, 0)
         for s, n in zip(steps, self.step_costs(steps, poison=poison, first_iteration=first_iteration)):
             out[s.op] += n
-        out["update"] = self.update_in_ram if params_in_ram else self.update_in_flash
+        if params_in_ram:
+            out["update"] = self.update_in_ram if first_iteration else self.update_in_ram_later
+            out["update"] += self.update_last_extra if last_iteration else 0
+        else:
+            out["update"] = self.update_in_flash
         return out
 
 
@@ -171,9 +186,18 @@ def _nop_kernels(project: Path, kernels: Sequence[str]) -> None:
 
 
 def _calibration_run(
-    program, kp: KernelProgram, schedule: Schedule, folder: Path, *, params_in_ram: bool, poison: bool, timeout_s: float
-) -> list[int]:
-    """The instructions of each calibration step and of the update (last), empty kernels."""
+    program,
+    kp: KernelProgram,
+    schedule: Schedule,
+    folder: Path,
+    *,
+    params_in_ram: bool,
+    poison: bool,
+    momentum: float,
+    iterations: int,
+    timeout_s: float,
+) -> list[list[int]]:
+    """Per iteration, the instructions of each calibration step and of the update (last), empty kernels."""
     project = write_project(
         kp,
         schedule,
@@ -181,6 +205,7 @@ def _calibration_run(
         folder / "project",
         params_in_ram=params_in_ram,
         lr=0.05,
+        momentum=momentum,
         poison=poison,
         force=True,
     )
@@ -188,21 +213,22 @@ def _calibration_run(
     build = qemu_m4.build(project.path, qemu_m4.RAM_REGION_MAX, defines=(qemu_m4.ARENA_EXTERNAL,))
     run_dir = folder / "run"
     run_dir.mkdir(exist_ok=True)
-    write_batches(project.layout, [tuple(program.example_batch)], run_dir / "batch.bin")
+    write_batches(project.layout, [tuple(program.example_batch)] * iterations, run_dir / "batch.bin")
     out = qemu_m4.run(build, run_dir, count=True, timeout_s=timeout_s)
     if not out.ok:
         raise qemu_m4.TargetError(f"the calibration step failed on the emulator: {out.problem()}\n{out.text[-2000:]}")
     marks = out.marks or ()
-    n = len(schedule.steps)
-    if len(marks) != n + 2:
-        raise qemu_m4.TargetError(f"the calibration step left {len(marks)} instruction marks, expected {n + 2}")
-    return [b - a for a, b in zip(marks, marks[1:])]
+    per = len(schedule.steps) + 2
+    if len(marks) != per * iterations:
+        raise qemu_m4.TargetError(f"the calibration left {len(marks)} instruction marks, expected {per * iterations}")
+    return [[b - a for a, b in zip(m, m[1:])] for m in (marks[t * per : (t + 1) * per] for t in range(iterations))]
 
 
-def _cache_key(program, kp: KernelProgram) -> str:
+def _cache_key(program, kp: KernelProgram, momentum: float) -> str:
     """What the measurement depends on: the runtime and kernel sources, the build flags, the
-    emulator's version, the lowered program (calls, shapes, data) and the example batch's values."""
-    h = hashlib.sha256()
+    emulator's version, the lowered program (calls, shapes, data), the example batch's values and
+    the update's momentum."""
+    h = hashlib.sha256(repr(float(momentum)).encode())
     runtime = [p for p in sorted(hostlib.RUNTIME.iterdir()) if p.is_file()]
     h.update(hostlib.content_hash(runtime, (*qemu_m4.COMPILE_FLAGS, qemu_m4.qemu_version())).encode())
     h.update(repr((kp.name, kp.nodes, kp.outputs, kp.loss_dtype)).encode())
@@ -231,13 +257,19 @@ def _store(key: str, model: InstructionModel) -> None:
 
 
 def measure_program(
-    program, *, progress: Callable[[str], None] | None = None, timeout_s: float = 600.0, cache: bool = True
+    program,
+    *,
+    momentum: float = 0.0,
+    progress: Callable[[str], None] | None = None,
+    timeout_s: float = 600.0,
+    cache: bool = True,
 ) -> InstructionModel:
-    """Every node's instructions on the emulated Cortex-M4 (module docstring); kept in the build
-    cache (``$POET_CACHE_DIR/cbackend/instructions``) and measured again only when the program, its
-    data or the runtime changed."""
+    """Every node's instructions on the emulated Cortex-M4 (module docstring), the update measured
+    with SGD of ``momentum`` (as the run will use); kept in the build cache
+    (``$POET_CACHE_DIR/cbackend/instructions``) and measured again only when the program, its data,
+    the momentum or the runtime changed."""
     kp = lower_program(program)
-    key = _cache_key(program, kp)
+    key = _cache_key(program, kp, momentum)
     hit = _cached(key) if cache else None
     if hit is not None:
         _say(progress, f"per-node instructions of {program.name} from the cache")
@@ -254,12 +286,14 @@ def measure_program(
     schedule = schedule.with_(totals=validate(g, steps, budget))
     with tempfile.TemporaryDirectory(prefix="poet-calibration-") as tmp:
         _say(progress, f"measuring the step runtime around the kernels: {len(steps)} calibration instructions")
-        ram = _calibration_run(
-            program, kp, schedule, Path(tmp) / "ram", params_in_ram=True, poison=False, timeout_s=timeout_s
-        )
-        flash = _calibration_run(
-            program, kp, schedule, Path(tmp) / "flash", params_in_ram=False, poison=True, timeout_s=timeout_s
-        )
+        ram, ram_later, ram_last = _calibration_run(
+            program, kp, schedule, Path(tmp) / "ram", params_in_ram=True, poison=False, momentum=momentum,
+            iterations=3, timeout_s=timeout_s,
+        )  # fmt: skip
+        (flash,) = _calibration_run(
+            program, kp, schedule, Path(tmp) / "flash", params_in_ram=False, poison=True, momentum=0.0,
+            iterations=1, timeout_s=timeout_s,
+        )  # fmt: skip
     k, w = len(CALIBRATION), len(WARM_UP)
     nodes = tuple(
         NodeInstructions(
@@ -277,7 +311,10 @@ def measure_program(
         program=program.name,
         node_names=tuple(nd.name for nd in g.nodes),
         nodes=nodes,
+        momentum=float(momentum),
         update_in_ram=ram[-1],
+        update_in_ram_later=ram_later[-1],
+        update_last_extra=ram_last[-1] - ram_later[-1],
         update_in_flash=flash[-1],
         first_page_extra=ram[1] - ram[w + 1],
         kernel_counts={f"{c.call.fx_name}: {c.signature}": n for c, n in zip(calls, counts)},
@@ -320,9 +357,12 @@ class InstructionComparison:
             counts[s.op] += 1
         counts["update"] = 1
         measured = tuple(measured_per_kind(steps, marks))
+        n = len(measured)
         predicted = tuple(
-            model.predict(steps, params_in_ram=params_in_ram, poison=poison, first_iteration=t == 0)
-            for t in range(len(measured))
+            model.predict(
+                steps, params_in_ram=params_in_ram, poison=poison, first_iteration=t == 0, last_iteration=t == n - 1
+            )
+            for t in range(n)
         )
         return cls(counts, predicted, measured)
 

@@ -88,6 +88,7 @@ class ProjectLayout:
     params_in_ram: bool  # False: the paper's setting, parameters const (flash), gradients external
     lr: float
     momentum: float
+    rng_seed: int  # dropout: step s of a run draws with rng.step_seed(rng_seed, s)
     trained: tuple[str, ...]  # parameters the update changes
     updated_buffers: tuple[str, ...]
     batch_in_flash: bool = False  # the batch is constant data in the image (the paper's setting): no batch.bin
@@ -109,6 +110,7 @@ def make_layout(
     params_in_ram: bool,
     lr: float,
     momentum: float,
+    rng_seed: int = 0,
     batch_in_flash: bool = False,
 ) -> ProjectLayout:
     params, pb = _places(kp.params)
@@ -132,6 +134,7 @@ def make_layout(
         params_in_ram=params_in_ram,
         lr=float(lr),
         momentum=float(momentum),
+        rng_seed=int(rng_seed),
         trained=tuple(kp.params[i].name for i in kp.grad_params() if kp.params[i].trainable),
         updated_buffers=tuple(kp.buffers[i].name for i in kp.updated_buffers()),
         batch_in_flash=batch_in_flash,

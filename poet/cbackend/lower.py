@@ -35,7 +35,8 @@ __all__ = ["check_schedule_matches", "lower_program", "unsupported_ops"]
 
 
 def unsupported_ops(program) -> list[str]:
-    """``node (op)`` for every unit of ``program`` the C backend has no kernel for."""
+    """``node (op)`` for every unit of ``program`` the C backend has no kernel for (specs read the
+    nodes' ``meta['val']``: run :func:`capture_geometry` first on a rewritten graph that lacks it)."""
     out = []
     for u in program.units:
         n = program.unit_node[u.id]
@@ -43,6 +44,10 @@ def unsupported_ops(program) -> list[str]:
             spec_for(n)
         except UnsupportedOp:
             out.append(f"{n.name} ({target_key(n.target)})")
+        except Exception as e:  # a spec that cannot read this node: a bug to report, named
+            raise LoweringError(
+                f"the op spec of {target_key(n.target)} failed on node {n.name}: {type(e).__name__}: {e}"
+            ) from e
     return out
 
 
@@ -212,11 +217,13 @@ def lower_program(program, schedule: Schedule | None = None) -> KernelProgram:
     """The kernel program of ``program`` (checked against ``schedule``'s graph when given)."""
     if program.granularity == "aten" and schedule is not None:
         check_schedule_matches(program, schedule)
-    _check_supported(program)
+    if program.granularity != "aten":
+        _check_supported(program)  # refuses it, saying why
     p = program
     param_names = list(p.params)
     buffer_names = list(p.buffers)
     geo = capture_geometry(p, {k: i for i, k in enumerate(param_names)}, {k: i for i, k in enumerate(buffer_names)})
+    _check_supported(p)
     lw = _Lowering(p, geo)
     nodes = tuple(
         NodeCode(node=v, name=p.graph.nodes[v].name, nbytes=lw.blocks[v], calls=_node_calls(lw, v))

@@ -99,11 +99,13 @@ def value_dtype(n, item: int | None = None, _depth: int = 16) -> str:
     one, or, for a node made after tracing (a tile kernel's, whose meta is empty), its first tensor
     argument's (views and tiles keep their input's dtype); ``unknown`` when neither says."""
     val = n.meta.get("val")
+    if isinstance(val, (tuple, list)):
+        val = val[item] if item is not None and item < len(val) else next((v for v in val if hasattr(v, "dtype")), None)
     if val is not None:
-        if item is not None:
-            val = val[item]
         return str(getattr(val, "dtype", "unknown")).replace("torch.", "")
     if _depth > 0:
+        if getattr(n.target, "__name__", "") == "getitem" and is_value(n.args[0]):
+            return value_dtype(n.args[0], int(n.args[1]), _depth - 1)
         for a in n.args:
             for v in a if isinstance(a, (list, tuple)) else (a,):
                 if is_value(v):
@@ -112,11 +114,12 @@ def value_dtype(n, item: int | None = None, _depth: int = 16) -> str:
 
 
 def scalar_for(dtype: str, value) -> Scalar:
-    """A Python number in the kind a kernel reads for ``dtype``: a float (``.f``) for floating dtypes,
-    an int (``.i``) for integer and bool ones."""
-    if dtype.startswith("float"):
-        return float(value)
-    return int(value)
+    """A Python number in the kind a kernel reads for ``dtype``: an int (``.i``) for integer and bool
+    dtypes, a float (``.f``) for floating ones and for a dtype nothing records (float32 is what
+    tiled graphs hold)."""
+    if dtype.startswith(("int", "uint", "bool")):
+        return int(value)
+    return float(value)
 
 
 def need_float32(n, *values) -> None:

@@ -87,6 +87,7 @@ def write_project(
     params_in_ram: bool,
     lr: float,
     momentum: float = 0.0,
+    rng_seed: int = 0,
     poison: bool = False,
     names: bool = True,
     force: bool = False,
@@ -109,6 +110,7 @@ def write_project(
         params_in_ram=params_in_ram,
         lr=lr,
         momentum=momentum,
+        rng_seed=rng_seed,
         batch_in_flash=batch is not None,
     )
     tables = build_tables(kp, schedule, plan, layout0)
@@ -120,6 +122,7 @@ def write_project(
         params_in_ram=params_in_ram,
         lr=lr,
         momentum=momentum,
+        rng_seed=rng_seed,
         batch_in_flash=batch is not None,
     )
     parent = out_dir.resolve().parent

@@ -20,8 +20,8 @@ typedef struct {
 } mats;
 
 static float *at(const mats *m, int32_t g, int32_t r, int32_t c) {
-    return m->p + (int64_t)(g / m->heads) * m->sb + (int64_t)(g % m->heads) * m->sh + (int64_t)r * m->sr +
-           (int64_t)c * m->sc;
+    const int64_t grp = m->heads == 1 ? (int64_t)g * m->sb : (int64_t)(g / m->heads) * m->sb + (int64_t)(g % m->heads) * m->sh;
+    return m->p + grp + (int64_t)r * m->sr + (int64_t)c * m->sc;
 }
 
 /* x [B, H, R, C] (4-D) or [G, R, C] (3-D) as matrices; transposed: rows and columns swapped (K^T as K) */
@@ -58,11 +58,29 @@ typedef struct {
     int64_t causal, q0, k0;
 } scores;
 
-static float score(const scores *a, int32_t g, int32_t i, int32_t j) {
-    if (a->causal_on && (a->k0 + j) - (a->q0 + i) > a->causal) return -pk_inff();
-    const float *qi = at(&a->q, g, i, 0), *kj = at(&a->k, g, j, 0);
+/* sum over d < n of x[d] y[d], in order (a loop of its own for unit strides: head dims are contiguous) */
+static float dot(const float *x, int32_t sx, const float *y, int32_t sy, int32_t n) {
     float s = 0.0f;
-    for (int32_t d = 0; d < a->e; d++) s += qi[(int64_t)d * a->q.sc] * kj[(int64_t)d * a->k.sc];
+    if (sx == 1 && sy == 1)
+        for (int32_t d = 0; d < n; d++) s += x[d] * y[d];
+    else
+        for (int32_t d = 0; d < n; d++) s += x[(int64_t)d * sx] * y[(int64_t)d * sy];
+    return s;
+}
+
+/* y[d] += alpha * x[d] for d < n */
+static void axpy(float *y, int32_t sy, float alpha, const float *x, int32_t sx, int32_t n) {
+    if (sx == 1 && sy == 1)
+        for (int32_t d = 0; d < n; d++) y[d] += alpha * x[d];
+    else
+        for (int32_t d = 0; d < n; d++) y[(int64_t)d * sy] += alpha * x[(int64_t)d * sx];
+}
+
+/* the score of key j for query row i of group g, whose q row is qi */
+static float score(const scores *a, const float *qi, int32_t g, int32_t i, int32_t j) {
+    if (a->causal_on && (a->k0 + j) - (a->q0 + i) > a->causal) return -pk_inff();
+    const float *kj = at(&a->k, g, j, 0);
+    float s = dot(qi, a->q.sc, kj, a->k.sc, a->e);
     for (int o = 0; o < a->nops; o++) s = a->op[o] ? s / a->c[o] : s * a->c[o];
     if (a->mask) {
         const int64_t off = (int64_t)(g / a->q.heads) * a->mstride[0] + (int64_t)(g % a->q.heads) * a->mstride[1] +
@@ -76,8 +94,9 @@ static float score(const scores *a, int32_t g, int32_t i, int32_t j) {
    running maximum (-inf: nothing seen), l the running sum of exp(s - m), o the running sum of
    exp(s - m) v_j.  Within the walk the maximum so far is the reference; o and l are rescaled when it grows. */
 static void attend(const scores *a, int32_t g, int32_t i, int32_t n, float *o, int32_t so, float *m, float *l) {
+    const float *qi = at(&a->q, g, i, 0);
     for (int32_t j = 0; j < n; j++) {
-        const float s = score(a, g, i, j);
+        const float s = score(a, qi, g, i, j);
         if (s == -pk_inff()) continue;
         const float *vj = at(&a->v, g, j, 0);
         float p;
@@ -91,7 +110,7 @@ static void attend(const scores *a, int32_t g, int32_t i, int32_t n, float *o, i
             p = pk_expf(s - *m);
         }
         *l = *l + p;
-        for (int32_t d = 0; d < a->ev; d++) o[(int64_t)d * so] += p * vj[(int64_t)d * a->v.sc];
+        axpy(o, so, p, vj, a->v.sc, a->ev);
     }
 }
 
@@ -148,18 +167,17 @@ PK_KERNEL(sdpa) {
 }
 
 /* p = exp(s - L) of key j of query row i (0 where masked) and the score gradient before scaling,
-   ds = p * (dO_i . v_j - D) */
-static float prob_and_grad(const scores *a, const mats *dout, int32_t g, int32_t i, int32_t j, float L, float D, float *ds) {
-    const float s = score(a, g, i, j);
+   ds = p * (dO_i . v_j - D); qi and di (column stride dsc) are the row's q and dO */
+static float prob_and_grad(const scores *a, const float *qi, const float *di, int32_t dsc, int32_t g, int32_t i,
+                           int32_t j, float L, float D, float *ds) {
+    const float s = score(a, qi, g, i, j);
     if (s == -pk_inff()) {
         *ds = 0.0f;
         return 0.0f;
     }
     const float p = pk_expf(s - L);
-    const float *di = at(dout, g, i, 0), *vj = at(&a->v, g, j, 0);
-    float dp = 0.0f;
-    for (int32_t d = 0; d < a->ev; d++) dp += di[(int64_t)d * dout->sc] * vj[(int64_t)d * a->v.sc];
-    *ds = p * (dp - D);
+    const float *vj = at(&a->v, g, j, 0);
+    *ds = p * (dot(di, dsc, vj, a->v.sc, a->ev) - D);
     return p;
 }
 
@@ -197,22 +215,19 @@ PK_KERNEL(sdpa_backward) {
         for (int32_t i = 0; i < L; i++) {
             const float Li = *lse_at(lse, g, i);
             const float *oi = at(&mo, g, i, 0), *di = at(&md, g, i, 0), *qi = at(&a.q, g, i, 0);
-            float D = 0.0f;
-            for (int32_t d = 0; d < Ev; d++) D += di[(int64_t)d * md.sc] * oi[(int64_t)d * mo.sc];
+            const float D = dot(di, md.sc, oi, mo.sc, Ev);
             float *dqi = at(&dq, g, i, 0);
             const int32_t n = a.causal_on && i + 1 < S ? i + 1 : S;
             for (int32_t j = 0; j < n; j++) {
                 float ds;
-                const float p = prob_and_grad(&a, &md, g, i, j, Li, D, &ds);
+                const float p = prob_and_grad(&a, qi, di, md.sc, g, i, j, Li, D, &ds);
                 if (p == 0.0f) continue;
                 ds = ds * scale;
                 float *dvj = at(&dv, g, j, 0), *dkj = at(&dk, g, j, 0);
                 const float *kj = at(&a.k, g, j, 0);
-                for (int32_t d = 0; d < Ev; d++) dvj[(int64_t)d * dv.sc] += p * di[(int64_t)d * md.sc];
-                for (int32_t d = 0; d < E; d++) {
-                    dqi[(int64_t)d * dq.sc] += ds * kj[(int64_t)d * a.k.sc];
-                    dkj[(int64_t)d * dk.sc] += ds * qi[(int64_t)d * a.q.sc];
-                }
+                axpy(dvj, dv.sc, p, di, md.sc, Ev);
+                axpy(dqi, dq.sc, ds, kj, a.k.sc, E);
+                axpy(dkj, dk.sc, ds, qi, a.q.sc, E);
             }
         }
     }
@@ -342,12 +357,12 @@ PK_KERNEL(attention_grad_kv) {
             const float *qi = at(&a.q, g, i, 0), *di = at(&md, g, i, 0);
             for (int32_t j = 0; j < keys; j++) {
                 float ds;
-                const float p = prob_and_grad(&a, &md, g, i, j, L, D, &ds);
+                const float p = prob_and_grad(&a, qi, di, md.sc, g, i, j, L, D, &ds);
                 if (p == 0.0f) continue;
                 ds = scaled(&a, ds);
                 float *dvj = at(&dv, g, j, 0), *dkj = at(&dkt, g, j, 0);
-                for (int32_t d = 0; d < a.ev; d++) dvj[(int64_t)d * dv.sc] += p * di[(int64_t)d * md.sc];
-                for (int32_t d = 0; d < a.e; d++) dkj[(int64_t)d * dkt.sc] += ds * qi[(int64_t)d * a.q.sc];
+                axpy(dvj, dv.sc, p, di, md.sc, a.ev);
+                axpy(dkj, dkt.sc, ds, qi, a.q.sc, a.e);
             }
         }
     }
@@ -367,14 +382,15 @@ PK_KERNEL(attention_grad_q) {
     for (int32_t g = 0; g < G; g++) {
         for (int32_t i = 0; i < rows; i++) {
             const float L = *at(&ms, g, i, 0), D = *at(&ms, g, i, 1);
+            const float *qi = at(&a.q, g, i, 0), *di = at(&md, g, i, 0);
             float *dqi = at(&dq, g, i, 0);
             for (int32_t d = 0; d < a.e; d++) dqi[(int64_t)d * dq.sc] = 0.0f;
             for (int32_t j = 0; j < keys; j++) {
                 float ds;
-                if (prob_and_grad(&a, &md, g, i, j, L, D, &ds) == 0.0f) continue;
+                if (prob_and_grad(&a, qi, di, md.sc, g, i, j, L, D, &ds) == 0.0f) continue;
                 ds = scaled(&a, ds);
                 const float *kj = at(&a.k, g, j, 0);
-                for (int32_t d = 0; d < a.e; d++) dqi[(int64_t)d * dq.sc] += ds * kj[(int64_t)d * a.k.sc];
+                axpy(dqi, dq.sc, ds, kj, a.k.sc, a.e);
             }
         }
     }

@@ -8,12 +8,16 @@
                 parameters after the last update and the buffers (the PK_SP_PARAM and PK_SP_BUFFER
                 spaces).
 
+   Dropout draws from a counter-based hash (pk_rng.h) seeded per step: step s of a run draws with
+   pk_rng_step_seed(rng_seed, s), as poet/cbackend/rng.py does for the check against PyTorch.
+
    pk_mark: PK_MARK_BEGIN before each step's first instruction, the instruction's index after each,
    PK_MARK_UPDATE after the update, so an instruction counter attributes every count.
    Exit code 0 on success, else enum pk_exit_code (pk_runtime.h) with a "pk-error:" line. */
 #include <string.h>
 
 #include "pk_platform.h"
+#include "pk_rng.h"
 #include "pk_runtime.h"
 
 #define PK_MARK_BEGIN 0xFFFFFFF0u
@@ -22,12 +26,12 @@
 #define PK_MAGIC_OUT 0x314F4B50u   /* "PKO1" */
 
 static int fail(const char *what, int code) {
-    pk_print_kv(what, 0, 0, 0, 0.0);
+    pkr_print_kv(what, 0, 0, 0, 0.0);
     return code;
 }
 
 int main(void) {
-    const pk_model *m = &pk_the_model;
+    const pkr_model *m = &pkr_the_model;
     if (pk_platform_init() != 0) return fail("pk-error: the platform did not start", PK_EXIT_IO);
     int fb = -1;
     uint32_t steps = 1; /* a constant batch (the paper's setting): one step on it, no batch.bin */
@@ -38,7 +42,7 @@ int main(void) {
         if (pk_file_read(fb, 0, head, sizeof head) != 0 || head[0] != PK_MAGIC_BATCH)
             return fail("pk-error: batch.bin is not a batch file (no PKB1 header)", PK_EXIT_BATCH);
         if (head[2] != m->batch_bytes) {
-            pk_print_kv("pk-error: batch.bin has batches of the wrong size;", "bytes", head[2], 0, 0.0);
+            pkr_print_kv("pk-error: batch.bin has batches of the wrong size;", "bytes", head[2], 0, 0.0);
             return PK_EXIT_BATCH;
         }
         steps = head[1];
@@ -55,12 +59,13 @@ int main(void) {
     uint32_t out_head[4] = {PK_MAGIC_OUT, steps, per_step, m->param_bytes + m->buffer_bytes};
     if (pk_file_write(fo, 0, out_head, sizeof out_head) != 0) return fail("pk-error: cannot write out.bin", PK_EXIT_IO);
 
-    pk_print_kv("pk: step", "instructions", m->nsteps, 0, 0.0);
+    pkr_print_kv("pk: step", "instructions", m->nsteps, 0, 0.0);
     for (uint32_t s = 0; s < steps; s++) {
         if (fb >= 0 && pk_file_read(fb, 16u + s * m->batch_bytes, m->space[PK_SP_BATCH], m->batch_bytes) != 0)
             return fail("pk-error: batch.bin ends early", PK_EXIT_BATCH);
+        pk_rng_set_seed(pk_rng_step_seed(m->rng_seed, s)); /* dropout masks: poet/cbackend/rng.py */
         pk_mark(PK_MARK_BEGIN);
-        int rc = pk_run_schedule(m, fp);
+        int rc = pkr_run_schedule(m, fp);
         if (rc) return rc;
         uint8_t loss[8] = {0};
         memcpy(loss, m->space[PK_SP_LOSS], m->loss_bytes);
@@ -73,11 +78,11 @@ int main(void) {
             if (pk_file_write(fo, final_at, m->space[PK_SP_PARAM], m->param_bytes) != 0)
                 return fail("pk-error: cannot write out.bin", PK_EXIT_IO);
         }
-        rc = pk_apply_update(m, s, fo, final_at);
+        rc = pkr_apply_update(m, s, fo, final_at);
         if (rc) return fail("pk-error: cannot write the updated parameters to out.bin", rc);
         pk_mark(PK_MARK_UPDATE);
         double lv = m->loss_bytes == 8 ? *(const double *)(const void *)loss : (double)*(const float *)(const void *)loss;
-        pk_print_kv("pk: step", "done", (int64_t)s + 1, "loss", lv);
+        pkr_print_kv("pk: step", "done", (int64_t)s + 1, "loss", lv);
     }
     if (m->params_writable && m->param_bytes &&
         pk_file_write(fo, final_at, m->space[PK_SP_PARAM], m->param_bytes) != 0)

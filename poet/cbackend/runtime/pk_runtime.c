@@ -68,7 +68,7 @@ static void put_double(pk_line *l, double v) {
     put_int(l, e);
 }
 
-void pk_print_kv(const char *label, const char *key, int64_t value, const char *key2, double value2) {
+void pkr_print_kv(const char *label, const char *key, int64_t value, const char *key2, double value2) {
     pk_line l = {{0}, 0};
     put(&l, label);
     if (key) {
@@ -86,7 +86,7 @@ void pk_print_kv(const char *label, const char *key, int64_t value, const char *
     pk_print(l.buf);
 }
 
-static void report(const pk_model *m, uint32_t i, const char *what, const char *detail, int64_t code) {
+static void report(const pkr_model *m, uint32_t i, const char *what, const char *detail, int64_t code) {
     pk_line l = {{0}, 0};
     put(&l, "pk-error: step ");
     put_int(&l, i);
@@ -112,7 +112,7 @@ static uint32_t crc_table_entry(uint32_t c) {
     return c;
 }
 
-uint32_t pk_crc32(uint32_t crc, const uint8_t *p, uint32_t n) {
+uint32_t pkr_crc32(uint32_t crc, const uint8_t *p, uint32_t n) {
     static uint32_t table[16]; /* 4 bits at a time: 64 B of RAM, twice the speed of bitwise */
     static int ready = 0;
     if (!ready) {
@@ -139,7 +139,7 @@ static uint32_t dtype_size(uint8_t dt) {
     }
 }
 
-static void to_tensor(const pk_model *m, const pk_arg *a, pk_tensor *t) {
+static void to_tensor(const pkr_model *m, const pkr_arg *a, pk_tensor *t) {
     t->dtype = a->dtype;
     t->ndim = a->ndim;
     if (a->dtype == PK_NONE) {
@@ -180,15 +180,15 @@ static int copy_view(const pk_tensor *dst, const pk_tensor *src) {
 /* ------------------------------------------------------------------ the paging store */
 
 /* A page: its bytes, then [size, CRC-32] (the checksum lives with the page, not in RAM). */
-static int page_out(const pk_model *m, int f, const pk_step *st) {
+static int page_out(const pkr_model *m, int f, const pkr_step *st) {
     const uint8_t *p = m->space[PK_SP_ARENA] + st->a;
-    uint32_t head[2] = {st->b, pk_crc32(0, p, st->b)};
+    uint32_t head[2] = {st->b, pkr_crc32(0, p, st->b)};
     if (pk_file_write(f, st->c, p, st->b) != 0) return PK_EXIT_IO;
     if (pk_file_write(f, st->c + st->b, head, sizeof head) != 0) return PK_EXIT_IO;
     return 0;
 }
 
-static int page_in(const pk_model *m, int f, const pk_step *st, uint32_t i) {
+static int page_in(const pkr_model *m, int f, const pkr_step *st, uint32_t i) {
     uint8_t *p = m->space[PK_SP_ARENA] + st->a;
     uint32_t head[2];
     if (pk_file_read(f, st->c + st->b, head, sizeof head) != 0) {
@@ -203,7 +203,7 @@ static int page_in(const pk_model *m, int f, const pk_step *st, uint32_t i) {
         report(m, i, "page_in", "cannot read the page at byte", (int64_t)st->c);
         return PK_EXIT_IO;
     }
-    if (pk_crc32(0, p, st->b) != head[1]) {
+    if (pkr_crc32(0, p, st->b) != head[1]) {
         report(m, i, "page_in", "the page is corrupt (CRC-32 mismatch); bytes", (int64_t)st->b);
         return PK_EXIT_PAGE;
     }
@@ -216,10 +216,10 @@ static int page_in(const pk_model *m, int f, const pk_step *st, uint32_t i) {
 #define PK_MAX_TENSORS 32
 #endif
 
-static int compute(const pk_model *m, const pk_step *st, uint32_t i) {
+static int compute(const pkr_model *m, const pkr_step *st, uint32_t i) {
     pk_tensor t[PK_MAX_TENSORS];
     for (uint32_t c = st->a; c < st->a + st->b; c++) {
-        const pk_call *call = &m->calls[c];
+        const pkr_call *call = &m->calls[c];
         if (call->nt > PK_MAX_TENSORS) {
             report(m, i, "compute", "a call has more tensors than PK_MAX_TENSORS:", call->nt);
             return PK_EXIT_CONFIG;
@@ -247,10 +247,10 @@ static int compute(const pk_model *m, const pk_step *st, uint32_t i) {
     return 0;
 }
 
-int pk_run_schedule(const pk_model *m, int pages) {
+int pkr_run_schedule(const pkr_model *m, int pages) {
     if (m->zero_grads) memset(m->space[PK_SP_GRAD], 0, m->grad_bytes);
     for (uint32_t i = 0; i < m->nsteps; i++) {
-        const pk_step *st = &m->steps[i];
+        const pkr_step *st = &m->steps[i];
         int rc = 0;
         switch (st->op) {
             case PK_OP_COMPUTE:
@@ -278,14 +278,14 @@ int pk_run_schedule(const pk_model *m, int pages) {
 
 /* ------------------------------------------------------------------ the update */
 
-int pk_apply_update(const pk_model *m, uint32_t step, int out, uint32_t offset) {
+int pkr_apply_update(const pkr_model *m, uint32_t step, int out, uint32_t offset) {
     for (uint32_t k = 0; k < m->nbuffer_updates; k++) {
-        const pk_buffer_update *u = &m->buffer_updates[k];
+        const pkr_buffer_update *u = &m->buffer_updates[k];
         memcpy(m->space[PK_SP_BUFFER] + u->buffer, m->space[PK_SP_STAGING] + u->staging, u->nbytes);
     }
     const float lr = m->lr, mom = m->momentum;
     for (uint32_t k = 0; k < m->nupdates; k++) {
-        const pk_update *u = &m->updates[k];
+        const pkr_update *u = &m->updates[k];
         const float *g = (const float *)(const void *)(m->space[PK_SP_GRAD] + u->grad);
         float *p = (float *)(void *)(m->space[PK_SP_PARAM] + u->param);
         float *buf = m->momentum_buf ? m->momentum_buf + u->grad / 4u : NULL;

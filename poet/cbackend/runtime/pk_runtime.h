@@ -1,7 +1,7 @@
 /* pk_runtime.h: a compiled training step as constant tables, and the small interpreter that runs them.
 
    poet/cbackend/emit.py writes the tables (pk_model.c) for one validated schedule: every schedule
-   instruction is a pk_step; a compute step runs its pk_calls (one kernel each, its tensor arguments
+   instruction is a pkr_step; a compute step runs its pkr_calls (one kernel each, its tensor arguments
    pk_args whose byte offsets were resolved at compile time, its scalars in a constant pool); a page
    step moves one arena block to or from its slot in the paging store; a free step only ends a
    residency (its bytes are reused by later blocks the arena plan put there).  Graph outputs (loss,
@@ -46,16 +46,16 @@ typedef struct {
     uint8_t ndim;
     uint8_t pad_;
     uint32_t offset; /* bytes from the start of the space */
-    uint32_t dims;   /* index in pk_model.dims: ndim sizes, then ndim strides (elements) */
-} pk_arg;
+    uint32_t dims;   /* index in pkr_model.dims: ndim sizes, then ndim strides (elements) */
+} pkr_arg;
 
 typedef struct {
-    uint16_t kernel;  /* index in pk_model.kernels */
+    uint16_t kernel;  /* index in pkr_model.kernels */
     uint8_t nt;       /* tensors: inputs then outputs */
     uint8_t ns;       /* scalars */
-    uint32_t args;    /* first of nt entries in pk_model.args */
-    uint32_t scalars; /* first of ns entries in pk_model.scalars */
-} pk_call;
+    uint32_t args;    /* first of nt entries in pkr_model.args */
+    uint32_t scalars; /* first of ns entries in pkr_model.scalars */
+} pkr_call;
 
 typedef struct {
     uint8_t op;       /* enum pk_op */
@@ -65,31 +65,31 @@ typedef struct {
     uint32_t a;       /* compute: first call; page/free: the block's arena offset */
     uint32_t b;       /* compute: number of calls; page/free: the block's bytes */
     uint32_t c;       /* compute: first copy; page: the node's slot in the paging store */
-} pk_step;
+} pkr_step;
 
 typedef struct {
-    uint32_t src, dst; /* indices in pk_model.args */
-} pk_copy;
+    uint32_t src, dst; /* indices in pkr_model.args */
+} pkr_copy;
 
 typedef struct {
     uint32_t param;  /* byte offset in the parameter space (float32) */
     uint32_t grad;   /* byte offset in the gradient space */
     uint32_t numel;
-} pk_update;
+} pkr_update;
 
 typedef struct {
     uint32_t staging, buffer, nbytes; /* a buffer update copied over its buffer */
-} pk_buffer_update;
+} pkr_buffer_update;
 
 typedef struct {
     const char *name;
     uint32_t nsteps, ncalls, nargs;
-    const pk_step *steps;
-    const pk_call *calls;
-    const pk_arg *args;
+    const pkr_step *steps;
+    const pkr_call *calls;
+    const pkr_arg *args;
     const int32_t *dims;
     const pk_scalar *scalars;
-    const pk_copy *copies;
+    const pkr_copy *copies;
     const pk_kernel_fn *kernels;
     const char *const *kernel_names;
     const char *const *node_names; /* NULL when the tables were built without names */
@@ -98,9 +98,10 @@ typedef struct {
     uint32_t batch_bytes;          /* one step's batch: the PK_SP_BATCH space */
     uint32_t pages_bytes;          /* the paging store (0: the schedule never pages) */
     uint32_t nupdates;
-    const pk_update *updates;      /* SGD on these parameters (params writable) */
+    const pkr_update *updates;      /* SGD on these parameters (params writable) */
     uint32_t nbuffer_updates;
-    const pk_buffer_update *buffer_updates;
+    const pkr_buffer_update *buffer_updates;
+    uint64_t rng_seed;             /* dropout: step s of a run draws with pk_rng_step_seed(rng_seed, s) */
     float lr, momentum;            /* momentum 0: plain SGD */
     float *momentum_buf;           /* gradient-sized, or NULL */
     uint8_t params_writable;       /* 0: parameters are const; the update is written out, not applied */
@@ -109,21 +110,21 @@ typedef struct {
     uint8_t batch_const;           /* 1: the batch is constant data in the image (one step); batch.bin is not read */
     uint8_t loss_bytes;
     uint32_t grad_bytes, param_bytes, buffer_bytes;
-} pk_model;
+} pkr_model;
 
-extern const pk_model pk_the_model;
+extern const pkr_model pkr_the_model;
 
 /* Run the schedule once (the batch already in its space); pages through file `pages` (-1: none).
    pk_mark(i) after instruction i.  0, or an exit code after printing what failed. */
-int pk_run_schedule(const pk_model *m, int pages);
+int pkr_run_schedule(const pkr_model *m, int pages);
 
 /* Buffer updates over the buffers, then the SGD step (step: 0 for the first, for momentum).
    With const parameters, the updated parameters are written to file `out` at `offset` instead. */
-int pk_apply_update(const pk_model *m, uint32_t step, int out, uint32_t offset);
+int pkr_apply_update(const pkr_model *m, uint32_t step, int out, uint32_t offset);
 
-uint32_t pk_crc32(uint32_t crc, const uint8_t *p, uint32_t n);
+uint32_t pkr_crc32(uint32_t crc, const uint8_t *p, uint32_t n);
 
 /* a line with a label and numbers, without printf (no libc beyond <string.h> in the step) */
-void pk_print_kv(const char *label, const char *key, int64_t value, const char *key2, double value2);
+void pkr_print_kv(const char *label, const char *key, int64_t value, const char *key2, double value2);
 
 #endif
