@@ -31,6 +31,7 @@ def zoo_reference(zp: ZooProgram, batches, *, lr: float, momentum: float = 0.0) 
         for k, p in params.items():
             if not np.array_equal(p.detach().numpy(), zp.params[k]):
                 raise AssertionError(f"{k}: the reference module's weights differ from the compiled program's")
+    grads64 = _first_step_float64(module, zp, batches[0]) if batches else {}
     opt = torch.optim.SGD(list(params.values()), lr=lr, momentum=momentum)
     losses, grads = [], []
     for x, y in batches:
@@ -42,4 +43,16 @@ def zoo_reference(zp: ZooProgram, batches, *, lr: float, momentum: float = 0.0) 
         grads.append({k: p.grad.detach().numpy().copy() for k, p in params.items()})
         opt.step()
     final = {k: p.detach().numpy().copy() for k, p in params.items()}
-    return ReferenceRun(tuple(losses), tuple(grads), final, {})
+    return ReferenceRun(tuple(losses), tuple(grads), final, {}, grads64)
+
+
+def _first_step_float64(module, zp: ZooProgram, batch) -> dict:
+    """The first step's gradients of a float64 copy of the module (how exact float32 can be: the check
+    holds a sum that cancels to twice PyTorch's own float32 error against these)."""
+    import copy
+
+    m64 = copy.deepcopy(module).double()
+    x, y = batch
+    out = m64(torch.as_tensor(np.asarray(x, dtype=np.float64)))
+    torch.nn.functional.cross_entropy(out, torch.as_tensor(np.asarray(y, dtype=np.int64))).backward()
+    return {k: p.grad.detach().numpy().copy() for k, p in _named(m64, zp).items()}

@@ -79,6 +79,13 @@ def register(subparsers) -> None:
         help="SGD momentum (parameters in RAM only; default 0: plain SGD)",
     )
     p.add_argument("--timeout", type=SECONDS, default=600.0, help="seconds a run may take (default 600)")
+    p.add_argument(
+        "--fit-time-limit",
+        type=SECONDS,
+        default=240.0,
+        help="seconds the re-solves may take when the arena does not fit what the budget leaves (a zoo "
+        "network is tiled again for the lower budget; default 240)",
+    )
     p.add_argument("--quiet", action="store_true", help="no progress lines")
     p.set_defaults(func=cmd_compile)
 
@@ -182,6 +189,7 @@ def cmd_compile(a) -> int:
             force=a.force,
             progress=_progress(a),
             timeout_s=a.timeout,
+            fit_time_limit_s=a.fit_time_limit,
             reference_program=untiled if untiled is not prog else None,
         )
     except _errors() as e:
@@ -192,6 +200,9 @@ def cmd_compile(a) -> int:
     if res.results is not None:
         for s, loss in enumerate(res.results.losses):
             print(f"step {s + 1}: loss {loss:.6f}")
+    if res.not_run:
+        print(f"poet: error: {res.not_run}; run it on the host (--target host)", file=sys.stderr)
+        return 2
     return 0 if res.ok else 1
 
 

@@ -18,21 +18,20 @@ from ..schedule.core import Schedule
 from ..schedule.validate import validate
 from .check import CheckReport, compare, dropout_reference, reference_run
 from .check_zoo import zoo_reference
-from .fit import ArenaFit, fit_arena
+from .fit import ArenaFit
 from .instructions import InstructionComparison, InstructionModel, measure_program
 from .ir import LoweringError
 from .layout import StepResults, read_out, write_batches
 from .lower import lower_program
-from .lower_zoo import ZooProgram, lower_zoo, zoo_program
+from .lower_zoo import ZooProgram, lower_zoo
+from .placing import ArenaTooLarge, place_step
 from .project import Project, write_project
+from .qemu_m4 import board_misfit
+from .ram_region import FirmwareNeeds, build_within
 from .target_table import get_target
 from .targets import Build, RunOutput, TargetError
 
 __all__ = ["ArenaTooLarge", "CompileResult", "compile_program", "schedule_kinds"]
-
-
-class ArenaTooLarge(LoweringError):
-    """No schedule found whose arena fits the budget (the message gives the numbers)."""
 
 
 @dataclass(frozen=True)
@@ -50,6 +49,8 @@ class CompileResult:
     seconds: dict  # 'compile', 'build', 'run', 'check'
     # qemu-m4 runs: predicted beside measured instructions per iteration and per kind
     instructions: InstructionComparison | None = None
+    ram_region: FirmwareNeeds | None = None  # qemu-m4: what its RAM region holds besides the arena, measured
+    not_run: str = ""  # why a run that was asked for did not happen (an image the board cannot hold)
 
     @property
     def arena_bytes(self) -> int:
@@ -62,7 +63,7 @@ class CompileResult:
 
     @property
     def ok(self) -> bool:
-        return (self.run is None or self.run.ok) and (self.check is None or self.check.ok)
+        return (self.run is None or self.run.ok) and (self.check is None or self.check.ok) and not self.not_run
 
     def lines(self) -> list[str]:
         lay = self.project.layout
@@ -74,12 +75,16 @@ class CompileResult:
             f"parameters {where}: {lay.param_bytes:,} B; buffers {lay.buffer_bytes:,} B; batch {lay.batch_bytes:,} B"
             + (" (in flash, constant: one step on it)" if lay.batch_in_flash else " (read from batch.bin each step)"),
         ]
+        if self.ram_region is not None:
+            out += self.ram_region.lines()
         if len(self.fit.attempts) > 1:
             out.append("the first schedule's arena did not fit; solved again:")
             out += self.fit.lines()
         if self.build is not None:
             out.append(f"built for {self.target}: {self.build.memory.describe()}")
             out += self.build.notes
+        if self.not_run:
+            out.append(self.not_run)
         if self.run is not None:
             why = self.run.problem()
             out.append(f"ran on {self.target}: " + (why or "ok"))
@@ -160,36 +165,38 @@ def compile_program(
     zoo = isinstance(program, ZooProgram)
     kp = lower_zoo(program, schedule) if zoo else lower_program(program, schedule)
     _say(progress, f"lowered {program.name}: {len(kp.nodes)} nodes, {len(kp.kernels())} distinct kernels")
-    fit = fit_arena(schedule, time_limit_s=fit_time_limit_s, progress=progress)
-    if not fit.fits:
-        raise ArenaTooLarge(
-            f"the arena needs {fit.plan.arena_bytes:,} B but the budget leaves {fit.available:,} B after "
-            f"{schedule.graph.fixed_ram_bytes:,} B of fixed RAM (schedule peak {fit.attempts[0].peak_bytes:,} B); "
-            + (
-                "solving again with tighter budgets did not fit it:\n" + "\n".join(fit.lines())
-                if len(fit.attempts) > 1
-                else ""
-            )
-            + " give a larger budget, or a longer time limit for the re-solves"
+    region = get_target(target) if target == "qemu-m4" else None  # its RAM region holds stack and statics too
+    if region is not None and region.missing():
+        raise TargetError(region.missing())
+
+    def write(kp_, schedule_, plan_, folder) -> Project:
+        return write_project(
+            kp_,
+            schedule_,
+            plan_,
+            folder,
+            params_in_ram=params_in_ram,
+            lr=lr,
+            momentum=momentum if params_in_ram else 0.0,
+            rng_seed=rng_seed,
+            poison=check,
+            force=force,
+            batch=None if params_in_ram else tuple(batches[0]),  # the paper's setting: data in flash, like weights
         )
-    schedule = fit.schedule
-    if zoo and len(fit.attempts) > 1:  # re-solved (perhaps tiled finer): the program of its graph
-        program = zoo_program(schedule.graph, seed=program.seed, layers=program.layers)
-        kp = lower_zoo(program, schedule)
-    fixed = schedule.graph.fixed_ram_bytes
-    project = write_project(
+
+    placed = place_step(
+        program,
         kp,
         schedule,
-        fit.plan,
-        out,
-        params_in_ram=params_in_ram,
-        lr=lr,
-        momentum=momentum if params_in_ram else 0.0,
-        rng_seed=rng_seed,
-        poison=check,
-        force=force,
-        batch=None if params_in_ram else tuple(batches[0]),  # the paper's setting: data in flash, like the weights
+        write,
+        out=out,
+        region_target=region,
+        fit_time_limit_s=fit_time_limit_s,
+        progress=progress,
     )
+    program, kp, fit, project, needs = placed.program, placed.kernel_program, placed.fit, placed.project, placed.needs
+    schedule = fit.schedule
+    fixed = schedule.graph.fixed_ram_bytes
     secs["compile"] = time.monotonic() - t0
     _say(
         progress,
@@ -197,6 +204,7 @@ def compile_program(
         f"arena {fit.plan.arena_bytes:,} B (schedule peak {schedule.totals.peak_ram_bytes - fixed:,} B)",
     )
     build = run_out = results = report = comparison = None
+    not_run = ""
     if run or check or target != "host":
         tgt = get_target(target)
         why = tgt.missing()
@@ -204,10 +212,15 @@ def compile_program(
             raise TargetError(why)
         t1 = time.monotonic()
         _say(progress, f"building for {target} ...")
-        build = tgt.build(project.path, schedule.budget.ram_bytes)
+        if needs is not None:  # the stack the firmware can use, measured: the rest of the region is the arena's
+            build, widened = build_within(tgt, project.path, schedule.budget.ram_bytes, stack_bytes=needs.stack_bytes)
+            if widened and (run or check):
+                not_run = f"not run: the image cannot run on mps2-an386 ({board_misfit(build)})"
+        else:
+            build = tgt.build(project.path, schedule.budget.ram_bytes)
         secs["build"] = time.monotonic() - t1
         _say(progress, f"built {build.binary} in {secs['build']:.1f} s: {build.memory.describe()}")
-    if run or check:
+    if (run or check) and not not_run:
         rd = Path(run_dir) if run_dir is not None else project.path / "run"
         rd.mkdir(parents=True, exist_ok=True)
         for stale in ("out.bin", "pages.bin"):
@@ -247,4 +260,6 @@ def compile_program(
             )
         report = compare(results, ref)
         secs["check"] = time.monotonic() - t1
-    return CompileResult(project, schedule, fit, target, build, run_out, results, report, secs, comparison)
+    return CompileResult(
+        project, schedule, fit, target, build, run_out, results, report, secs, comparison, needs, not_run
+    )
