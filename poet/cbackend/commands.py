@@ -201,7 +201,8 @@ def cmd_compile(a) -> int:
         for s, loss in enumerate(res.results.losses):
             print(f"step {s + 1}: loss {loss:.6f}")
     if res.not_run:
-        print(f"poet: error: {res.not_run}; run it on the host (--target host)", file=sys.stderr)
+        instead = "; the same project ran on the host instead (above)" if res.run else "; run it with --target host"
+        print(f"poet: error: {res.not_run}{instead}", file=sys.stderr)
         return 2
     return 0 if res.ok else 1
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..schedule.core import Schedule
+from ..schedule.io import save_schedule
 from ..schedule.validate import validate
 from .check import CheckReport, compare, dropout_reference, reference_run
 from .check_zoo import zoo_reference
@@ -80,14 +81,15 @@ class CompileResult:
         if len(self.fit.attempts) > 1:
             out.append("the first schedule's arena did not fit; solved again:")
             out += self.fit.lines()
+            out.append(f"  the schedule compiled: {self.project.path / 'schedule.json'}")
         if self.build is not None:
             out.append(f"built for {self.target}: {self.build.memory.describe()}")
             out += self.build.notes
         if self.not_run:
-            out.append(self.not_run)
+            out.append(self.not_run + ("; the same project was run on the host instead" if self.run else ""))
         if self.run is not None:
             why = self.run.problem()
-            out.append(f"ran on {self.target}: " + (why or "ok"))
+            out.append(f"ran on {'host' if self.not_run else self.target}: " + (why or "ok"))
         if self.instructions is not None:
             out += self.instructions.lines()
         if self.check is not None:
@@ -184,6 +186,7 @@ def compile_program(
             batch=None if params_in_ram else tuple(batches[0]),  # the paper's setting: data in flash, like weights
         )
 
+    placed_from = schedule
     placed = place_step(
         program,
         kp,
@@ -197,6 +200,8 @@ def compile_program(
     program, kp, fit, project, needs = placed.program, placed.kernel_program, placed.fit, placed.project, placed.needs
     schedule = fit.schedule
     fixed = schedule.graph.fixed_ram_bytes
+    if schedule is not placed_from:  # re-solved: keep the schedule compiled beside its project
+        save_schedule(schedule, project.path / "schedule.json")
     secs["compile"] = time.monotonic() - t0
     _say(
         progress,
@@ -215,12 +220,17 @@ def compile_program(
         if needs is not None:  # the stack the firmware can use, measured: the rest of the region is the arena's
             build, widened = build_within(tgt, project.path, schedule.budget.ram_bytes, stack_bytes=needs.stack_bytes)
             if widened and (run or check):
-                not_run = f"not run: the image cannot run on mps2-an386 ({board_misfit(build)})"
+                not_run = f"not run on {target}: the image cannot run on mps2-an386 ({board_misfit(build)})"
         else:
             build = tgt.build(project.path, schedule.budget.ram_bytes)
         secs["build"] = time.monotonic() - t1
         _say(progress, f"built {build.binary} in {secs['build']:.1f} s: {build.memory.describe()}")
-    if (run or check) and not not_run:
+    run_tgt, run_build, run_on = tgt if build is not None else None, build, target
+    if not_run:  # the same project, its arena and tables unchanged, run on the host instead (said so)
+        run_tgt, run_on = get_target("host"), "host"
+        _say(progress, f"{not_run}; building the same project for the host to run it there ...")
+        run_build = run_tgt.build(project.path, schedule.budget.ram_bytes)
+    if run or check:
         rd = Path(run_dir) if run_dir is not None else project.path / "run"
         rd.mkdir(parents=True, exist_ok=True)
         for stale in ("out.bin", "pages.bin"):
@@ -228,9 +238,9 @@ def compile_program(
         if not project.layout.batch_in_flash:
             write_batches(project.layout, [tuple(b) for b in batches], rd / "batch.bin")
         t1 = time.monotonic()
-        _say(progress, f"running {len(batches)} step(s) on {target} in {rd} ...")
-        counting = target == "qemu-m4"  # the emulator counts instructions exactly: every run compares them
-        run_out = tgt.run(build, rd, count=counting, timeout_s=timeout_s)
+        _say(progress, f"running {len(batches)} step(s) on {run_on} in {rd} ...")
+        counting = run_on == "qemu-m4"  # the emulator counts instructions exactly: every run compares them
+        run_out = run_tgt.run(run_build, rd, count=counting, timeout_s=timeout_s)
         secs["run"] = time.monotonic() - t1
         why = run_out.problem()
         _say(progress, f"ran in {secs['run']:.2f} s: " + (why or "ok"))
