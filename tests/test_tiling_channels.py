@@ -62,7 +62,7 @@ def test_channels_are_split_only_where_one_row_is_too_much():
 
 def _net() -> ModelLayers:
     """Two 3x3 convolutions with BatchNorm and ReLU, a residual add, global pooling and a classifier."""
-    net = NetBuilder((3, 6, 5))
+    net = NetBuilder((3, 6, 6))
     x = net.relu("relu1", net.batchnorm("bn1", net.conv("conv1", DATA, 8, 3, 1, 1)))
     y = net.batchnorm("bn2", net.conv("conv2", x, 8, 3, 1, 1))
     y = net.relu("relu2", net.add("add", y, x))
@@ -130,7 +130,9 @@ def test_a_convolution_group_reads_every_channel_a_channel_wise_one_its_own():
     relu = idx["relu1[2/3,c3/4]"]  # relu1 in 4 groups reads bn1 (not split by channels): its whole row tile
     assert [g.nodes[u].name for u in g.preds[relu]] == ["bn1[2/3]"]
     # a weight-gradient share of conv2's channels [4, 8) reads the gradient of those channels only
-    wg = next(v for v, nd in enumerate(g.nodes) if nd.name.startswith("bwd.conv2.wgrad") and _tile(g, v) == (2, 4, 4, 8))
+    wg = next(
+        v for v, nd in enumerate(g.nodes) if nd.name.startswith("bwd.conv2.wgrad") and _tile(g, v) == (2, 4, 4, 8)
+    )
     grads = [_tile(g, u) for u in g.preds[wg] if g.nodes[u].name.startswith("bwd.bn2")]
     assert grads and all(t[2:] == (4, 8) for t in grads)
 

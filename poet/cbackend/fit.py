@@ -126,7 +126,9 @@ def fit_arena(
     best = (schedule, plan)
     too_big, infeasible = budget.ram_bytes, None
     step = max(8, budget.ram_bytes // 200)  # stop halving below half a percent of the budget
-    ram, overshoot = budget.ram_bytes, plan.arena_bytes - avail_of(schedule)
+    overshoot = plan.arena_bytes - avail_of(schedule)
+    # the first re-solve asks for the budget less the overshoot, or at once for what the arena limit leaves
+    ram = min(budget.ram_bytes, avail_of(schedule) + schedule.graph.fixed_ram_bytes + max(0, overshoot))
     while best[1].arena_bytes > avail_of(best[0]) and schedule.strategy in REFIT_STRATEGIES:
         left = t_end - time.monotonic()
         nxt = _next_budget(ram, overshoot, too_big, infeasible, step)
