@@ -387,24 +387,9 @@ class QemuM4:
     def missing(self) -> str | None:
         return missing()
 
-    def build(
-        self,
-        project_dir,
-        ram_bytes: int,
-        *,
-        stack_bytes: int = DEFAULT_STACK_BYTES,
-        defines=(),
-        flash_bytes: int = FLASH_BYTES,
-        external_bytes: int = EXTERNAL_BYTES,
-    ) -> Build:
-        return build(
-            project_dir,
-            ram_bytes,
-            stack_bytes=stack_bytes,
-            defines=defines,
-            flash_bytes=flash_bytes,
-            external_bytes=external_bytes,
-        )
+    def build(self, project_dir, ram_bytes: int, **options) -> Build:
+        """:func:`build` (options: ``stack_bytes``, ``defines``, ``flash_bytes``, ``external_bytes``)."""
+        return build(project_dir, ram_bytes, **options)
 
     def run(self, build: Build, run_dir, count: bool = False, timeout_s: float = 60.0) -> RunOutput:
         return run(build, run_dir, count, timeout_s)

@@ -24,6 +24,7 @@ from functools import lru_cache
 from .core import Graph, GraphError
 from .tiling import HEADS_KEY, build_tiled, rows_of, tileable, tiled_nodes
 from .tiling_channels import split_channels
+from .tiling_layout import CHANNELS_KEY
 from .zoo import ModelLayers, build_model, model_layers
 
 TILE_OFF = "off"
@@ -86,6 +87,18 @@ class TilingPlan:
             "nodes_after": self.nodes_after,
             "limit": self.limit,
         }
+
+
+def split_items(counts: dict[str, int]) -> list[tuple[str, int, str]]:
+    """Per layer split, in the order of ``counts``: (name, its tiles, "x8", or "x32x2ch" for 32 row tiles
+    of 2 channel groups each)."""
+    ch = {k[: -len(CHANNELS_KEY)]: v for k, v in counts.items() if k.endswith(CHANNELS_KEY)}
+    items = [
+        (k, v * ch.get(k, 1), f"x{v}" + (f"x{ch[k]}ch" if k in ch else ""))
+        for k, v in counts.items()
+        if not k.endswith(CHANNELS_KEY)
+    ]
+    return items + [(k, g, f"x{g}ch") for k, g in ch.items() if k not in counts]
 
 
 def parse_tile_option(value) -> str:
