@@ -57,3 +57,28 @@ def test_a_network_under_a_ram_cap_on_qemu_m4_is_tiled_into_channel_groups_to_fi
     assert h.losses == r.results.losses
     for name, g in r.results.grads[0].items():
         assert np.array_equal(g, h.grads[0][name]), name
+
+
+def test_an_image_larger_than_the_board_is_mapped_and_its_project_run_on_the_host(tmp_path, monkeypatch, capsys):
+    """ResNet-18's 44.7 MB of weights do not fit mps2-an386's 4 MiB of flash; here a board of 64 KiB of
+    flash stands in for that: the link maps the step with flash widened (its RAM figures are real),
+    the image is not run on the emulator, and the same project is run and checked on the host."""
+    from poet.cbackend import m4_elf, qemu_m4
+    from poet.cli import main
+    from poet.graph.zoo import build_model
+    from poet.schedule.io import save_schedule
+
+    if qemu_m4.missing():
+        require(qemu_m4.missing())
+    monkeypatch.setattr(m4_elf, "FLASH_BYTES", 64 << 10)
+    monkeypatch.setattr(qemu_m4, "FLASH_BYTES", 64 << 10)
+    s = solve(build_model("linear", 2), "m4", memory="100%", runtime=None, time_limit=8, find_min_budgets=False)
+    save_schedule(s, tmp_path / "s.json")
+    out = tmp_path / "c"
+    args = ["compile", "--schedule", str(tmp_path / "s.json"), "--target", "qemu-m4", "--out", str(out), "--check"]
+    rc = main([*args, "--fit-time-limit", "20"])
+    text = capsys.readouterr()
+    assert rc == 2 and "cannot run on mps2-an386" in text.err and "ran on the host instead" in text.err
+    assert "FLASH (" in text.out and "widened to map the step" in text.out
+    assert "ran on host: ok" in text.out and "against PyTorch: match within the bounds" in text.out
+    assert "RAM [0x20000000" in text.out
