@@ -86,6 +86,7 @@ def place_step(
     plan = plan_arena(schedule)
     limit = needs = None
     if region_target is not None:
+        Path(out).resolve().parent.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryDirectory(prefix=".poet-measure-", dir=Path(out).resolve().parent) as tmp:
             p0 = write(kp, schedule, plan, Path(tmp) / "p")
             needs = measure_needs(region_target, p0.path, ram, kp.kernels())
