@@ -31,8 +31,14 @@ from poet.cbackend import qemu_m4
 from poet.cbackend.commands import RUNTIME_RAM_BYTES
 from poet.execute.models import load
 
+ROWS: list[str] = []
+HEAD = (
+    "| model | budget | tiled | schedule (recomputes, page-outs, page-ins) | instructions per step, predicted | "
+    "measured | error, first step | error, mean | stack used / reserved (B) |"
+)
 
-def run(model_name: str, memory: str, steps: int, device: str, time_limit: float, say) -> None:
+
+def run(model_name: str, memory: str, steps: int, device: str, time_limit: float, check: bool, say) -> None:
     torch.manual_seed(0)
     model, loss_fn, data = load(model_name, batch_size=8, seed=0, dropout=0.1)
     model.train()
@@ -54,7 +60,9 @@ def run(model_name: str, memory: str, steps: int, device: str, time_limit: float
     say(f"{model_name} at {memory}: planned in {secs:.1f} s ({tiled}, {len(pl.steps)} instructions)")
     with tempfile.TemporaryDirectory(prefix="poet-bench-") as tmp:
         t0 = time.perf_counter()
-        res = pl.compile("qemu-m4", Path(tmp) / "p", run=True, batches=batches, lr=0.05, momentum=0.9, progress=say)
+        res = pl.compile(
+            "qemu-m4", Path(tmp) / "p", run=True, check=check, batches=batches, lr=0.05, momentum=0.9, progress=say
+        )
         wall = time.perf_counter() - t0
     if not res.ok or res.instructions is None:
         print(f"{model_name} at {memory}: the run failed: {res.run.problem() if res.run else 'not run'}")
@@ -71,6 +79,17 @@ def run(model_name: str, memory: str, steps: int, device: str, time_limit: float
         for p, m in zip(res.instructions.predicted, res.instructions.measured)
     ]
     print(f"  error per iteration: {', '.join(f'{e:+.3%}' for e in errs)}")
+    cmp = res.instructions
+    pred = sum(sum(p.values()) for p in cmp.predicted) / len(cmp.predicted)
+    meas = sum(sum(m.values()) for m in cmp.measured) / len(cmp.measured)
+    first = (sum(cmp.predicted[0].values()) - sum(cmp.measured[0].values())) / sum(cmp.measured[0].values())
+    ROWS.append(
+        f"| {model_name} | {memory} | {tiled} | {len(res.schedule.steps)} ({t.recomputes}, {t.page_outs}, "
+        f"{t.page_ins}) | {pred:,.0f} | {meas:,.0f} | {first:+.3%} | {(pred - meas) / meas:+.2%} | "
+        f"{res.run.stack_used or 0:,} / {res.build.memory.stack:,} |"
+    )
+    if res.check is not None:
+        print("\n".join(res.check.lines()))
     secs = res.seconds
     print(
         f"  seconds: build {secs.get('build', 0):.1f}, run {secs.get('run', 0):.1f}, per-node measurement "
@@ -85,14 +104,18 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--device", default="m4", help="the device the plan is priced on")
     ap.add_argument("--time-limit", type=float, default=60.0)
+    ap.add_argument("--check", action="store_true", help="also compare with PyTorch (and print how close)")
     ap.add_argument("--quiet", action="store_true")
     args = ap.parse_args()
     why = qemu_m4.missing()
     if why:
         raise SystemExit(why)
     say = (lambda m: None) if args.quiet else (lambda m: print(f"  .. {m}", file=sys.stderr, flush=True))
-    for memory in args.memory.split(","):
-        run(args.model, memory, args.steps, args.device, args.time_limit, say)
+    for model in args.model.split(","):
+        for memory in args.memory.split(","):
+            run(model, memory, args.steps, args.device, args.time_limit, args.check, say)
+    print("\n" + HEAD + "\n|" + "---|" * HEAD.count(" | ") + "---|")
+    print("\n".join(ROWS))
 
 
 if __name__ == "__main__":

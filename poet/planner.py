@@ -29,6 +29,7 @@ class Plan:
     executor_options: dict = field(default_factory=dict)
     tiling: object = None  # poet.execute.tiled.TilingChoice when tiling was considered
     untiled: object = None  # the program before tiling (the reference a compiled tiled step is checked against)
+    replan: object = field(default=None, repr=False)  # (ram_bytes, seconds) -> (program, schedule), tiled again
     _executor: object = field(default=None, repr=False)
     threads: int = 0  # torch threads to run with (a measured profile's); 0: leave torch's setting
 
@@ -118,12 +119,14 @@ class Plan:
         and optionally build, run and check it against PyTorch -> :class:`poet.cbackend.CompileResult`.
 
         ``options`` go to :func:`poet.cbackend.compiler.compile_program` (``batches``, ``steps``,
-        ``lr``, ``momentum``, ``params_in_ram``, ``force``, ``progress`` ...).
+        ``lr``, ``momentum``, ``params_in_ram``, ``force``, ``progress`` ...).  When the schedule's
+        arena does not fit the budget, the step is planned again for less RAM (tiled again if need be).
         """
         from .cbackend.compiler import compile_program
 
         if out is None:
             raise ValueError("plan.compile needs out=: the folder to write the C project to")
+        options.setdefault("replan", self.replan)
         return compile_program(
             self.program,
             self.schedule,
@@ -240,6 +243,27 @@ def plan(
         opts["swap_file"] = swap_file
     if dev.paging_sync:
         opts.update(fsync=True, drop_cache=True)
+
+    def replan(ram_bytes: int, seconds: float):
+        """The step planned again for ``ram_bytes`` (tiled again for it when it needs tiles), with the
+        same strategy, deadline and paging model: a smaller arena when the first one's does not fit."""
+        p2 = untiled
+        if granularity == "aten" and count != 0:
+            from .execute.tiled import tile_for_budget
+
+            t2 = tile_for_budget(untiled, dev, ram_bytes, fixed_ram_bytes=fixed, count=count)
+            p2 = t2.program if t2.tiled else untiled
+        s2 = solve(
+            price(p2),
+            memory=ram_bytes,
+            runtime=sched.budget.runtime_s,
+            strategy=strategy,
+            paging_time=paging_time,
+            time_limit=seconds if time_limit is None else min(seconds, time_limit),  # as long as the first solve
+            find_min_budgets=False,
+        )
+        return p2, s2
+
     if tiling is not None and tiling.tiled:  # how to tile the traced program again (poet compile --schedule)
         rep = tiling.report
         sched.report = sched.report.with_(
@@ -253,6 +277,7 @@ def plan(
         threads=dev.threads,
         tiling=tiling,
         untiled=untiled if prog is not untiled else None,
+        replan=replan,
     )
 
 

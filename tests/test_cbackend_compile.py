@@ -265,3 +265,38 @@ def test_dropout_draws_the_masks_of_the_reference_and_a_new_mask_each_step(tmp_p
     assert res.results.losses[0] != res.results.losses[1]  # the same batch, other masks (and weights)
     other = reference_run(prog, batches, lr=0.05, dropout=dropout_reference(6))
     assert not compare(res.results, other).ok  # the check sees the masks: another seed does not match
+
+
+def test_plan_compile_plans_again_when_the_arena_does_not_fit(tmp_path, host_ready, monkeypatch):
+    """An arena past the budget (made so here: the first schedule's plan gets 512 B of holes) is
+    never compiled: plan.compile plans the step again for the budget less the overshoot."""
+    import poet
+    import poet.cbackend.fit as fit_mod
+    from poet.cbackend.arena import ArenaPlan
+
+    torch.manual_seed(0)
+    m = models.MLP(d_in=8, hidden=16, layers=2, num_classes=4)
+    x, y = torch.randn(6, 8), torch.randint(0, 4, (6,))
+    pl = poet.plan(m.train(), (x,), nn.CrossEntropyLoss(), targets=(y,), device="m4", memory="100%", time_limit=10)
+    first = pl.schedule.steps
+    real = fit_mod.plan_arena
+
+    def fragmenting(s, **kw):
+        p = real(s, **kw)
+        if s.steps == first:
+            return ArenaPlan(p.residencies, p.offsets, p.arena_bytes + 512, p.live_peak_bytes, 8, "holes", ())
+        return p
+
+    monkeypatch.setattr(fit_mod, "plan_arena", fragmenting)
+    asked = []
+    replan = pl.replan
+
+    def spy(ram, seconds):
+        asked.append(ram)
+        return replan(ram, seconds)
+
+    res = pl.compile("host", tmp_path / "p", run=True, check=True, replan=spy)
+    budget = pl.schedule.budget.ram_bytes
+    assert asked and asked[0] < budget and res.fit.fits and len(res.fit.attempts) == len(asked) + 1
+    assert res.arena_bytes <= budget - res.schedule.graph.fixed_ram_bytes
+    assert res.schedule.budget.ram_bytes == budget and res.check.ok

@@ -24,3 +24,19 @@ aten = torch.ops.aten
 )
 def test_target_key_names_each_overload_once(target, key):
     assert target_key(target) == key
+
+
+def test_value_dtype_follows_long_chains_of_untraced_nodes():
+    """A tiled step's new nodes carry no traced value: their dtype is their first tensor argument's,
+    however far back (a tiled BERT step has chains of 18)."""
+    from poet.cbackend.opspec import scalar_for, value_dtype
+
+    g = torch.fx.Graph()
+    x = g.placeholder("x")
+    x.meta["val"] = torch.empty(2, dtype=torch.float32)
+    n = x
+    for _ in range(40):
+        n = g.call_function(aten.neg.default, (n,))
+    assert value_dtype(n) == "float32"
+    assert scalar_for(value_dtype(n), 0.35) == 0.35
+    assert scalar_for("unknown", 0.35) == 0.35 and scalar_for("int64", 3.0) == 3

@@ -140,6 +140,18 @@ def test_conversions_and_creation():
     check_traced(f, randn(3, 4), torch.arange(6))
 
 
+def test_uninitialised_tensors_are_zeros():
+    """aten leaves empty's memory as it was; the C step zeros it, so nothing depends on what the arena held."""
+    fn = lambda x: (torch.empty(3, 2), aten.empty_strided.default([2, 3], [1, 2]), x.new_empty(4))  # noqa: E731
+    nodes, values = trace(fn, randn(2))
+    for n in nodes:
+        spec = vocabulary.spec_for(n)
+        assert spec.kernel == "fill" and spec.scalars == (0.0,) and spec.inputs == ()
+        out = torch.full(values[n].shape, float("nan"))
+        hostlib.call("fill", [], [out], spec.scalars)
+        assert torch.equal(out, torch.zeros(values[n].shape))
+
+
 def test_bitwise_not_and_convert_layouts():
     m0 = randn(3, 5) > 0
     for (nm, m), (no, out) in itertools.product(layouts(m0), empty_layouts(m0.shape, torch.bool)):

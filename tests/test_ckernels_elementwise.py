@@ -164,6 +164,8 @@ def test_specs_of_traced_activations_run_their_kernels():
             torch.nn.functional.relu6(x),
             torch.nn.functional.hardswish(x),
             torch.clamp(x, min=-0.5),
+            torch.clamp_min(x, 0.25),
+            torch.clamp_max(x, 1.5),
             torch.clamp(x, -1.0, 2.0),
             torch.sigmoid(x),
             torch.nn.functional.silu(x),

@@ -234,3 +234,17 @@ def test_the_link_map_shows_every_section_in_its_region(tmp_path):
     # a section outside its region is refused (here: a RAM region said to be smaller than the link's)
     with pytest.raises(qemu_m4.TargetError, match="outside the RAM region"):
         qemu_m4.link_map_lines(b.binary, 4096)
+
+
+@pytest.mark.parametrize("ram", [1_198_368, 200_000, 32_768 + 96])
+def test_the_mpu_grants_exactly_the_ram_region(tmp_path, ram):
+    """Budgets that need many MPU regions (1,198,368 B takes six): the last word of the region is
+    writable, the first word past it faults."""
+    top = f"#define END (0x20000000u + {ram}u)"
+    (tmp_path / "in").mkdir()
+    (tmp_path / "out").mkdir()
+    inside = firmware(tmp_path / "in", "*(volatile uint32_t *)(END - 4) = 7; return 0;", ram=ram, top=top)
+    assert qemu_m4.run(inside, tmp_path / "in").ok
+    past = firmware(tmp_path / "out", "*(volatile uint32_t *)END = 7; return 0;", ram=ram, top=top)
+    out = qemu_m4.run(past, tmp_path / "out")
+    assert out.fault is not None and out.fault.kind == "MemManage" and out.fault.address == 0x20000000 + ram

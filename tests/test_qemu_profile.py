@@ -146,3 +146,38 @@ def test_a_damaged_instruction_table_is_refused(profiled, tmp_path, edit, says):
     bad.write_text(path.read_text().replace(*edit, 1))
     with pytest.raises(DeviceError, match=says):
         load_device(bad)
+
+
+def test_a_tiled_plan_is_priced_from_the_tiled_step_measured(tmp_path, build_cache_dir, monkeypatch):  # noqa: F811
+    monkeypatch.setenv("POET_CACHE_DIR", str(build_cache_dir))
+    monkeypatch.chdir(tmp_path)
+    out = tmp_path / "cnn.toml"
+    args = ["--model", "cnn", "--batch-size", "2", "--memory", "90KB", "--out", str(out), "--quiet"]
+    assert main(["profile", "--target", "qemu-m4", *args]) == 0
+    names = [p.name for p in load_device(out).instructions.programs]
+    assert names == ["cnn", "cnn, tiled for 90000 B"]
+    from poet.cbackend.commands import RUNTIME_RAM_BYTES
+    from poet.execute.models import load
+
+    torch.manual_seed(0)
+    model, loss_fn, data = load("cnn", batch_size=2, seed=0, dropout=0.1)
+    x, y = data.batch()
+    pl = poet.plan(model.train(), x, loss_fn, targets=y, device=str(out), memory="90KB", optimizer="sgd",
+                   runtime_ram_bytes=RUNTIME_RAM_BYTES, time_limit=10)  # fmt: skip
+    assert pl.tiling is not None and pl.tiling.tiled
+    assert pl.graph.meta["priced_by"] == "instructions of cnn, tiled for 90000 B"
+
+
+def test_a_model_the_kernels_do_not_cover_is_refused_naming_the_op(tmp_path, capsys, monkeypatch):
+    (tmp_path / "qprof_bad.py").write_text(
+        textwrap.dedent(MODEL).replace("nn.ReLU()", "nn.Softplus()").replace("def mlp", "def bad")
+    )
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    try:
+        rc = main(["profile", "--target", "qemu-m4", "--model", "qprof_bad:bad", "--out", "x.toml", "--quiet"])
+    finally:
+        sys.modules.pop("qprof_bad", None)
+    assert rc == 2
+    err = capsys.readouterr().err
+    assert "no kernel for" in err and "softplus" in err and not (tmp_path / "x.toml").exists()

@@ -30,9 +30,16 @@ def require_qemu_m4() -> None:
 
 @pytest.fixture(scope="session")
 def build_cache_dir(tmp_path_factory):
-    """One cache of built kernel libraries and plugins for the whole session (each test otherwise
-    gets an empty POET_CACHE_DIR from conftest, and would compile every kernel again)."""
-    return tmp_path_factory.mktemp("cbackend-build-cache")
+    """One cache of built kernel libraries and plugins for the whole test session, shared by the
+    xdist workers (each test otherwise gets an empty POET_CACHE_DIR from conftest, and would compile
+    every kernel again).  Builds land in it atomically under content-hashed names, so workers that
+    build the same library at once only duplicate work; the user's own cache is never touched."""
+    base = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        base = base.parent  # the session's folder, above each worker's own
+    path = base / "cbackend-build-cache"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
 
 
 @pytest.fixture

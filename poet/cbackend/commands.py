@@ -12,11 +12,12 @@ whose graph is not the traced program's.
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 
 EXAMPLE = (
-    "poet plan --model mlp --device m4 --memory 60% --out plan.json && "
-    "poet compile --schedule plan.json --model mlp --target host --out mlp-c --run --check"
+    "poet plan --model cnn --device m4 --memory 60% --out plan.json && "
+    "poet compile --schedule plan.json --model cnn --target host --out cnn-c --run --check"
 )
 
 # RAM a compiled step holds besides its tensors: the stack (qemu-m4's default) and the runtime's
@@ -35,7 +36,8 @@ def _errors():
 
 
 def register(subparsers) -> None:
-    from ..units import BATCH, SECONDS, number_option
+    from ..execute.model_options import add_model_options
+    from ..units import SECONDS, number_option
     from .targets import TARGETS
 
     p = subparsers.add_parser(
@@ -44,20 +46,14 @@ def register(subparsers) -> None:
         epilog=f"Example: {EXAMPLE}",
     )
     p.add_argument("--schedule", required=True, help="a poet-schedule/1 file of a traced model (poet plan --out)")
-    p.add_argument(
-        "--model",
-        default=None,
-        help="the model the schedule was planned for: cnn, mlp, dwnet, gpt ... or module:function returning "
-        "(model, loss_fn, data), traced again with the options below (not needed for a schedule of a zoo "
-        "network from poet solve --model: its graph names the network, weights and batch come from --seed)",
+    add_model_options(
+        p,
+        model_default="",  # not required: a zoo schedule names its network
+        model_help="the model the schedule was planned for: cnn, mlp, dwnet, gpt ... or module:function "
+        "returning (model, loss_fn, data), traced again with the options below (not needed for a schedule "
+        "of a zoo network from poet solve --model: its graph names the network, weights and batch come "
+        "from --seed)",
     )
-    p.add_argument("--batch-size", type=BATCH, default=8)
-    p.add_argument(
-        "--dropout",
-        type=number_option("float", "a dropout probability in [0, 1)", "0.1", minimum=0.0, below=1.0),
-        default=0.1,
-    )
-    p.add_argument("--seed", type=int, default=0)
     p.add_argument("--target", choices=TARGETS, default="host")
     p.add_argument("--out", required=True, help="folder for the C project (replaced only with --force)")
     p.add_argument("--force", action="store_true", help="replace --out if it exists")
@@ -162,13 +158,20 @@ def cmd_compile(a) -> int:
     try:
         _check_out_dir(a.out, a.force)
         schedule = load_schedule(a.schedule)  # replayed by the validator
+        fixed = (schedule.graph.meta or {}).get("fixed_ram") or {}
+        if a.target == "qemu-m4" and schedule.graph.fixed_ram_bytes and "runtime" not in fixed:
+            say = _progress(a) or (lambda text: None)
+            say(
+                f"note: {a.schedule} keeps no RAM for the compiled step's stack and statics ({RUNTIME_RAM_BYTES:,} B): "
+                f"if they do not fit beside it, plan with poet plan --target qemu-m4"
+            )
         from .compiler import compile_program
         from .lower_zoo import is_zoo_graph, zoo_program
 
-        if a.model is None and is_zoo_graph(schedule.graph):  # a zoo layer graph: built again from its meta
+        if not a.model and is_zoo_graph(schedule.graph):  # a zoo layer graph: built again from its meta
             prog = untiled = zoo_program(schedule.graph, seed=a.seed)
             batches = [prog.example_batch] * a.steps
-        elif a.model is None:
+        elif not a.model:
             raise ValueError(
                 f"{a.schedule} is not a schedule of a zoo network: give --model, the model it was planned for"
             )
@@ -207,6 +210,42 @@ def cmd_compile(a) -> int:
     return 0 if res.ok else 1
 
 
+def _report(a, plan, res) -> dict:
+    """``poet train --target --json``: what was compiled, where it lived, what it ran and how close."""
+    t = res.schedule.totals
+    report = {
+        "model": a.model,
+        "target": a.target,
+        "budget_bytes": res.schedule.budget.ram_bytes,
+        "status": res.schedule.status,
+        "nodes": len(res.schedule.graph),
+        "tiled": bool(plan.tiling is not None and plan.tiling.tiled),
+        "arena_bytes": res.arena_bytes,
+        "schedule_peak_bytes": res.peak_bytes,
+        "fixed_bytes": res.schedule.graph.fixed_ram_bytes,
+        "bytes_paged_out": t.bytes_paged_out,
+        "bytes_paged_in": t.bytes_paged_in,
+        "memory": None if res.build is None else dataclasses.asdict(res.build.memory),
+        "losses": list(res.results.losses) if res.results else None,
+        "ok": res.ok,
+    }
+    ins = res.instructions
+    if ins is not None:  # per iteration, the mean of the steps run
+        report["instructions"] = {
+            "predicted": {k: ins.mean_predicted(k) for k in ins.counts},
+            "measured": {k: ins.mean_measured(k) for k in ins.counts},
+            "total_error": ins.total_error,
+        }
+    if res.check is not None:
+        worst = {k: res.check.worst(k) for k in ("loss", "grad", "param", "buffer")}
+        report["check"] = {
+            "ok": res.check.ok,
+            **{f"worst_{k}": None if w is None else w.relative for k, w in worst.items()},
+            "lines": res.check.lines(),
+        }
+    return report
+
+
 def train_on_target(a, plan, data, first) -> int:
     """``poet train --target``: the plan compiled to C, ``--steps`` steps run there, checked if asked."""
     import json
@@ -238,18 +277,7 @@ def train_on_target(a, plan, data, first) -> int:
             force=a.force,
             progress=_progress(a),
         )
-        report = {
-            "model": a.model,
-            "target": a.target,
-            "status": plan.schedule.status,
-            "arena_bytes": res.arena_bytes,
-            "schedule_peak_bytes": res.peak_bytes,
-            "memory": None if res.build is None else vars(res.build.memory),
-            "losses": list(res.results.losses) if res.results else None,
-            "ok": res.ok,
-        }
-        if res.check is not None:
-            report["check"] = {"ok": res.check.ok, "lines": res.check.lines()}
+        report = _report(a, plan, res)
         if a.json:
             print(json.dumps(report, indent=1))
         else:

@@ -124,10 +124,11 @@ def compile_program(
     force: bool = False,
     progress: Callable[[str], None] | None = None,
     timeout_s: float = 600.0,
-    fit_time_limit_s: float = 120.0,
+    fit_time_limit_s: float = 300.0,
     reference_program=None,
     rng_seed: int = 0,
     run_dir=None,
+    replan=None,
     instruction_model: InstructionModel | None = None,
 ) -> CompileResult:
     """Compile ``schedule`` of the traced ``program`` into a C project in ``out`` for ``target``.
@@ -142,7 +143,9 @@ def compile_program(
     training steps (``batches``: one ``inputs + targets`` tuple per step; default the example
     batch).  check: also train in PyTorch (``reference_program``: the untiled program of a tiled
     one) and compare, its dropout drawing the compiled step's masks (``rng_seed``: the run's base
-    seed, :mod:`poet.cbackend.rng`).  Raises before building on a schedule or program the backend cannot compile.
+    seed, :mod:`poet.cbackend.rng`).  ``replan(ram_bytes, seconds) -> (program, schedule)`` plans the
+    step again for less RAM when the arena does not fit (default: the same graph solved again).
+    Raises before building on a schedule or program the backend cannot compile.
     On ``qemu-m4`` a run counts instructions and compares them, per iteration and per kind, with the
     prediction from ``program``'s per-node costs (``instruction_model``, measured first if None).
     """
@@ -186,6 +189,7 @@ def compile_program(
             batch=None if params_in_ram else tuple(batches[0]),  # the paper's setting: data in flash, like weights
         )
 
+    traced = program  # the reference, untiled unless a tiled program was given
     placed_from = schedule
     placed = place_step(
         program,
@@ -196,6 +200,7 @@ def compile_program(
         region_target=region,
         fit_time_limit_s=fit_time_limit_s,
         progress=progress,
+        replan=replan,
     )
     program, kp, fit, project, needs = placed.program, placed.kernel_program, placed.fit, placed.project, placed.needs
     schedule = fit.schedule
@@ -260,7 +265,7 @@ def compile_program(
         if zoo:
             ref = zoo_reference(program, batches, lr=lr, momentum=mom)
         else:
-            reference = reference_program or program
+            reference = reference_program or traced
             ref = reference_run(
                 reference,
                 batches,

@@ -134,6 +134,10 @@ def build_tables(kp: KernelProgram, schedule, plan: ArenaPlan, layout: ProjectLa
                 k = kernels.setdefault(c.kernel, len(kernels))
                 a = arg_pool.add(tuple(arg(r, what) for r in c.tensors))
                 sc = scalar_pool.add(tuple(c.scalars)) if c.scalars else 0
+                if len(c.tensors) > 255 or len(c.scalars) > 255:
+                    raise LoweringError(
+                        f"{what}: {len(c.tensors)} tensors and {len(c.scalars)} scalars; a call takes 255 at most"
+                    )
                 crow.append((k, len(c.tensors), len(c.scalars), a, sc))
                 max_t = max(max_t, len(c.tensors))
             first = call_pool.add(tuple(crow)) if crow else 0
@@ -313,7 +317,7 @@ def model_source(
         f"    .batch_bytes = {layout.batch_bytes}u, .pages_bytes = {t.pages_bytes}u,",
         f"    .nupdates = {len(upd)}u, .updates = updates,",
         f"    .nbuffer_updates = {len(bupd)}u, .buffer_updates = buffer_updates,",
-        f"    .rng_seed = {int(layout.rng_seed) & 0xFFFFFFFFFFFFFFFF}u,",
+        f"    .rng_seed = {int(layout.rng_seed) & 0xFFFFFFFFFFFFFFFF}ull,",
         f"    .lr = {float(layout.lr)!r}f, .momentum = {float(mom)!r}f,",
         f"    .momentum_buf = {'momentum_buf' if mom else 'NULL'},",
         f"    .params_writable = {int(layout.params_in_ram)}, .poison_freed = {int(poison)},",

@@ -140,7 +140,7 @@ def fit_arena(
                 f"arena {best[1].arena_bytes:,} B > {avail_of(best[0]):,} B available: solving again for {ram:,} B RAM"
             )
         t0 = time.monotonic()
-        s2 = run(schedule, ram, left)
+        s2 = run(schedule, ram, max(1.0, left / 2))  # leave time for one more after this one
         if not s2.feasible:
             attempts.append(FitAttempt(ram, s2.status, None, None, time.monotonic() - t0, len(s2.graph.nodes)))
             infeasible = ram if infeasible is None else max(infeasible, ram)

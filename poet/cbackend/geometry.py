@@ -193,11 +193,3 @@ def capture_geometry(program, param_index: dict[str, int], buffer_index: dict[st
     finally:
         torch.set_rng_state(rng)
     return StepGeometry(values, owners, nbytes, const_values, const_names)
-
-
-def _as_meta(v):
-    if isinstance(v, torch.Tensor):
-        return torch.empty_strided(tuple(v.shape), tuple(v.stride()), dtype=v.dtype, device="meta")
-    if isinstance(v, (tuple, list)):
-        return type(v)(_as_meta(x) for x in v)
-    return v

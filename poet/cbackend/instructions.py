@@ -210,7 +210,14 @@ def _calibration_run(
         force=True,
     )
     _nop_kernels(project.path, project.tables.kernels)
-    build = qemu_m4.build(project.path, qemu_m4.RAM_REGION_MAX, defines=(qemu_m4.ARENA_EXTERNAL,))
+    try:
+        build = qemu_m4.build(project.path, qemu_m4.RAM_REGION_MAX, defines=(qemu_m4.ARENA_EXTERNAL,))
+    except qemu_m4.TargetError as e:
+        where = "RAM" if params_in_ram else "flash"
+        raise qemu_m4.TargetError(
+            f"measuring the step runtime of {program.name} needs its parameters in the emulated board's "
+            f"{where} (4 MiB) beside the gradients and the batch; it does not link: {e}"
+        ) from e
     run_dir = folder / "run"
     run_dir.mkdir(exist_ok=True)
     write_batches(project.layout, [tuple(program.example_batch)] * iterations, run_dir / "batch.bin")

@@ -112,6 +112,7 @@ for _key, _value in {
     "aten.new_ones.default": lambda n: 1,
     # uninitialised memory in aten; zeros here, so a step never depends on what the arena held
     "aten.empty.memory_format": lambda n: 0,
+    "aten.empty_strided.default": lambda n: 0,
     "aten.empty_like.default": lambda n: 0,
     "aten.new_empty.default": lambda n: 0,
 }.items():

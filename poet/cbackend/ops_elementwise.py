@@ -39,6 +39,16 @@ def clamp(n) -> CallSpec:
     return _f32(n, "hardtanh", n.args[:1], (-inf if lo is None else float(lo), inf if hi is None else float(hi)))
 
 
+@register("aten.clamp_min.default")
+def clamp_min(n) -> CallSpec:
+    return _f32(n, "hardtanh", n.args[:1], (float(n.args[1]), float("inf")))
+
+
+@register("aten.clamp_max.default")
+def clamp_max(n) -> CallSpec:
+    return _f32(n, "hardtanh", n.args[:1], (-float("inf"), float(n.args[1])))
+
+
 @register("aten.hardtanh_backward.default")
 def hardtanh_backward(n) -> CallSpec:
     grad, self_, lo, hi = n.args[:4]

@@ -94,29 +94,31 @@ def is_value(a) -> bool:
     return hasattr(a, "op") and hasattr(a, "meta")
 
 
-def value_dtype(n, item: int | None = None, _depth: int = 16) -> str:
+def value_dtype(n, item: int | None = None) -> str:
     """The dtype of FX node ``n``'s value (``item`` of a tuple), as ``float32``, ``int64`` ...: the traced
     one, or, for a node made after tracing (a tile kernel's, whose meta is empty), its first tensor
-    argument's (views and tiles keep their input's dtype); ``unknown`` when neither says."""
-    val = n.meta.get("val")
-    if isinstance(val, (tuple, list)):
-        val = val[item] if item is not None and item < len(val) else next((v for v in val if hasattr(v, "dtype")), None)
-    if val is not None:
-        return str(getattr(val, "dtype", "unknown")).replace("torch.", "")
-    if _depth > 0:
+    argument's (views and tiles keep their input's dtype; a getitem, its tuple item's), followed back as
+    far as it goes (a tiled graph's chains of new nodes are long); ``unknown`` when nothing says."""
+    while True:
+        val = n.meta.get("val")
+        if isinstance(val, (tuple, list)):  # a tuple-valued node: the item asked for, else its first tensor
+            pick = [val[item]] if item is not None and item < len(val) else val
+            val = next((v for v in pick if hasattr(v, "dtype")), None)
+        if val is not None:
+            return str(getattr(val, "dtype", "unknown")).replace("torch.", "")
         if getattr(n.target, "__name__", "") == "getitem" and is_value(n.args[0]):
-            return value_dtype(n.args[0], int(n.args[1]), _depth - 1)
-        for a in n.args:
-            for v in a if isinstance(a, (list, tuple)) else (a,):
-                if is_value(v):
-                    return value_dtype(v, None, _depth - 1)
-    return "unknown"
+            n, item = n.args[0], int(n.args[1])
+            continue
+        first = next((v for a in n.args for v in (a if isinstance(a, (list, tuple)) else (a,)) if is_value(v)), None)
+        if first is None:
+            return "unknown"
+        n, item = first, None  # an FX graph has no cycles: every step goes to an earlier node
 
 
 def scalar_for(dtype: str, value) -> Scalar:
     """A Python number in the kind a kernel reads for ``dtype``: an int (``.i``) for integer and bool
-    dtypes, a float (``.f``) for floating ones and for a dtype nothing records (float32 is what
-    tiled graphs hold)."""
+    dtypes, a float (``.f``) for floating ones and for a dtype nothing records (float32 activations are
+    what tiled graphs hold; a float is never truncated to an int on a guess)."""
     if dtype.startswith(("int", "uint", "bool")):
         return int(value)
     return float(value)

@@ -23,6 +23,7 @@ from .arena import plan_arena
 from .fit import ArenaFit, fit_arena
 from .fit_zoo import zoo_resolver
 from .ir import KernelProgram, LoweringError
+from .lower import lower_program
 from .lower_zoo import ZooProgram, lower_zoo, zoo_program
 from .project import Project
 from .ram_region import FirmwareNeeds, measure_needs
@@ -75,13 +76,23 @@ def place_step(
     region_target=None,
     fit_time_limit_s: float = 120.0,
     progress: Callable[[str], None] | None = None,
+    replan=None,
 ) -> Placed:
     """Fit ``schedule``'s arena (solving again as needed) and write the project with ``write(kp,
     schedule, plan, folder)``.  ``region_target``: the target whose RAM region (the budget) holds the
-    stack and statics too (``qemu-m4``), None for the host."""
+    stack and statics too (``qemu-m4``), None for the host.  ``replan(ram_bytes, seconds) -> (program,
+    schedule)`` plans the step again for less RAM (a traced step tiled again); default: a zoo network
+    tiled again (:func:`~poet.cbackend.fit_zoo.zoo_resolver`), another program the same graph solved again."""
     say = progress or (lambda _t: None)
     zoo = isinstance(program, ZooProgram)
-    solver = zoo_resolver(program, progress) if zoo else None
+    programs: dict[int, object] = {}  # a re-planned schedule's graph -> its program
+
+    def solve_again(s: Schedule, ram: int, seconds: float) -> Schedule:
+        p2, s2 = replan(ram, seconds)
+        programs[id(s2.graph)] = p2
+        return s2
+
+    solver = solve_again if replan is not None else zoo_resolver(program, progress) if zoo else None
     ram = schedule.budget.ram_bytes
     plan = plan_arena(schedule)
     limit = needs = None
@@ -101,7 +112,11 @@ def place_step(
         fit = dataclasses.replace(fit, attempts=tuple(attempts))
         if not fit.fits:
             raise _too_large(fit, schedule, needs)
-        if fit.schedule is not schedule and zoo:  # re-solved (perhaps tiled again): the program of its graph
+        if id(fit.schedule.graph) in programs:  # planned again, tiled another way: its own program
+            program = programs[id(fit.schedule.graph)]
+            kp = lower_zoo(program, fit.schedule) if zoo else lower_program(program, fit.schedule)
+            say(f"lowered the step planned again: {len(kp.nodes)} nodes")
+        elif fit.schedule is not schedule and zoo:  # re-solved (perhaps tiled again): the program of its graph
             program = zoo_program(fit.schedule.graph, seed=program.seed, layers=program.layers)
             kp = lower_zoo(program, fit.schedule)
         project = write(kp, fit.schedule, fit.plan, out)

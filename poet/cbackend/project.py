@@ -57,8 +57,8 @@ def _makefile() -> str:
         f"CFLAGS ?= {flags}\n"
         "step: *.c *.S *.h platform/pk_platform_host.c\n"
         "\t$(CC) $(CFLAGS) -I . *.c *.S platform/pk_platform_host.c -o $@\n"
-        "run: step\n"
-        "\t./step\n"
+        "run: step  # in run/, where poet compile --run writes batch.bin\n"
+        "\tcd run && ../step\n"
         ".PHONY: run\n"
     )
 

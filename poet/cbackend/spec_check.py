@@ -22,10 +22,12 @@ from ..graph.torch_run import placeholder_values
 from . import hostlib, rng, vocabulary
 from .opspec import SPECS, target_key
 
-__all__ = ["DROPOUT_SEED", "SpecCall", "relative_error", "run_beside", "run_host"]
+__all__ = ["DRAWING", "DROPOUT_SEED", "SpecCall", "relative_error", "run_beside", "run_host"]
 
-# the step seed a dropout kernel runs with here (the kernel library's and the probe firmware's
-# default): its expected outputs are poet.cbackend.rng's mask for this seed, not torch's own draw
+# ops whose kernel draws its own random numbers (dropout's counter-based masks): aten's draw comes from
+# torch's generator, so their expected outputs are poet.cbackend.rng's for DROPOUT_SEED (the kernel
+# library's and the probe firmware's default step seed), which run_host sets
+DRAWING = frozenset({"aten.native_dropout.default"})
 DROPOUT_SEED = 0
 
 
@@ -48,7 +50,8 @@ def _fresh(o):
 
 def run_beside(program, visit: Callable[[SpecCall], None]) -> None:
     """Run ``program``'s step once; ``visit`` every node that has a spec (in graph order) before the
-    step goes on.  Nodes whose op has no spec run as usual and are not visited."""
+    step goes on.  Nodes whose op has no spec run as usual and are not visited; an op that draws random
+    numbers (:data:`DRAWING`) is visited with the reference draw as its expected outputs."""
     vals = placeholder_values(program.placeholders, program.params, program.buffers, program.example_batch)
 
     class Beside(torch.fx.Interpreter):
@@ -58,7 +61,7 @@ def run_beside(program, visit: Callable[[SpecCall], None]) -> None:
                 return out
             spec = vocabulary.spec_for(n)
             outs = tuple(out) if isinstance(out, (tuple, list)) else (out,)
-            if spec.kernel == "native_dropout":
+            if target_key(n.target) in DRAWING:
                 x, p, train = self.env[n.args[0]], float(n.args[1]), n.args[2] if len(n.args) > 2 else True
                 outs = rng.native_dropout(x, p, train, DROPOUT_SEED, rng.unit_of(n.name))
             first = next(o for o in outs if isinstance(o, torch.Tensor))

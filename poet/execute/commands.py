@@ -14,23 +14,11 @@ PLAN_EXAMPLE = "poet plan --model bert --device m4 --memory 60% --strategy pagin
 
 
 def _common(p) -> None:
-    from ..units import BATCH, SECONDS, number_option
+    from ..units import SECONDS, number_option
+    from .model_options import add_model_options
 
     src = p.add_argument_group("model")
-    src.add_argument(
-        "--model",
-        default="cnn",
-        help="cnn, bert, mlp (built-in, generated data) or module:function returning "
-        "(model, loss_fn, data) where data.batch() -> (inputs, targets); the module is "
-        "looked up in the current directory, then on PYTHONPATH",
-    )
-    src.add_argument("--batch-size", type=BATCH, default=8)
-    src.add_argument(
-        "--dropout",
-        type=number_option("float", "a dropout probability in [0, 1)", "0.1", minimum=0.0, below=1.0),
-        default=0.1,
-    )
-    src.add_argument("--seed", type=int, default=0)
+    add_model_options(src)
     src.add_argument(
         "--granularity",
         choices=["aten", "layer"],
@@ -93,6 +81,13 @@ def register(subparsers) -> None:
     p.add_argument("--graph-out", help="write the costed graph (poet-graph/1 JSON) here, e.g. with --costs measured")
     p.add_argument("--force", action="store_true", help="overwrite --out / --graph-out")
     p.add_argument("--quiet", action="store_true", help="no progress line while the solver runs")
+    p.add_argument(
+        "--target",
+        choices=("host", "qemu-m4"),
+        default=None,
+        help="plan for a step compiled to C on this target (poet compile): the budget keeps room for the "
+        "compiled step's stack and statics",
+    )
     p.set_defaults(func=cmd_plan)
 
     t = subparsers.add_parser(

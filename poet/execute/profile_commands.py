@@ -11,7 +11,6 @@ the profile (or, with ``--graph-out``, a costed graph) from measurements taken e
 
 from __future__ import annotations
 
-import os
 import statistics
 import sys
 import tempfile
@@ -91,29 +90,9 @@ def register(subparsers) -> None:
 
 def build_model(spec: str, batch_size: int):
     """(model, loss_fn, data) for a built-in name or ``module:function``."""
-    from . import models
+    from .models import load
 
-    if ":" not in spec:
-        return models.build(spec, batch_size=batch_size, seed=0, dropout=0.1)
-    import importlib
-
-    mod, fn = spec.split(":", 1)
-    if os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())
-    try:
-        module = importlib.import_module(mod)
-    except ImportError as e:
-        raise ValueError(
-            f"--model {spec}: cannot import {mod!r} ({e}); run from the directory that holds it, "
-            f"or add that directory to PYTHONPATH"
-        ) from e
-    build = getattr(module, fn, None)
-    if not callable(build):
-        raise ValueError(f"--model {spec}: {mod} has no function {fn!r}")
-    made = build()
-    if not (isinstance(made, tuple) and len(made) == 3):
-        raise ValueError(f"--model {spec} must return (model, loss_fn, data)")
-    return made
+    return load(spec, batch_size=batch_size, seed=0, dropout=0.1)
 
 
 def op_samples(programs, timings):
@@ -161,7 +140,12 @@ def cmd_profile(a) -> int:
         check_out_path(a.out, a.force)
         check_out_path(a.graph_out, a.force)
         if a.target == "qemu-m4":
-            return _qemu(a, say)
+            from ..cbackend.target_types import TargetError
+
+            try:
+                return _qemu(a, say)
+            except TargetError as e:  # the emulator or the toolchain: say what, not a traceback
+                raise ValueError(str(e)) from e
         if a.memory is not None or a.clock_hz is not None:
             raise ValueError("--memory and --clock-hz go with --target qemu-m4")
         if a.import_csv:
@@ -188,6 +172,7 @@ def _qemu(a, say) -> int:
     import torch
 
     from ..cbackend import qemu_m4
+    from ..cbackend.commands import RUNTIME_RAM_BYTES
     from ..cbackend.instruction_profile import default_declared, profile_programs, profile_toml
     from ..fileio import atomic_write_text
     from ..graph.torch_export import export_training_graph
@@ -213,12 +198,16 @@ def _qemu(a, say) -> int:
         model.train()
         inputs, targets = data.batch()
         say(f"tracing {spec}")
-        prog = export_training_graph(model, inputs, loss_fn, targets)
+        # traced and tiled as `poet train --target qemu-m4` plans it (SGD state and the compiled
+        # step's runtime counted as fixed RAM), so a tiled plan's nodes are the ones measured here
+        prog = export_training_graph(model, inputs, loss_fn, targets, optimizer="sgd")
+        prog.fixed_breakdown["runtime"] = RUNTIME_RAM_BYTES
         programs.append((spec, prog))
         if a.memory is not None:
-            budget = make_budget(prog.costed("m4"), a.memory, None, "serial")
-            tiling = tile_for_budget(prog, "m4", budget.ram_bytes)
-            if tiling.tiled:
+            cg = prog.costed("m4")
+            budget = make_budget(cg, a.memory, None, "serial")
+            tiling = tile_for_budget(prog, "m4", budget.ram_bytes) if budget.ram_bytes < cg.min_ram_bytes() else None
+            if tiling is not None and tiling.tiled:
                 say(f"{spec} is tiled for {budget.ram_bytes:,} B: {len(tiling.program.graph.nodes)} nodes")
                 programs.append((f"{spec}, tiled for {budget.ram_bytes} B", tiling.program))
             else:

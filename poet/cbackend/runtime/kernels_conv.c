@@ -54,20 +54,26 @@ static int rowsrc_init(rowsrc *s, const pk_tensor *p, int k, int32_t top, int32_
     return 1;
 }
 
-/* element (n, c, r, 0) of the row source, or NULL for a zero row; *ws: the row's stride along W */
-static const float *src_row(const rowsrc *s, int32_t n, int32_t c, int32_t r, int32_t *ws) {
+/* element (n, c, r, 0) of the row source, or NULL for a zero row; *ws: the row's stride along W, *cs
+   (if not NULL) the stride from one channel's row r to the next's */
+static const float *src_row_cs(const rowsrc *s, int32_t n, int32_t c, int32_t r, int32_t *ws, int32_t *cs) {
     r -= s->top;
     if (r < 0) return 0;
     for (int i = 0; i < s->k; i++) {
         const pk_tensor *p = &s->piece[i];
         if (r < p->size[2]) {
             *ws = p->stride[3];
+            if (cs) *cs = p->stride[1];
             return (const float *)p->data + (int64_t)n * p->stride[0] + (int64_t)c * p->stride[1] +
                    (int64_t)r * p->stride[2];
         }
         r -= p->size[2];
     }
     return 0;
+}
+
+static const float *src_row(const rowsrc *s, int32_t n, int32_t c, int32_t r, int32_t *ws) {
+    return src_row_cs(s, n, c, r, ws, 0);
 }
 
 static float *row4(const pk_tensor *t, int32_t a, int32_t b, int32_t r) {
@@ -94,11 +100,92 @@ static int check_shapes(const rowsrc *s, const pk_tensor *w, const pk_tensor *y,
     return y->size[2] == eh / g->sh + 1 && y->size[3] == ew / g->sw + 1;
 }
 
-/* y = conv(rows, w) + b */
+#define MAX_TAPS 16
+
+/* the output columns [*lo, *hi) where every tap of a kernel row reaches inside the input row (the
+   first tap's and the last tap's ranges meet); both ow_n when there are none */
+static void interior(int32_t kw_n, const geom *g, int32_t w_in, int32_t ow_n, int32_t *lo, int32_t *hi) {
+    int32_t lo2, hi2;
+    col_range(-g->pw, g->sw, w_in, ow_n, lo, hi);
+    col_range((kw_n - 1) * g->dw - g->pw, g->sw, w_in, ow_n, &lo2, &hi2);
+    *lo = lo2 > *lo ? lo2 : *lo;
+    *hi = hi2 < *hi ? hi2 : *hi;
+    if (*lo >= *hi) *lo = *hi = ow_n;
+}
+
+/* yr[ow] += the taps wk[0..kw_n) (in order) times the input columns ow*sw + kw*dw - pw they reach
+   inside [0, w_in): each output column's sum stays in a register across its taps; [lo, hi) is
+   interior()'s range, where no tap needs a check */
+static void row_taps(float *yr, int32_t ys, int32_t ow_n, const float *xr, int32_t xs, int32_t w_in, const float *wk,
+                     int32_t kw_n, const geom *g, int32_t lo, int32_t hi) {
+    for (int32_t ow = 0; ow < ow_n; ow++) {
+        if (ow == lo) {
+            if (ys == 1 && xs == 1 && g->sw == 1 && kw_n == 3) {
+                const float *q = xr + (lo - g->pw);
+                const int32_t d = g->dw;
+                for (; ow < hi; ow++, q++) {
+                    float acc = yr[ow];
+                    acc += wk[0] * q[0];
+                    acc += wk[1] * q[d];
+                    acc += wk[2] * q[2 * d];
+                    yr[ow] = acc;
+                }
+            } else {
+                for (; ow < hi; ow++) {
+                    const float *q = xr + (int64_t)(ow * g->sw - g->pw) * xs;
+                    float acc = yr[(int64_t)ow * ys];
+                    for (int32_t kw = 0; kw < kw_n; kw++) acc += wk[kw] * q[(int64_t)kw * g->dw * xs];
+                    yr[(int64_t)ow * ys] = acc;
+                }
+            }
+            if (ow >= ow_n) break;
+        }
+        float acc = yr[(int64_t)ow * ys];
+        for (int32_t kw = 0; kw < kw_n; kw++) {
+            const int32_t iw = ow * g->sw + kw * g->dw - g->pw;
+            if (iw >= 0 && iw < w_in) acc += wk[kw] * xr[(int64_t)iw * xs];
+        }
+        yr[(int64_t)ow * ys] = acc;
+    }
+}
+
+/* a 1x1 convolution without width padding: each output element's sum over the input channels
+   (bias first, channels in order) in a register */
+static void conv_pointwise(const rowsrc *s, const pk_tensor *w, const pk_tensor *b, const pk_tensor *y, const geom *g) {
+    const int32_t o = w->size[0], cg = w->size[1], og = o / g->groups, oh_n = y->size[2], ow_n = y->size[3];
+    const int32_t ys = y->stride[3], wcs = w->stride[1];
+    for (int32_t n = 0; n < s->n; n++)
+        for (int32_t oc = 0; oc < o; oc++) {
+            const float bias = b ? ((const float *)b->data)[(int64_t)oc * b->stride[0]] : 0.0f;
+            const float *wr = (const float *)w->data + (int64_t)oc * w->stride[0];
+            for (int32_t oh = 0; oh < oh_n; oh++) {
+                int32_t xs, cs;
+                const float *xr = src_row_cs(s, n, (oc / og) * cg, oh * g->sh, &xs, &cs);
+                float *yr = row4(y, n, oc, oh);
+                const int64_t step = (int64_t)g->sw * xs;
+                for (int32_t ow = 0; ow < ow_n; ow++) {
+                    float acc = bias;
+                    if (xr) {
+                        const float *q = xr + ow * step;
+                        for (int32_t ic = 0; ic < cg; ic++) acc += wr[(int64_t)ic * wcs] * q[(int64_t)ic * cs];
+                    }
+                    yr[(int64_t)ow * ys] = acc;
+                }
+            }
+        }
+}
+
+/* y = conv(rows, w) + b; per output element: bias, then input channel, kernel row, kernel column */
 static void conv_forward(const rowsrc *s, const pk_tensor *w, const pk_tensor *b, const pk_tensor *y, const geom *g) {
     const int32_t o = w->size[0], cg = w->size[1], kh_n = w->size[2], kw_n = w->size[3];
     const int32_t og = o / g->groups, oh_n = y->size[2], ow_n = y->size[3], ys = y->stride[3];
+    if (kh_n == 1 && kw_n == 1 && g->pw == 0) {
+        conv_pointwise(s, w, b, y, g);
+        return;
+    }
     const float *wd = (const float *)w->data;
+    int32_t lo, hi;
+    interior(kw_n, g, s->w, ow_n, &lo, &hi);
     for (int32_t n = 0; n < s->n; n++) {
         for (int32_t oc = 0; oc < o; oc++) {
             const float bias = b ? ((const float *)b->data)[(int64_t)oc * b->stride[0]] : 0.0f;
@@ -109,29 +196,67 @@ static void conv_forward(const rowsrc *s, const pk_tensor *w, const pk_tensor *b
             const int32_t c0 = (oc / og) * cg;
             for (int32_t ic = 0; ic < cg; ic++) {
                 for (int32_t kh = 0; kh < kh_n; kh++) {
+                    float wk[MAX_TAPS];
+                    for (int32_t kw = 0; kw < kw_n && kw < MAX_TAPS; kw++)
+                        wk[kw] = wd[(int64_t)oc * w->stride[0] + (int64_t)ic * w->stride[1] + (int64_t)kh * w->stride[2] +
+                                    (int64_t)kw * w->stride[3]];
                     for (int32_t oh = 0; oh < oh_n; oh++) {
                         int32_t xs;
                         const float *xr = src_row(s, n, c0 + ic, oh * g->sh + kh * g->dh, &xs);
                         if (!xr) continue;
                         float *yr = row4(y, n, oc, oh);
-                        for (int32_t kw = 0; kw < kw_n; kw++) {
+                        if (kw_n <= MAX_TAPS) {
+                            row_taps(yr, ys, ow_n, xr, xs, s->w, wk, kw_n, g, lo, hi);
+                            continue;
+                        }
+                        for (int32_t kw = 0; kw < kw_n; kw++) { /* a kernel wider than MAX_TAPS: tap by tap */
                             const float wv = wd[(int64_t)oc * w->stride[0] + (int64_t)ic * w->stride[1] +
                                                 (int64_t)kh * w->stride[2] + (int64_t)kw * w->stride[3]];
                             const int32_t off = kw * g->dw - g->pw;
-                            int32_t lo, hi;
-                            col_range(off, g->sw, s->w, ow_n, &lo, &hi);
+                            int32_t a, z;
+                            col_range(off, g->sw, s->w, ow_n, &a, &z);
                             const float *xp = xr + (int64_t)off * xs;
-                            const int64_t xstep = (int64_t)g->sw * xs;
-                            if (ys == 1 && xstep == 1) {
-                                for (int32_t ow = lo; ow < hi; ow++) yr[ow] += wv * xp[ow];
-                            } else {
-                                for (int32_t ow = lo; ow < hi; ow++) yr[(int64_t)ow * ys] += wv * xp[ow * xstep];
-                            }
+                            for (int32_t ow = a; ow < z; ow++) yr[(int64_t)ow * ys] += wv * xp[(int64_t)ow * g->sw * xs];
                         }
                     }
                 }
             }
         }
+    }
+}
+
+/* stride 1: ir[iw] += the taps wk[0..kw_n) (in order) times the output-gradient columns iw + pw - kw*dw
+   inside [0, ow_n): each input column's sum in a register across its taps (the order of the additions
+   into each element is the tap-by-tap loop's); [lo, hi): the input columns every tap reaches */
+static void row_taps_back(float *ir, int32_t is, int32_t w_in, const float *gr, int32_t os, int32_t ow_n,
+                          const float *wk, int32_t kw_n, const geom *g, int32_t lo, int32_t hi) {
+    for (int32_t iw = 0; iw < w_in; iw++) {
+        if (iw == lo) {
+            if (is == 1 && os == 1 && kw_n == 3) {
+                const int32_t d = g->dw;
+                const float *q = gr + (lo + g->pw);
+                for (; iw < hi; iw++, q++) {
+                    float acc = ir[iw];
+                    acc += wk[0] * q[0];
+                    acc += wk[1] * q[-d];
+                    acc += wk[2] * q[-2 * d];
+                    ir[iw] = acc;
+                }
+            } else {
+                for (; iw < hi; iw++) {
+                    float acc = ir[(int64_t)iw * is];
+                    for (int32_t kw = 0; kw < kw_n; kw++) acc += wk[kw] * gr[(int64_t)(iw + g->pw - kw * g->dw) * os];
+                    ir[(int64_t)iw * is] = acc;
+                }
+            }
+            if (iw >= w_in) break;
+        }
+        float acc = ir[(int64_t)iw * is];
+        for (int32_t kw = 0; kw < kw_n; kw++) {
+            const int32_t ow = iw + g->pw - kw * g->dw;
+            if (ow >= 0 && ow < ow_n) acc += wk[kw] * gr[(int64_t)ow * os];
+        }
+        ir[(int64_t)iw * is] = acc;
     }
 }
 
@@ -141,6 +266,11 @@ static void conv_input_grad(const rowsrc *go, const pk_tensor *w, const pk_tenso
     const int32_t o = w->size[0], cg = w->size[1], kh_n = w->size[2], kw_n = w->size[3];
     const int32_t og = o / g->groups, gi_rows = gi->size[2], w_in = gi->size[3], gs = gi->stride[3];
     const float *wd = (const float *)w->data;
+    const int taps = g->sw == 1 && kw_n > 1 && kw_n <= MAX_TAPS;
+    int32_t lo = (kw_n - 1) * g->dw - g->pw, hi = go->w - g->pw; /* input columns every tap reaches */
+    lo = lo < 0 ? 0 : lo;
+    hi = hi > w_in ? w_in : hi;
+    if (lo >= hi) lo = hi = w_in;
     for (int32_t n = 0; n < go->n; n++) {
         for (int32_t oc = 0; oc < o; oc++) {
             const int32_t c0 = (oc / og) * cg;
@@ -152,15 +282,27 @@ static void conv_input_grad(const rowsrc *go, const pk_tensor *w, const pk_tenso
                     if (r < 0 || r >= gi_rows) continue;
                     for (int32_t ic = 0; ic < cg; ic++) {
                         float *ir = row4(gi, n, c0 + ic, r);
+                        float wk[MAX_TAPS];
+                        for (int32_t kw = 0; kw < kw_n && kw < MAX_TAPS; kw++)
+                            wk[kw] = wd[(int64_t)oc * w->stride[0] + (int64_t)ic * w->stride[1] + (int64_t)kh * w->stride[2] +
+                                        (int64_t)kw * w->stride[3]];
+                        if (taps) {
+                            row_taps_back(ir, gs, w_in, gr, os, go->w, wk, kw_n, g, lo, hi);
+                            continue;
+                        }
                         for (int32_t kw = 0; kw < kw_n; kw++) {
                             const float wv = wd[(int64_t)oc * w->stride[0] + (int64_t)ic * w->stride[1] +
                                                 (int64_t)kh * w->stride[2] + (int64_t)kw * w->stride[3]];
                             const int32_t off = kw * g->dw - g->pw;
-                            int32_t lo, hi;
-                            col_range(off, g->sw, w_in, go->w, &lo, &hi);
+                            int32_t a, z;
+                            col_range(off, g->sw, w_in, go->w, &a, &z);
                             float *ip = ir + (int64_t)off * gs;
                             const int64_t istep = (int64_t)g->sw * gs;
-                            for (int32_t ow = lo; ow < hi; ow++) ip[ow * istep] += wv * gr[(int64_t)ow * os];
+                            if (istep == 1 && os == 1) {
+                                for (int32_t ow = a; ow < z; ow++) ip[ow] += wv * gr[ow];
+                            } else {
+                                for (int32_t ow = a; ow < z; ow++) ip[ow * istep] += wv * gr[(int64_t)ow * os];
+                            }
                         }
                     }
                 }
@@ -192,7 +334,11 @@ static void conv_weight_grad(const pk_tensor *go, const rowsrc *s, const pk_tens
                             const float *xp = xr + (int64_t)off * xs;
                             const int64_t xstep = (int64_t)g->sw * xs;
                             float row = 0.0f;
-                            for (int32_t ow = lo; ow < hi; ow++) row += gr[(int64_t)ow * gs] * xp[ow * xstep];
+                            if (gs == 1 && xstep == 1) {
+                                for (int32_t ow = lo; ow < hi; ow++) row += gr[ow] * xp[ow];
+                            } else {
+                                for (int32_t ow = lo; ow < hi; ow++) row += gr[(int64_t)ow * gs] * xp[ow * xstep];
+                            }
                             pk_cascade_add(&acc, row);
                         }
                     }

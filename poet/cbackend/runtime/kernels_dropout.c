@@ -6,11 +6,6 @@
 #include "pk_elem.h"
 #include "pk_rng.h"
 
-static uint64_t step_seed;
-
-void pk_rng_set_seed(uint64_t seed) { step_seed = seed; }
-uint64_t pk_rng_seed(void) { return step_seed; }
-uint64_t pk_rng_step_seed(uint64_t base, uint32_t step) { return base + step; }
 
 /* a bijective 32-bit mixer (xor-shift / multiply; the finaliser of MurmurHash3) */
 static uint32_t mix32(uint32_t x) {
@@ -47,7 +42,7 @@ PK_KERNEL(native_dropout) {
     if (!(p >= 0.0 && p <= 1.0)) return PK_EARGS;
     const float scale = train ? (1.0 - p == 0.0 ? 0.0f : (float)(1.0 / (1.0 - p))) : 1.0f;
     const uint64_t below = train ? pk_rng_keep_below(p) : (uint64_t)1 << 32;
-    const uint32_t key = pk_rng_key(step_seed, (uint32_t)s[2].i);
+    const uint32_t key = pk_rng_key(pk_rng_seed(), (uint32_t)s[2].i);
     pk_walk w; /* row-major over out; element `index` is the index-th visited */
     pk_walk_init(&w, 3, y, x, m, 0);
     uint32_t index = 0;
