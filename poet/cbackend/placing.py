@@ -94,9 +94,9 @@ def place_step(
 
     solver = solve_again if replan is not None else zoo_resolver(program, progress) if zoo else None
     ram = schedule.budget.ram_bytes
-    plan = plan_arena(schedule)
-    limit = needs = None
+    plan = limit = needs = None  # the fit plans the arena; a RAM region needs it first, for the measurement
     if region_target is not None:
+        plan = plan_arena(schedule)
         Path(out).resolve().parent.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryDirectory(prefix=".poet-measure-", dir=Path(out).resolve().parent) as tmp:
             p0 = write(kp, schedule, plan, Path(tmp) / "p")
