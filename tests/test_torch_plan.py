@@ -93,11 +93,13 @@ def test_layer_granularity_plan():
 
 
 def _cli(argv):
-    from poet.cli.plan import register
+    from poet.cli import plan as plan_command
+    from poet.cli import train as train_command
 
     p = argparse.ArgumentParser(prog="poet")
     sub = p.add_subparsers(dest="command")
-    register(sub)
+    plan_command.register(sub)
+    train_command.register(sub)
     a = p.parse_args(argv)
     return a.func(a)
 

@@ -22,8 +22,9 @@ import poet  # noqa: E402
 from poet.execute import Executor, reference_schedule  # noqa: E402
 from poet.execute import tiled_ops as K  # noqa: E402
 from poet.execute.tiled import GRADIENT_BOUND, parameter_difference, relative_difference, tile_program  # noqa: E402
-from poet.execute.tiled_spatial import reaching_rows, window_rows  # noqa: E402
+from poet.execute.tiled_spatial import reaching_rows  # noqa: E402
 from poet.graph.torch_export import export_training_graph  # noqa: E402
+from poet.graph.windows import window_span  # noqa: E402
 from poet.hardware.cost import costed_program  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore")
@@ -107,7 +108,7 @@ def test_tiled_conv_families_match_autograd_within_the_bound(count):
     [(3, 1, 1, 1, 1), (3, 2, 1, 1, 4), (5, 2, 2, 1, 8), (3, 1, 2, 2, 2), (1, 2, 0, 1, 1), (4, 3, 1, 1, 1)],
 )
 def test_each_tile_reads_the_rows_its_windows_reach(k, s, p, d, groups):
-    # a tile computed from exactly the rows window_rows/reaching_rows name (halo included, padding outside)
+    # a tile computed from exactly the rows window_span/reaching_rows name (halo included, padding outside)
     # equals those rows of the whole op: a smaller halo would differ at the tile's edges
     torch.manual_seed(1)
     x = torch.randn(2, 8, 19, 7)
@@ -117,14 +118,14 @@ def test_each_tile_reads_the_rows_its_windows_reach(k, s, p, d, groups):
     gi = torch.nn.grad.conv2d_input(x.shape, w, go, s, p, d, groups)
     H, Ho = x.shape[2], out.shape[2]
     for a, b in [(0, 1), (0, 3), (2, 5), (Ho - 2, Ho)]:
-        lo, hi = window_rows(a, b, k, s, p, d)
+        lo, hi = window_span(a, b, k, s, p, d)
         t = K.tile_conv(
             [x[:, :, max(0, lo) : min(H, hi)]], max(0, -lo), max(0, hi - H), w, None, [s, s], [p, p], [d, d], groups
         )
         assert torch.allclose(t, out[:, :, a:b], atol=1e-5), (a, b)
     for a, b in [(0, 2), (3, 8), (H - 4, H)]:
         o0, o1 = reaching_rows(a, b, k, s, p, d, Ho)
-        rs, re = window_rows(o0, o1, k, s, p, d) if o1 > o0 else (a, a)
+        rs, re = window_span(o0, o1, k, s, p, d) if o1 > o0 else (a, a)
         pieces = [go[:, :, o0:o1]] if o1 > o0 else []
         t = K.tile_conv_input_grad(pieces, rs, re - rs, a, b, list(x.shape), w, [s, s], [p, p], [d, d], groups)
         assert torch.allclose(t, gi[:, :, a:b], atol=1e-5), (a, b)

@@ -18,7 +18,7 @@ command            module (``poet/cli/``)
 =================  =============================================================
 
 Shared option sets: ``model_options.py`` (``--model``, ``--batch-size``, ...) and
-``poet.graph.tiling_plan.add_tile_option`` (``--tile``).
+``poet.graph.tile_option.add_tile_option`` (``--tile``).
 """
 
 from __future__ import annotations

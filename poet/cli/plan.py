@@ -13,6 +13,7 @@ PLAN_EXAMPLE = "poet plan --model bert --device m4 --memory 60% --strategy pagin
 
 def add_plan_options(p) -> None:
     """The options ``poet plan`` and ``poet train`` share: the model, the budgets, the execution."""
+    from ..graph.tile_option import add_tile_option
     from ..units import SECONDS, number_option
     from .model_options import add_model_options
 
@@ -46,12 +47,7 @@ def add_plan_options(p) -> None:
     )
     b.add_argument("--runtime", default=None, help="deadline: 2x (of one plain step), 2.5s; default none")
     b.add_argument("--paging-time", choices=["serial", "overlap", "hidden"], default="serial")
-    b.add_argument(
-        "--tile",
-        default="auto",
-        help="auto (default): split ops into tiles when the budget is below the untiled minimum; "
-        "off: never; N: force N tiles (tiled gradients match within docs/torch.md's bound)",
-    )
+    add_tile_option(b)
     b.add_argument("--strategy", default="poet", help="poet (default), remat, paging, keep-all, chen")
     b.add_argument("--time-limit", type=SECONDS, default=60.0, help="solver seconds (default 60)")
     b.add_argument(

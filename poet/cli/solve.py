@@ -144,7 +144,7 @@ def register(subparsers) -> None:
         "adam (params+grads+2 moments) from the model's parameter count; default 0 "
         "(the paper's setting: only activations count)",
     )
-    from ..graph.tiling_plan import add_tile_option
+    from ..graph.tile_option import add_tile_option
 
     add_tile_option(bud)
     sol = s.add_argument_group("solver")

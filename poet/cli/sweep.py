@@ -19,6 +19,7 @@ STUDY_EXAMPLE = (
 
 def register(subparsers) -> None:
     """Add ``sweep`` to an argparse subparsers object."""
+    from ..graph.tile_option import add_tile_option
     from ..schedule.core import PAGING_MODES
     from ..sweep import DEFAULT_STRATEGIES
 
@@ -98,13 +99,7 @@ def register(subparsers) -> None:
         help="how paging time counts against the deadline (default %(default)s)",
     )
     s.add_argument("--batch-size", type=int, default=1)
-    s.add_argument(
-        "--tile",
-        default="auto",
-        metavar="auto|off|N",
-        help="operator tiling (docs/tiling.md): auto tiles the points whose RAM budget is below the untiled "
-        "minimum (default), off never tiles, N splits every layer that can be split into N tiles at every point",
-    )
+    add_tile_option(s)
     s.add_argument("--gap", type=float, default=1e-3, help="relative MIP gap counted as optimal")
     s.add_argument(
         "--method",

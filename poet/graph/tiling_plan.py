@@ -21,29 +21,16 @@ import time
 from dataclasses import dataclass, field
 from functools import lru_cache
 
-from .core import Graph, GraphError
+from .core import Graph
+from .tile_option import TILE_AUTO, TILE_OFF, parse_tile_option
 from .tiling import HEADS_KEY, build_tiled, rows_of, tileable, tiled_nodes
 from .tiling_channels import split_channels
 from .tiling_layout import CHANNELS_KEY
 from .zoo import ModelLayers, build_model, model_layers
 
-TILE_OFF = "off"
-TILE_AUTO = "auto"
 MAX_ROUNDS = 200
 MAX_NODES = 60_000  # auto tiling stops refining past this many nodes: no solver answers in minutes beyond it
 MAX_PLAN_SECONDS = 60.0  # ... or after this long
-
-
-TILE_HELP = (
-    "operator tiling when no layer fits the RAM budget whole: auto (default: split only the layers that "
-    "must be split, as coarsely as fits), off (never; today's untiled answer), or N (split every layer "
-    "that can be split into N tiles); see docs/tiling.md"
-)
-
-
-def add_tile_option(group) -> None:
-    """The shared ``--tile`` option of solve / plan / train / sweep (an argparse parser or group)."""
-    group.add_argument("--tile", default=TILE_AUTO, metavar="auto|off|N", help=TILE_HELP)
 
 
 def working_sets(g: Graph) -> list[int]:
@@ -99,23 +86,6 @@ def split_items(counts: dict[str, int]) -> list[tuple[str, int, str]]:
         if not k.endswith(CHANNELS_KEY)
     ]
     return items + [(k, g, f"x{g}ch") for k, g in ch.items() if k not in counts]
-
-
-def parse_tile_option(value) -> str:
-    """``off``, ``auto`` or a positive integer count (as a string); raises GraphError otherwise."""
-    v = str(value).strip().lower() if value is not None else TILE_AUTO
-    if v in (TILE_OFF, TILE_AUTO):
-        return v
-    try:
-        n = int(v)
-    except ValueError:
-        n = 0
-    if n < 1 or str(n) != v:
-        raise GraphError(
-            f"--tile {value!r}: give off (never tile), auto (tile only what the RAM budget needs; "
-            f"the default) or a tile count such as 4"
-        )
-    return str(n)
 
 
 def _limit_text(g: Graph, ws: list[int], fixed: int) -> str:
