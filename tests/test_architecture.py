@@ -207,6 +207,47 @@ def test_the_package_order_check_finds_an_upward_import():
     ]
 
 
+def package_cycles(g: dict[str, set[str]], packages: list[str]) -> dict[str, list[list[str]]]:
+    """Per package, the cycles among its children (modules and subpackages, a subpackage standing
+    for every module inside it): a cycle between packages that no cycle between modules shows."""
+    out = {}
+    for pkg in packages:
+        depth = len(pkg.split(".")) + 1
+
+        def child(m: str, pkg=pkg, depth=depth) -> str | None:
+            return ".".join(m.split(".")[:depth]) if m.startswith(pkg + ".") else None
+
+        cg: dict[str, set[str]] = {}
+        for m, targets in g.items():
+            a = child(m)
+            if a is None:
+                continue
+            cg.setdefault(a, set())
+            for t in targets:
+                b = child(t)
+                if b is not None and b != a:
+                    cg[a].add(b)
+                    cg.setdefault(b, set())
+        found = cycles(cg)
+        if found:
+            out[pkg] = found
+    return out
+
+
+def test_no_package_of_poet_at_any_level_has_an_import_cycle():
+    mods = modules()
+    packages = sorted(m for m in mods if is_package(m, mods))
+    assert {"poet", "poet.solve", "poet.solve.search", "poet.cbackend", "poet.cli"} <= set(packages)
+    assert package_cycles(graph(), packages) == {}
+
+
+def test_the_package_cycle_check_finds_a_cycle_no_module_cycle_shows():
+    # a.x -> b.y and b.z -> a.w: no module cycle, but packages a and b import each other
+    g = {"p.a.x": {"p.b.y"}, "p.b.y": set(), "p.b.z": {"p.a.w"}, "p.a.w": set()}
+    assert cycles(g) == []
+    assert package_cycles(g, ["p"]) == {"p": [["p.a", "p.b"]]}
+
+
 def test_the_readme_lists_the_package_order():
     # README's "Layout" names the packages lowest first, as PACKAGE_ORDER does
     text = (ROOT / "README.md").read_text()

@@ -20,6 +20,8 @@ import statistics
 import time
 from dataclasses import dataclass
 
+from ..schedule.core import Op
+
 
 @dataclass(frozen=True)
 class ProgramTiming:
@@ -121,10 +123,10 @@ def measure_program(
             continue
         done += 1
         for rec in res.records:
-            if rec.op == "compute":
+            if rec.op == Op.COMPUTE:
                 busy[rec.node].append(rec.busy_seconds)
                 wall[rec.node].append(rec.seconds)
-            elif rec.op == "free":
+            elif rec.op == Op.FREE:
                 frees.append(rec.busy_seconds)
         it_busy.append(res.busy_seconds["total"])
         it_wall.append(res.seconds["total"])
@@ -147,15 +149,15 @@ def paging_sample(records, keep: ProgramTiming, device, graph):
     n_in = n_out = 0
     nbytes = [nd.ram_bytes for nd in graph.nodes]
     for rec in records:
-        if rec.op == "page_in":
+        if rec.op == Op.PAGE_IN:
             d_in += rec.busy_seconds - (dev.read_latency_s + nbytes[rec.node] / dev.read_bytes_per_s)
             n_in += 1
-        elif rec.op == "page_out":
+        elif rec.op == Op.PAGE_OUT:
             d_out += rec.busy_seconds - (dev.write_latency_s + nbytes[rec.node] / dev.write_bytes_per_s)
             n_out += 1
-        elif rec.op == "compute":
+        elif rec.op == Op.COMPUTE:
             other += rec.busy_seconds - keep.node_busy_s[rec.node]
-        elif rec.op == "free":
+        elif rec.op == Op.FREE:
             other += rec.busy_seconds - keep.free_busy_s
     return PagingSample(d_in, d_out, other, n_in, n_out)
 
