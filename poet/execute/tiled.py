@@ -17,6 +17,12 @@ tiles like any tensor.
 An op without a rule (or whose inputs cannot be sliced consistently) stays
 whole; if it reads a tiled tensor the tiles are assembled first (an ordinary
 node holding the whole tensor), and the report says which ops did so.
+
+This is the tiling stack that slices real tensors; :mod:`poet.graph.tiling_plan` is the one that
+costs the tiled nodes of zoo layer graphs.  They share the ``--tile`` option and its parser
+(:mod:`poet.graph.tile_option`) and the window arithmetic (:mod:`poet.graph.windows`); their count
+searches differ on purpose: :func:`tile_for_budget` tries one count for the whole program (2, 4,
+8, ...), ``plan_tiling`` doubles the count of each layer that sets an over-budget working set.
 """
 
 from __future__ import annotations

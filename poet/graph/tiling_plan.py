@@ -12,6 +12,11 @@ two of them.  It stops when everything fits or nothing that is too
 big can be split further (the largest working set then left is the *tiled
 minimum*, and ``limit`` names the node that sets it), or at its node or time cap,
 saying which.
+
+This stack costs the tiled nodes of zoo layer graphs; :mod:`poet.execute.tiled` slices the real
+tensors of traced programs, with one count for the whole program (``tile_for_budget``).  The
+``--tile`` option and the window arithmetic are shared (:mod:`poet.graph.tile_option`,
+:mod:`poet.graph.windows`).
 """
 
 from __future__ import annotations
