@@ -270,3 +270,32 @@ def test_extraction_leaves_the_model_and_generator_untouched():
     assert all(torch.equal(state[k], v) for k, v in m.state_dict().items())
     assert all(p.grad is None for p in m.parameters())
     assert torch.equal(rng, torch.get_rng_state())
+
+
+def test_seeded_ops_run_out_of_eager_order_draw_what_eager_mode_draws():
+    # SeededReplay (the executor's generator states): a seeded op run before earlier ones gets the state
+    # eager mode would give it (the earlier draws simulated on dummies), a recompute draws its first
+    # numbers again, and the generator ends where eager mode leaves it
+    from types import SimpleNamespace
+
+    from poet.execute.activation_store import SeededReplay
+
+    units = (10, 11, 12)
+    nodes = {u: SimpleNamespace(target=torch.rand, args=((u - 7,),), kwargs={}) for u in units}
+    prog = SimpleNamespace(unit_node=nodes)
+    torch.manual_seed(3)
+    eager = {u: torch.rand(u - 7) for u in units}
+    eager_after = torch.get_rng_state()
+
+    torch.manual_seed(3)
+    replay = SeededReplay(prog, list(units))
+
+    def run(u):
+        return replay.run(u, torch.rand, ((u - 7,),), {})
+
+    assert torch.equal(run(12), eager[12])  # 10 and 11 not run yet
+    assert torch.equal(run(10), eager[10]) and replay.replays == 1  # its draw was simulated first
+    assert torch.equal(run(12), eager[12]) and replay.replays == 2  # recomputed: the same mask
+    assert torch.equal(run(11), eager[11])
+    replay.continue_as_eager()
+    assert torch.equal(torch.get_rng_state(), eager_after)
