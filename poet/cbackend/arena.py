@@ -33,6 +33,7 @@ __all__ = [
     "live_peak",
     "place",
     "plan_arena",
+    "repack",
     "residencies",
 ]
 
@@ -210,13 +211,95 @@ def _improve(res, order, best, peak, align, deadline, max_moves):
     return offs, top, f"{name} + {moves} moves"
 
 
+def _conflicts(res, align: int) -> list[list[int]]:
+    """Per block, the blocks live at the same time as it (zero-byte blocks have none)."""
+    order = sorted((i for i, r in enumerate(res) if _round(r.nbytes, align)), key=lambda i: res[i].start)
+    out: list[list[int]] = [[] for _ in res]
+    active: list[int] = []
+    for i in order:
+        active = [j for j in active if res[j].end > res[i].start]
+        for j in active:
+            out[i].append(j)
+            out[j].append(i)
+        active.append(i)
+    return out
+
+
+def repack(res, offsets, target: int, align: int = ALIGN, deadline=None, max_moves=None, conflicts=None):
+    """Offsets with every block inside ``[0, target)`` and no two live blocks overlapping, found by
+    moving blocks of a placement (``offsets``), or None when the search gives up.
+
+    The blocks that end above ``target`` are taken out; one at a time, a block taken out goes to the
+    place among its live neighbours' edges where the blocks it would overlap weigh least (each block's
+    weight grows every time it is pushed out, so the search does not cycle), and those blocks are taken
+    out in turn, until none is left.  Seeded: the same input gives the same offsets."""
+    size = [_round(r.nbytes, align) for r in res]
+    nb = conflicts if conflicts is not None else _conflicts(res, align)
+    off = list(offsets)
+    placed = [True] * len(res)
+    out = {i for i in range(len(res)) if size[i] and off[i] + size[i] > target}
+    if any(size[i] > target for i in out):
+        return None
+    for i in out:
+        placed[i] = False
+    weight = [1.0] * len(res)
+    rnd = random.Random(0)
+    limit = max_moves if max_moves is not None else 200 * len(res) + 1000
+    moves = 0
+    while out:
+        if moves >= limit or (deadline is not None and moves % 64 == 0 and time.monotonic() > deadline):
+            return None
+        moves += 1
+        i = max(out, key=lambda k: (size[k], -k)) if rnd.random() < 0.5 else rnd.choice(sorted(out))
+        b = size[i]
+        spots = {0}
+        for j in nb[i]:
+            if placed[j]:
+                spots.add(off[j] + size[j])
+                spots.add(off[j] - b)
+        best = None
+        for p in sorted(spots):
+            if p < 0 or p + b > target:
+                continue
+            hit = [j for j in nb[i] if placed[j] and off[j] < p + b and p < off[j] + size[j]]
+            key = (sum(weight[j] * size[j] for j in hit), rnd.random())
+            if best is None or key < best[0]:
+                best = (key, p, hit)
+        _, p, hit = best
+        off[i], placed[i] = p, True
+        out.discard(i)
+        for j in hit:
+            placed[j] = False
+            out.add(j)
+            weight[j] += 0.5
+    return off
+
+
+def _search(res, offs, top, peak, align, deadline):
+    """The smallest arena :func:`repack` reaches from a placement of ``top``: the live peak first, then
+    halving the gap between what failed and what was reached, while time lasts."""
+    nb = _conflicts(res, align)
+    lo, best = peak, (offs, top)
+    while lo < best[1] and (deadline is None or time.monotonic() < deadline):
+        target = lo if lo == peak else _round((lo + best[1]) // 2, align)
+        found = repack(res, best[0], target, align, deadline, conflicts=nb)
+        if found is None:
+            if target >= best[1] - align:
+                break
+            lo = target + align
+        else:
+            best = (found, max((o + _round(r.nbytes, align) for o, r in zip(found, res) if r.nbytes), default=0))
+    return best
+
+
 def plan_arena(
     schedule_or_res, *, align: int = ALIGN, time_limit_s: float | None = 30.0, max_moves: int = 200
 ) -> ArenaPlan:
-    """Offsets for a schedule (or its residencies): the best of :data:`ORDERS`, then a seeded search
-    of moves from it (:func:`_improve`), stopping early when an arena reaches the live peak (no
-    arena is smaller) or the time limit is spent (the first, step order, is always placed: it takes
-    time linear in the blocks times the blocks live at once)."""
+    """Offsets for a schedule (or its residencies): the best of :data:`ORDERS` (the first, step order,
+    is always placed: it takes time linear in the blocks times the blocks live at once), then a search
+    that moves blocks of that placement down into a smaller arena (:func:`repack`, aiming at the live
+    peak), then a seeded search of order moves (:func:`_improve`); each stops as soon as an arena
+    reaches the live peak (no arena is smaller) or the time limit is spent."""
     res = residencies(schedule_or_res) if isinstance(schedule_or_res, Schedule) else tuple(schedule_or_res)
     peak = live_peak(res, align)
     deadline = None if time_limit_s is None else time.monotonic() + time_limit_s
@@ -236,6 +319,11 @@ def plan_arena(
         if deadline is not None and time.monotonic() > deadline:
             break
     if best[1] > peak and len(res) > 1:
+        offs, top = _search(res, best[0], best[1], peak, align, deadline)
+        tried.append(("placement search from " + best[2], top))
+        if top < best[1]:
+            best = (offs, top, best[2] + " + placement search")
+    if best[1] > peak and len(res) > 1 and "placement search" not in best[2]:
         best = _improve(res, best_order, best, peak, align, deadline, max_moves)
         tried.append(("moves from " + best[2].split(" + ")[0], best[1]))
     offs, top, name = best

@@ -48,9 +48,11 @@ def register(subparsers) -> None:
     p.add_argument("--schedule", required=True, help="a poet-schedule/1 file of a traced model (poet plan --out)")
     add_model_options(
         p,
-        model_default=None,
+        model_default="",  # not required: a zoo schedule names its network
         model_help="the model the schedule was planned for: cnn, mlp, dwnet, gpt ... or module:function "
-        "returning (model, loss_fn, data), traced again with the options below",
+        "returning (model, loss_fn, data), traced again with the options below (not needed for a schedule "
+        "of a zoo network from poet solve --model: its graph names the network, weights and batch come "
+        "from --seed)",
     )
     p.add_argument("--target", choices=TARGETS, default="host")
     p.add_argument("--out", required=True, help="folder for the C project (replaced only with --force)")
@@ -73,6 +75,13 @@ def register(subparsers) -> None:
         help="SGD momentum (parameters in RAM only; default 0: plain SGD)",
     )
     p.add_argument("--timeout", type=SECONDS, default=600.0, help="seconds a run may take (default 600)")
+    p.add_argument(
+        "--fit-time-limit",
+        type=SECONDS,
+        default=240.0,
+        help="seconds the re-solves may take when the arena does not fit what the budget leaves (a zoo "
+        "network is tiled again for the lower budget; default 240)",
+    )
     p.add_argument("--quiet", action="store_true", help="no progress lines")
     p.set_defaults(func=cmd_compile)
 
@@ -156,8 +165,19 @@ def cmd_compile(a) -> int:
                 f"note: {a.schedule} keeps no RAM for the compiled step's stack and statics ({RUNTIME_RAM_BYTES:,} B): "
                 f"if they do not fit beside it, plan with poet plan --target qemu-m4"
             )
-        prog, untiled, data, first = traced_program(a, schedule)
         from .compiler import compile_program
+        from .lower_zoo import is_zoo_graph, zoo_program
+
+        if not a.model and is_zoo_graph(schedule.graph):  # a zoo layer graph: built again from its meta
+            prog = untiled = zoo_program(schedule.graph, seed=a.seed)
+            batches = [prog.example_batch] * a.steps
+        elif not a.model:
+            raise ValueError(
+                f"{a.schedule} is not a schedule of a zoo network: give --model, the model it was planned for"
+            )
+        else:
+            prog, untiled, data, first = traced_program(a, schedule)
+            batches = _batches(data, first, a.steps)
 
         res = compile_program(
             prog,
@@ -166,12 +186,13 @@ def cmd_compile(a) -> int:
             out=a.out,
             run=a.run or a.check,
             check=a.check,
-            batches=_batches(data, first, a.steps),
+            batches=batches,
             lr=a.lr,
             momentum=a.momentum,
             force=a.force,
             progress=_progress(a),
             timeout_s=a.timeout,
+            fit_time_limit_s=a.fit_time_limit,
             reference_program=untiled if untiled is not prog else None,
         )
     except _errors() as e:
@@ -182,6 +203,10 @@ def cmd_compile(a) -> int:
     if res.results is not None:
         for s, loss in enumerate(res.results.losses):
             print(f"step {s + 1}: loss {loss:.6f}")
+    if res.not_run:
+        instead = "; the same project ran on the host instead (above)" if res.run else "; run it with --target host"
+        print(f"poet: error: {res.not_run}{instead}", file=sys.stderr)
+        return 2
     return 0 if res.ok else 1
 
 

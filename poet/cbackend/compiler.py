@@ -15,22 +15,24 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..schedule.core import Schedule
+from ..schedule.io import save_schedule
 from ..schedule.validate import validate
 from .check import CheckReport, compare, dropout_reference, reference_run
-from .fit import ArenaFit, fit_arena
+from .check_zoo import zoo_reference
+from .fit import ArenaFit
 from .instructions import InstructionComparison, InstructionModel, measure_program
 from .ir import LoweringError
 from .layout import StepResults, read_out, write_batches
 from .lower import lower_program
+from .lower_zoo import ZooProgram, lower_zoo
+from .placing import ArenaTooLarge, place_step
 from .project import Project, write_project
+from .qemu_m4 import board_misfit
+from .ram_region import FirmwareNeeds, build_within
 from .target_table import get_target
 from .targets import Build, RunOutput, TargetError
 
 __all__ = ["ArenaTooLarge", "CompileResult", "compile_program"]
-
-
-class ArenaTooLarge(LoweringError):
-    """No schedule found whose arena fits the budget (the message gives the numbers)."""
 
 
 @dataclass(frozen=True)
@@ -48,6 +50,8 @@ class CompileResult:
     seconds: dict  # 'compile', 'build', 'run', 'check'
     # qemu-m4 runs: predicted beside measured instructions per iteration and per kind
     instructions: InstructionComparison | None = None
+    ram_region: FirmwareNeeds | None = None  # qemu-m4: what its RAM region holds besides the arena, measured
+    not_run: str = ""  # why a run that was asked for did not happen (an image the board cannot hold)
 
     @property
     def arena_bytes(self) -> int:
@@ -60,7 +64,7 @@ class CompileResult:
 
     @property
     def ok(self) -> bool:
-        return (self.run is None or self.run.ok) and (self.check is None or self.check.ok)
+        return (self.run is None or self.run.ok) and (self.check is None or self.check.ok) and not self.not_run
 
     def lines(self) -> list[str]:
         lay = self.project.layout
@@ -69,17 +73,23 @@ class CompileResult:
             f"arena {self.arena_bytes:,} B for a schedule peak of {self.peak_bytes:,} B of activations "
             f"({self.fit.available:,} B available after {self.schedule.graph.fixed_ram_bytes:,} B fixed); "
             f"planner order: {self.fit.plan.order}",
-            f"parameters {where}: {lay.param_bytes:,} B; buffers {lay.buffer_bytes:,} B; batch {lay.batch_bytes:,} B",
+            f"parameters {where}: {lay.param_bytes:,} B; buffers {lay.buffer_bytes:,} B; batch {lay.batch_bytes:,} B"
+            + (" (in flash, constant: one step on it)" if lay.batch_in_flash else " (read from batch.bin each step)"),
         ]
+        if self.ram_region is not None:
+            out += self.ram_region.lines()
         if len(self.fit.attempts) > 1:
             out.append("the first schedule's arena did not fit; solved again:")
             out += self.fit.lines()
+            out.append(f"  the schedule compiled: {self.project.path / 'schedule.json'}")
         if self.build is not None:
             out.append(f"built for {self.target}: {self.build.memory.describe()}")
             out += self.build.notes
+        if self.not_run:
+            out.append(self.not_run + ("; the same project was run on the host instead" if self.run else ""))
         if self.run is not None:
             why = self.run.problem()
-            out.append(f"ran on {self.target}: " + (why or "ok"))
+            out.append(f"ran on {'host' if self.not_run else self.target}: " + (why or "ok"))
         if self.instructions is not None:
             out += self.instructions.lines()
         if self.check is not None:
@@ -118,6 +128,10 @@ def compile_program(
 ) -> CompileResult:
     """Compile ``schedule`` of the traced ``program`` into a C project in ``out`` for ``target``.
 
+    ``program`` is a traced program, or a :class:`~poet.cbackend.lower_zoo.ZooProgram` for the
+    schedule of a zoo network's layer graph (``zoo_program(schedule.graph)``; checked against
+    :func:`~poet.cbackend.check_zoo.zoo_reference`).
+
     params_in_ram: None decides by the schedule's budget: parameters in RAM when it counts fixed RAM
     (``poet train``: the budget covers everything), const in flash with the gradients outside the
     budget when it counts activations only (the paper's setting).  run: build and run ``steps``
@@ -148,46 +162,46 @@ def compile_program(
             "with the parameters in flash (the paper's setting) a run is one step: the update cannot be "
             "written back; budget the parameters in RAM (poet train) to train several steps"
         )
-    kp = lower_program(program, schedule)
+    zoo = isinstance(program, ZooProgram)
+    kp = lower_zoo(program, schedule) if zoo else lower_program(program, schedule)
     _say(progress, f"lowered {program.name}: {len(kp.nodes)} nodes, {len(kp.kernels())} distinct kernels")
+    region = get_target(target) if target == "qemu-m4" else None  # its RAM region holds stack and statics too
+    if region is not None and region.missing():
+        raise TargetError(region.missing())
+
+    def write(kp_, schedule_, plan_, folder) -> Project:
+        return write_project(
+            kp_,
+            schedule_,
+            plan_,
+            folder,
+            params_in_ram=params_in_ram,
+            lr=lr,
+            momentum=momentum if params_in_ram else 0.0,
+            rng_seed=rng_seed,
+            poison=check,
+            force=force,
+            batch=None if params_in_ram else tuple(batches[0]),  # the paper's setting: data in flash, like weights
+        )
+
     traced = program  # the reference, untiled unless a tiled program was given
-    programs = {id(schedule.graph): program}
-
-    def solve_again(s: Schedule, ram: int, seconds: float) -> Schedule:
-        p2, s2 = replan(ram, seconds)
-        programs[id(s2.graph)] = p2
-        return s2
-
-    fit = fit_arena(schedule, time_limit_s=fit_time_limit_s, progress=progress, solver=solve_again if replan else None)
-    if not fit.fits:
-        tried = (
-            "solving again with tighter budgets did not fit it:\n" + "\n".join(fit.lines()) + "\n"
-            if len(fit.attempts) > 1
-            else "no tighter budget could be tried. "
-        )
-        raise ArenaTooLarge(
-            f"the arena needs {fit.plan.arena_bytes:,} B but the budget leaves {fit.available:,} B after "
-            f"{schedule.graph.fixed_ram_bytes:,} B of fixed RAM (schedule peak {fit.attempts[0].peak_bytes:,} B); "
-            f"{tried}Give a larger budget, or a longer time limit for the re-solves"
-        )
-    schedule = fit.schedule
-    fixed = schedule.graph.fixed_ram_bytes
-    if programs.get(id(schedule.graph), program) is not program:  # planned again, tiled another way
-        program = programs[id(schedule.graph)]
-        kp = lower_program(program, schedule)
-        _say(progress, f"lowered the step planned again: {len(kp.nodes)} nodes")
-    project = write_project(
+    placed_from = schedule
+    placed = place_step(
+        program,
         kp,
         schedule,
-        fit.plan,
-        out,
-        params_in_ram=params_in_ram,
-        lr=lr,
-        momentum=momentum if params_in_ram else 0.0,
-        rng_seed=rng_seed,
-        poison=check,
-        force=force,
+        write,
+        out=out,
+        region_target=region,
+        fit_time_limit_s=fit_time_limit_s,
+        progress=progress,
+        replan=replan,
     )
+    program, kp, fit, project, needs = placed.program, placed.kernel_program, placed.fit, placed.project, placed.needs
+    schedule = fit.schedule
+    fixed = schedule.graph.fixed_ram_bytes
+    if schedule is not placed_from:  # re-solved: keep the schedule compiled beside its project
+        save_schedule(schedule, project.path / "schedule.json")
     secs["compile"] = time.monotonic() - t0
     _say(
         progress,
@@ -195,6 +209,7 @@ def compile_program(
         f"arena {fit.plan.arena_bytes:,} B (schedule peak {schedule.totals.peak_ram_bytes - fixed:,} B)",
     )
     build = run_out = results = report = comparison = None
+    not_run = ""
     if run or check or target != "host":
         tgt = get_target(target)
         why = tgt.missing()
@@ -202,25 +217,36 @@ def compile_program(
             raise TargetError(why)
         t1 = time.monotonic()
         _say(progress, f"building for {target} ...")
-        build = tgt.build(project.path, schedule.budget.ram_bytes)
+        if needs is not None:  # the stack the firmware can use, measured: the rest of the region is the arena's
+            build, widened = build_within(tgt, project.path, schedule.budget.ram_bytes, stack_bytes=needs.stack_bytes)
+            if widened and (run or check):
+                not_run = f"not run on {target}: the image cannot run on mps2-an386 ({board_misfit(build)})"
+        else:
+            build = tgt.build(project.path, schedule.budget.ram_bytes)
         secs["build"] = time.monotonic() - t1
         _say(progress, f"built {build.binary} in {secs['build']:.1f} s: {build.memory.describe()}")
+    run_tgt, run_build, run_on = tgt if build is not None else None, build, target
+    if not_run:  # the same project, its arena and tables unchanged, run on the host instead (said so)
+        run_tgt, run_on = get_target("host"), "host"
+        _say(progress, f"{not_run}; building the same project for the host to run it there ...")
+        run_build = run_tgt.build(project.path, schedule.budget.ram_bytes)
     if run or check:
         rd = Path(run_dir) if run_dir is not None else project.path / "run"
         rd.mkdir(parents=True, exist_ok=True)
         for stale in ("out.bin", "pages.bin"):
             (rd / stale).unlink(missing_ok=True)
-        write_batches(project.layout, [tuple(b) for b in batches], rd / "batch.bin")
+        if not project.layout.batch_in_flash:
+            write_batches(project.layout, [tuple(b) for b in batches], rd / "batch.bin")
         t1 = time.monotonic()
-        _say(progress, f"running {len(batches)} step(s) on {target} in {rd} ...")
-        counting = target == "qemu-m4"  # the emulator counts instructions exactly: every run compares them
-        run_out = tgt.run(build, rd, count=counting, timeout_s=timeout_s)
+        _say(progress, f"running {len(batches)} step(s) on {run_on} in {rd} ...")
+        counting = run_on == "qemu-m4"  # the emulator counts instructions exactly: every run compares them
+        run_out = run_tgt.run(run_build, rd, count=counting, timeout_s=timeout_s)
         secs["run"] = time.monotonic() - t1
         why = run_out.problem()
         _say(progress, f"ran in {secs['run']:.2f} s: " + (why or "ok"))
         if run_out.ok:
             results = read_out(project.layout, rd / "out.bin")
-        if counting and run_out.ok:
+        if counting and run_out.ok and not zoo:  # per-node predictions are measured for traced programs
             t1 = time.monotonic()
             m = momentum if project.layout.params_in_ram else 0.0
             model = instruction_model or measure_program(program, momentum=m, progress=progress, timeout_s=timeout_s)
@@ -230,14 +256,20 @@ def compile_program(
             secs["instructions"] = time.monotonic() - t1
     if check and results is not None:
         t1 = time.monotonic()
-        reference = reference_program or traced
-        ref = reference_run(
-            reference,
-            batches,
-            lr=lr,
-            momentum=momentum if params_in_ram else 0.0,
-            dropout=dropout_reference(rng_seed, compiled=program, reference=reference),
-        )
+        mom = momentum if params_in_ram else 0.0
+        if zoo:
+            ref = zoo_reference(program, batches, lr=lr, momentum=mom)
+        else:
+            reference = reference_program or traced
+            ref = reference_run(
+                reference,
+                batches,
+                lr=lr,
+                momentum=mom,
+                dropout=dropout_reference(rng_seed, compiled=program, reference=reference),
+            )
         report = compare(results, ref)
         secs["check"] = time.monotonic() - t1
-    return CompileResult(project, schedule, fit, target, build, run_out, results, report, secs, comparison)
+    return CompileResult(
+        project, schedule, fit, target, build, run_out, results, report, secs, comparison, needs, not_run
+    )

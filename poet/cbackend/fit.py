@@ -32,6 +32,7 @@ class FitAttempt:
     peak_bytes: int | None  # activations: the schedule's peak minus fixed RAM (None: no schedule)
     arena_bytes: int | None
     seconds: float
+    nodes: int = 0  # the schedule's graph's nodes (another count than the first's: tiled again)
 
 
 @dataclass(frozen=True)
@@ -55,7 +56,8 @@ class ArenaFit:
                 if a.arena_bytes is not None
                 else f"no schedule ({a.status})"
             )
-            out.append(f"  solved for {a.ram_budget:,} B: {got} ({a.seconds:.1f} s)")
+            tiled = f", a graph of {a.nodes:,} nodes" if a.nodes and a.nodes != self.attempts[0].nodes else ""
+            out.append(f"  solved for {a.ram_budget:,} B: {got}{tiled} ({a.seconds:.1f} s)")
         return out
 
 
@@ -94,6 +96,8 @@ def fit_arena(
     solve_options: dict | None = None,
     progress: Callable[[str], None] | None = None,
     solver: Callable[[Schedule, int, float], Schedule] | None = None,
+    arena_limit: int | None = None,
+    plan: ArenaPlan | None = None,
 ) -> ArenaFit:
     """``schedule`` if its arena fits its budget, else a re-solved one whose arena does (or the one
     with the smallest arena, when none did within ``time_limit_s``: check :attr:`ArenaFit.fits`).
@@ -102,6 +106,8 @@ def fit_arena(
     deadline and paging model with ``ram_bytes``); it may return a schedule of another graph of the
     same model (a finer tiling), which is validated against the real budget like any other.  When a
     budget is infeasible, the next one is halfway back towards the last that gave a schedule.
+    ``arena_limit``: the most the arena may take when the target holds more than fixed RAM beside it
+    (a RAM region that also holds the stack, data and bss); ``plan``: ``schedule``'s arena, if planned.
     """
     t_end = time.monotonic() + time_limit_s
     budget = schedule.budget
@@ -109,16 +115,20 @@ def fit_arena(
     run = solver or (lambda s, ram, left: _solve(s, ram, left, solve_options))
 
     def avail_of(s: Schedule) -> int:
-        return budget.ram_bytes - s.graph.fixed_ram_bytes
+        left = budget.ram_bytes - s.graph.fixed_ram_bytes
+        return left if arena_limit is None else min(left, arena_limit)
 
     t0 = time.monotonic()
-    plan = plan_arena(schedule, time_limit_s=arena_time_limit_s)
+    plan = plan if plan is not None else plan_arena(schedule, time_limit_s=arena_time_limit_s)
     peak = schedule.totals.peak_ram_bytes - schedule.graph.fixed_ram_bytes
-    attempts = [FitAttempt(budget.ram_bytes, schedule.status, peak, plan.arena_bytes, time.monotonic() - t0)]
+    n0 = len(schedule.graph.nodes)
+    attempts = [FitAttempt(budget.ram_bytes, schedule.status, peak, plan.arena_bytes, time.monotonic() - t0, n0)]
     best = (schedule, plan)
     too_big, infeasible = budget.ram_bytes, None
     step = max(8, budget.ram_bytes // 200)  # stop halving below half a percent of the budget
-    ram, overshoot = budget.ram_bytes, plan.arena_bytes - avail_of(schedule)
+    overshoot = plan.arena_bytes - avail_of(schedule)
+    # the first re-solve asks for the budget less the overshoot, or at once for what the arena limit leaves
+    ram = min(budget.ram_bytes, avail_of(schedule) + schedule.graph.fixed_ram_bytes + max(0, overshoot))
     while best[1].arena_bytes > avail_of(best[0]) and schedule.strategy in REFIT_STRATEGIES:
         left = t_end - time.monotonic()
         nxt = _next_budget(ram, overshoot, too_big, infeasible, step)
@@ -132,7 +142,7 @@ def fit_arena(
         t0 = time.monotonic()
         s2 = run(schedule, ram, max(1.0, left / 2))  # leave time for one more after this one
         if not s2.feasible:
-            attempts.append(FitAttempt(ram, s2.status, None, None, time.monotonic() - t0))
+            attempts.append(FitAttempt(ram, s2.status, None, None, time.monotonic() - t0, len(s2.graph.nodes)))
             infeasible = ram if infeasible is None else max(infeasible, ram)
             continue
         totals = validate(s2.graph, s2.steps, budget)  # valid under the tighter budget, so under the real one
@@ -140,7 +150,14 @@ def fit_arena(
         plan = plan_arena(s2, time_limit_s=arena_time_limit_s)
         fixed = s2.graph.fixed_ram_bytes
         attempts.append(
-            FitAttempt(ram, s2.status, totals.peak_ram_bytes - fixed, plan.arena_bytes, time.monotonic() - t0)
+            FitAttempt(
+                ram,
+                s2.status,
+                totals.peak_ram_bytes - fixed,
+                plan.arena_bytes,
+                time.monotonic() - t0,
+                len(s2.graph.nodes),
+            )
         )
         overshoot = plan.arena_bytes - avail_of(s2)
         if overshoot > 0:

@@ -95,6 +95,7 @@ class NodeCode:
     name: str
     nbytes: int  # the block a residency of the node occupies (the graph's ram_bytes)
     calls: tuple[KernelCall, ...]
+    accumulates: bool = False  # adds into the gradient space: computing it twice would count it twice
 
 
 @dataclass(frozen=True)
@@ -140,6 +141,8 @@ class KernelProgram:
     outputs: tuple[OutputCopy, ...]
     loss_dtype: str = "float32"
     notes: tuple[str, ...] = field(default=())
+    direct_grads: tuple[str, ...] = ()  # parameters whose gradient the kernels write into the grad space
+    zero_grads: bool = False  # the grad space is zeroed before each step (some kernels accumulate into it)
 
     def kernels(self) -> tuple[str, ...]:
         """Every distinct kernel the program calls, sorted."""
@@ -152,5 +155,5 @@ class KernelProgram:
 
     def grad_params(self) -> tuple[int, ...]:
         """Indices of the parameters whose gradient the step produces."""
-        names = {o.name for o in self.outputs if o.role == "grad"}
+        names = {o.name for o in self.outputs if o.role == "grad"} | set(self.direct_grads)
         return tuple(i for i, p in enumerate(self.params) if p.name in names)

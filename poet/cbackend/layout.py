@@ -25,6 +25,7 @@ __all__ = [
     "ItemPlace",
     "ProjectLayout",
     "StepResults",
+    "batch_image",
     "make_layout",
     "read_layout",
     "read_out",
@@ -90,6 +91,7 @@ class ProjectLayout:
     rng_seed: int  # dropout: step s of a run draws with rng.step_seed(rng_seed, s)
     trained: tuple[str, ...]  # parameters the update changes
     updated_buffers: tuple[str, ...]
+    batch_in_flash: bool = False  # the batch is constant data in the image (the paper's setting): no batch.bin
 
     @property
     def grad_bytes(self) -> int:
@@ -109,6 +111,7 @@ def make_layout(
     lr: float,
     momentum: float,
     rng_seed: int = 0,
+    batch_in_flash: bool = False,
 ) -> ProjectLayout:
     params, pb = _places(kp.params)
     buffers, bb = _places(kp.buffers)
@@ -134,6 +137,7 @@ def make_layout(
         rng_seed=int(rng_seed),
         trained=tuple(kp.params[i].name for i in kp.grad_params() if kp.params[i].trainable),
         updated_buffers=tuple(kp.buffers[i].name for i in kp.updated_buffers()),
+        batch_in_flash=batch_in_flash,
     )
 
 
@@ -162,6 +166,11 @@ def _image(places, nbytes: int, values) -> bytes:
         raw = arr.tobytes()
         buf[pl.offset : pl.offset + len(raw)] = raw
     return bytes(buf)
+
+
+def batch_image(layout: ProjectLayout, batch) -> bytes:
+    """One step's batch (inputs then targets) as the bytes of the batch space."""
+    return _image(layout.batch, layout.batch_bytes, batch)
 
 
 def write_batches(layout: ProjectLayout, batches, path) -> None:

@@ -61,15 +61,17 @@ def memory_use(elf: Path, ram_bytes: int) -> MemoryUse:
     )
 
 
-def link_map_lines(elf: Path, ram_bytes: int) -> list[str]:
+def link_map_lines(
+    elf: Path, ram_bytes: int, flash_bytes: int = FLASH_BYTES, external_bytes: int = EXTERNAL_BYTES
+) -> list[str]:
     """Where the link put every section, checked: each RAM section inside the RAM region of
     ``ram_bytes`` at 0x20000000, code and constants in flash, PK_EXTERNAL objects in the external
     region.  :class:`TargetError` names a section found anywhere else."""
     secs = sections(elf)
     regions = {
         "RAM": (RAM_ORIGIN, ram_bytes, RAM_SECTIONS),
-        "FLASH": (FLASH_ORIGIN, FLASH_BYTES, FLASH_SECTIONS),
-        "EXTERNAL": (EXTERNAL_ORIGIN, EXTERNAL_BYTES, (".pk_external",)),
+        "FLASH": (FLASH_ORIGIN, flash_bytes, FLASH_SECTIONS),
+        "EXTERNAL": (EXTERNAL_ORIGIN, external_bytes, (".pk_external",)),
     }
     lines = []
     for region, (origin, length, names) in regions.items():

@@ -22,7 +22,7 @@ from .arena import ArenaPlan
 from .emit import Tables, build_tables, config_header, data_assembly, model_source
 from .hostlib import CFLAGS, RUNTIME
 from .ir import KernelProgram
-from .layout import ProjectLayout, make_layout
+from .layout import ProjectLayout, batch_image, make_layout
 
 __all__ = ["Project", "ProjectExists", "write_project"]
 
@@ -91,8 +91,12 @@ def write_project(
     poison: bool = False,
     names: bool = True,
     force: bool = False,
+    batch=None,
 ) -> Project:
-    """Write the C project of ``kp`` under ``schedule`` (already validated) with the arena ``plan``."""
+    """Write the C project of ``kp`` under ``schedule`` (already validated) with the arena ``plan``.
+
+    ``batch``: one step's batch (inputs then targets) to build into the image as constant data (the
+    paper's setting: data like the parameters, in flash); None: the step reads batches from batch.bin."""
     out_dir = Path(out_dir)
     if out_dir.exists() and (not out_dir.is_dir() or any(out_dir.iterdir())) and not force:
         raise ProjectExists(f"{out_dir} exists and is not empty; choose another folder or pass --force to replace it")
@@ -107,6 +111,7 @@ def write_project(
         lr=lr,
         momentum=momentum,
         rng_seed=rng_seed,
+        batch_in_flash=batch is not None,
     )
     tables = build_tables(kp, schedule, plan, layout0)
     layout = make_layout(
@@ -118,6 +123,7 @@ def write_project(
         lr=lr,
         momentum=momentum,
         rng_seed=rng_seed,
+        batch_in_flash=batch is not None,
     )
     parent = out_dir.resolve().parent
     parent.mkdir(parents=True, exist_ok=True)
@@ -131,13 +137,15 @@ def write_project(
         files = {
             "pk_model.c": model_source(kp, tables, layout, names=names, poison=poison),
             "pk_config.h": config_header(tables),
-            "pk_data.S": data_assembly(params_in_ram),
+            "pk_data.S": data_assembly(params_in_ram, batch is not None),
             "params.bin": _blob(kp.params, layout.params, layout.param_bytes),
             "buffers.bin": _blob(kp.buffers, layout.buffers, layout.buffer_bytes),
             "consts.bin": _blob(kp.consts, layout.consts, layout.const_bytes),
             "project.json": layout.to_json(),
             "Makefile": _makefile(),
         }
+        if batch is not None:
+            files["batch_data.bin"] = batch_image(layout, batch)
         for name, data in files.items():
             _write(tmp / name, data)
         if out_dir.exists():

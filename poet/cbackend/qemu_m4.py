@@ -27,7 +27,19 @@ import tempfile
 from pathlib import Path
 
 from . import hostlib, icount
-from .m4_elf import ADDR2LINE, NM, SIZE, Fault, link_map_lines, memory_use, parse_fault, run_tool, symbol_address
+from .m4_elf import (
+    ADDR2LINE,
+    EXTERNAL_BYTES,
+    FLASH_BYTES,
+    NM,
+    SIZE,
+    Fault,
+    link_map_lines,
+    memory_use,
+    parse_fault,
+    run_tool,
+    symbol_address,
+)
 from .target_types import Build, RunOutput, TargetError, project_sources
 
 __all__ = [
@@ -36,6 +48,8 @@ __all__ = [
     "TARGET",
     "Fault",
     "QemuM4",
+    "RegionOverflow",
+    "board_misfit",
     "build",
     "link_map_lines",
     "memory_use",
@@ -145,10 +159,28 @@ def kernel_library() -> Path:
     return out
 
 
-def linker_script(ram_bytes: int, stack_bytes: int) -> str:
-    """``m4.ld.in`` with the budget and the stack size filled in."""
+def linker_script(
+    ram_bytes: int, stack_bytes: int, flash_bytes: int = FLASH_BYTES, external_bytes: int = EXTERNAL_BYTES
+) -> str:
+    """``m4.ld.in`` with the budget, the stack size and the flash and external lengths filled in."""
     text = (hostlib.RUNTIME / "m4.ld.in").read_text()
-    return text.replace("@RAM_BYTES@", str(ram_bytes)).replace("@STACK_BYTES@", str(stack_bytes))
+    for key, value in (
+        ("@RAM_BYTES@", ram_bytes),
+        ("@STACK_BYTES@", stack_bytes),
+        ("@FLASH_BYTES@", flash_bytes),
+        ("@EXTERNAL_BYTES@", external_bytes),
+    ):
+        text = text.replace(key, str(value))
+    return text
+
+
+class RegionOverflow(TargetError):
+    """The image's code and constants (FLASH) or its external data (EXTERNAL) do not fit the board:
+    ``over`` is region -> bytes too many (RAM overflows are plain :class:`TargetError`: a budget)."""
+
+    def __init__(self, message: str, over: dict[str, int]):
+        super().__init__(message)
+        self.over = dict(over)
 
 
 def _check_sizes(ram_bytes: int, stack_bytes: int) -> None:
@@ -176,13 +208,24 @@ def _sources(project_dir: Path) -> tuple[list[Path], bool]:
     return [p for p in sources if p.name not in kernels], True
 
 
-def build(project_dir, ram_bytes: int, *, stack_bytes: int = DEFAULT_STACK_BYTES, defines=()) -> Build:
+def build(
+    project_dir,
+    ram_bytes: int,
+    *,
+    stack_bytes: int = DEFAULT_STACK_BYTES,
+    defines=(),
+    flash_bytes: int = FLASH_BYTES,
+    external_bytes: int = EXTERNAL_BYTES,
+) -> Build:
     """Compile and link ``project_dir`` for the Cortex-M4F with a RAM region of exactly ``ram_bytes``.
 
     Outputs go to ``project_dir/qemu-m4/`` (``m4.ld``, ``firmware.elf``, ``firmware.map``), each
-    replaced only once the link succeeded.  :class:`TargetError` says what did not fit or compile.
+    replaced only once the link succeeded.  :class:`TargetError` says what did not fit or compile
+    (:class:`RegionOverflow` when flash or the external region is too small).
     ``defines``: ``NAME=VALUE`` macros for the project's own files (a measurement build moves the
-    arena outside the budget with ``PK_ARENA=...``, see :data:`ARENA_EXTERNAL`).
+    arena outside the budget with ``PK_ARENA=...``, see :data:`ARENA_EXTERNAL`).  ``flash_bytes``,
+    ``external_bytes``: the board's, unless a link is made only to map a step whose data the board
+    cannot hold (such a build is never run: :func:`run` refuses it).
     """
     _check_sizes(ram_bytes, stack_bytes)
     _need_toolchain()
@@ -201,17 +244,35 @@ def build(project_dir, ram_bytes: int, *, stack_bytes: int = DEFAULT_STACK_BYTES
         if r.returncode != 0:
             raise TargetError(f"compiling {project_dir} for the Cortex-M4 failed:\n" + r.stderr[-4000:])
         objs = sorted(str(p) for p in tmp.glob("*.o"))
-        r = _link(tmp, objs, libs, ram_bytes, stack_bytes)
+        regions = (flash_bytes, external_bytes)
+        r = _link(tmp, objs, libs, ram_bytes, stack_bytes, regions)
         if r.returncode != 0:
-            raise TargetError(_link_failure(r.stderr, tmp, objs, libs, ram_bytes, stack_bytes))
+            over = {
+                g: int(m[1])
+                for g in ("FLASH", "EXTERNAL")
+                if (m := re.search(rf"region `{g}' overflowed by (\d+) bytes?", r.stderr))
+            }
+            if over:  # the board cannot hold the step's data: say so first (the RAM budget is the next question)
+                raise RegionOverflow(
+                    "; ".join(
+                        f"the firmware does not fit the {g} region of {n:,} B: {over[g]:,} B too many"
+                        for g, n in (("FLASH", flash_bytes), ("EXTERNAL", external_bytes))
+                        if g in over
+                    ),
+                    over,
+                )
+            raise TargetError(_link_failure(r.stderr, tmp, objs, libs, ram_bytes, stack_bytes, regions))
         for name in ("m4.ld", "firmware.map", "firmware.elf"):
             os.replace(tmp / name, out_dir / name)
     elf = out_dir / "firmware.elf"
-    return Build(elf, out_dir / "firmware.map", memory_use(elf, ram_bytes), tuple(link_map_lines(elf, ram_bytes)))
+    lines = link_map_lines(elf, ram_bytes, flash_bytes, external_bytes)
+    return Build(elf, out_dir / "firmware.map", memory_use(elf, ram_bytes), tuple(lines))
 
 
-def _link(folder: Path, objs, libs, ram_bytes: int, stack_bytes: int) -> subprocess.CompletedProcess:
-    (folder / "m4.ld").write_text(linker_script(ram_bytes, stack_bytes))
+def _link(
+    folder: Path, objs, libs, ram_bytes: int, stack_bytes: int, regions=(FLASH_BYTES, EXTERNAL_BYTES)
+) -> subprocess.CompletedProcess:
+    (folder / "m4.ld").write_text(linker_script(ram_bytes, stack_bytes, *regions))
     cmd = [GCC, *M4_FLAGS, *LINK_FLAGS, "-T", "m4.ld", "-Wl,-Map=firmware.map", *objs, *libs, "-o", "firmware.elf"]
     return run_tool(cmd, cwd=folder)
 
@@ -219,12 +280,14 @@ def _link(folder: Path, objs, libs, ram_bytes: int, stack_bytes: int) -> subproc
 _LIBM = {"expf", "logf", "tanhf", "erff", "sqrtf", "powf", "exp", "log", "sqrt", "tanh", "erf", "pow", "log1pf"}
 
 
-def _link_failure(stderr: str, folder: Path, objs, libs, ram_bytes: int, stack_bytes: int) -> str:
+def _link_failure(
+    stderr: str, folder: Path, objs, libs, ram_bytes: int, stack_bytes: int, regions=(FLASH_BYTES, EXTERNAL_BYTES)
+) -> str:
     """The linker's complaint, in words that say what to change."""
     over = re.search(r"region `RAM' overflowed by (\d+) bytes?", stderr)
     if over:
         # link once more with the whole 4 MiB to learn how much each part takes
-        r = _link(folder, objs, libs, RAM_REGION_MAX, stack_bytes)
+        r = _link(folder, objs, libs, RAM_REGION_MAX, stack_bytes, regions)
         if r.returncode == 0:
             m = memory_use(folder / "firmware.elf", ram_bytes)
             return (
@@ -234,10 +297,10 @@ def _link_failure(stderr: str, folder: Path, objs, libs, ram_bytes: int, stack_b
                 " less"
             )
         return f"the firmware does not fit the RAM budget of {ram_bytes:,} B (over by at least {over[1]} B)"
-    for region in ("FLASH", "EXTERNAL"):
+    for region, length in zip(("FLASH", "EXTERNAL"), regions):
         m = re.search(rf"region `{region}' overflowed by (\d+) bytes?", stderr)
         if m:
-            return f"the firmware does not fit the {region} region: {int(m[1]):,} B too many\n{stderr[-2000:]}"
+            return f"the firmware does not fit the {region} region of {length:,} B: {int(m[1]):,} B too many"
     poet = re.findall(r"POET: [^\n]*", stderr)
     if poet:
         return "; ".join(dict.fromkeys(poet))
@@ -255,6 +318,18 @@ def _link_failure(stderr: str, folder: Path, objs, libs, ram_bytes: int, stack_b
 # ---- run ---------------------------------------------------------------------------------------
 
 
+def board_misfit(build: Build) -> str:
+    """What of a build the board cannot hold ("" when it runs there): a link that maps a step whose
+    data is larger than the board's flash or external RAM."""
+    m = build.memory
+    out = []
+    if m.flash > FLASH_BYTES:
+        out.append(f"its code and constant data take {m.flash:,} B of flash, the board has {FLASH_BYTES:,} B")
+    if m.external > EXTERNAL_BYTES:
+        out.append(f"its external data take {m.external:,} B, the board's external RAM is {EXTERNAL_BYTES:,} B")
+    return "; ".join(out)
+
+
 def run(build: Build, run_dir, count: bool = False, timeout_s: float = 60.0) -> RunOutput:
     """Run the firmware once on mps2-an386 with ``run_dir`` as the emulator's working folder.
 
@@ -262,6 +337,9 @@ def run(build: Build, run_dir, count: bool = False, timeout_s: float = 60.0) -> 
     could not start; a firmware that fails still returns its :class:`RunOutput`.
     """
     _need_toolchain()
+    too_big = board_misfit(build)
+    if too_big:
+        raise TargetError(f"{Path(build.binary).name} cannot run on mps2-an386: {too_big}")
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     elf = Path(build.binary).resolve()
@@ -309,8 +387,9 @@ class QemuM4:
     def missing(self) -> str | None:
         return missing()
 
-    def build(self, project_dir, ram_bytes: int, *, stack_bytes: int = DEFAULT_STACK_BYTES, defines=()) -> Build:
-        return build(project_dir, ram_bytes, stack_bytes=stack_bytes, defines=defines)
+    def build(self, project_dir, ram_bytes: int, **options) -> Build:
+        """:func:`build` (options: ``stack_bytes``, ``defines``, ``flash_bytes``, ``external_bytes``)."""
+        return build(project_dir, ram_bytes, **options)
 
     def run(self, build: Build, run_dir, count: bool = False, timeout_s: float = 60.0) -> RunOutput:
         return run(build, run_dir, count, timeout_s)

@@ -41,11 +41,12 @@ from dataclasses import dataclass
 from .core import Graph
 from .tiling_build import TiledGraphBuilder
 from .tiling_layout import HEADS_KEY, tile_layout
-from .tiling_ranges import Builder, rows_of, tileable
+from .tiling_ranges import Builder, NodeRole, rows_of, tileable
 from .zoo import ModelLayers, check_batch_size, model_layers
 
 __all__ = [
     "HEADS_KEY",
+    "NodeRole",
     "TiledBuild",
     "TiledNodes",
     "build_tiled",
@@ -58,11 +59,13 @@ __all__ = [
 
 @dataclass(frozen=True)
 class TiledBuild:
-    """A tiled graph and, per node, the layer index whose tile count sets its size (None: fixed size)."""
+    """A tiled graph and, per node, the layer index whose tile count sets its size (None: fixed size)
+    and what it computes (``roles``, in the graph's node order; None where the builder records none)."""
 
     graph: Graph
     owner: tuple[int | None, ...]
     counts: dict[str, int]  # layer name -> tiles of its output (only layers split in 2 or more)
+    roles: tuple[NodeRole | None, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -88,13 +91,18 @@ def build_tiled(model: str | ModelLayers, counts: dict[str, int], batch_size: in
     name = meta["model"]
     if not used:
         edges = [(u, v) for v, ps in enumerate(bd.preds) for u in ps]
-        return TiledBuild(Graph(name, tuple(bd.nodes), tuple(edges), meta), tuple(bd.owner), {})
+        return TiledBuild(Graph(name, tuple(bd.nodes), tuple(edges), meta), tuple(bd.owner), {}, tuple(bd.roles))
     order = streaming_order(bd.preds)
     pos = {v: k for k, v in enumerate(order)}
     nodes = tuple(bd.nodes[v] for v in order)
     edges = [(pos[u], pos[v]) for v, ps in enumerate(bd.preds) for u in ps]
     meta["tiles"] = used
-    return TiledBuild(Graph(name, nodes, tuple(edges), meta), tuple(bd.owner[v] for v in order), used)
+    return TiledBuild(
+        Graph(name, nodes, tuple(edges), meta),
+        tuple(bd.owner[v] for v in order),
+        used,
+        tuple(bd.roles[v] for v in order),
+    )
 
 
 def tiled_nodes(model: str | ModelLayers, counts: dict[str, int], batch_size: int = 1) -> TiledNodes:

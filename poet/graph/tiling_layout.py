@@ -11,16 +11,19 @@ the expected shape -- then by query tile, key tile and head group together.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from .core import GraphError
 from .tiling_fusion import fused_activations
-from .tiling_ranges import rows_of, tileable
+from .tiling_ranges import CHANNEL_OPS, channel_splittable, rows_of, split, tileable
 from .zoo import DATA, ModelLayers
 
 # counts[f"{context}{HEADS_KEY}"]: heads per attention tile of the attention whose context layer is ``context``
 # (default 1: one head per tile); Q, K, V and the context are split by groups of that many heads
 HEADS_KEY = ":heads"
+# counts[f"{layer}{CHANNELS_KEY}"]: channel groups of a feature-map layer's output, on top of its row tiles
+# (default 1: every tile holds all channels); the tiling planner asks for them only where one row is too much
+CHANNELS_KEY = ":channels"
 
 
 @dataclass(frozen=True)
@@ -32,6 +35,12 @@ class TileLayout:
     head_groups: dict[int, int]  # Q/K/V projection or context layer -> number of head groups its tiles split into
     heads_per_group: dict[int, int]  # the same layers -> heads in each group
     fused: dict[int, tuple[int, int]]  # fused GELU -> (the linear it reads, the linear reading it)
+    channels: dict[int, int] = field(default_factory=dict)  # layer -> channel groups of its output (2 or more)
+
+    def channel_ranges(self, i: int, c: int) -> list[tuple[int | None, int | None]]:
+        """The channel ranges of layer ``i``'s output tiles (``c`` channels): ``[(None, None)]`` when whole."""
+        g = self.channels.get(i, 1)
+        return [(None, None)] if g <= 1 else split(c, g)
 
     @property
     def built_with_context(self) -> set[int]:
@@ -50,7 +59,15 @@ def tile_layout(ml: ModelLayers, counts: dict[str, int]) -> TileLayout:
     layers = ml.layers
     L = len(layers)
     contexts = {lay.name for lay in layers if lay.op == "matmul" and lay.heads and len(lay.shape) == 2}
-    unknown = sorted(set(counts) - {lay.name for lay in layers} - {c + HEADS_KEY for c in contexts})
+    by_channels = {lay.name + CHANNELS_KEY: i for i, lay in enumerate(layers) if channel_splittable(lay)}
+    unknown = sorted(set(counts) - {lay.name for lay in layers} - {c + HEADS_KEY for c in contexts} - set(by_channels))
+    names = {lay.name for lay in layers}
+    odd = [k for k in unknown if k.endswith(CHANNELS_KEY) and k[: -len(CHANNELS_KEY)] in names]
+    if odd:
+        raise GraphError(
+            f"{odd[0]}: only a feature-map (C, H, W) layer of kind {', '.join(sorted(CHANNEL_OPS))} with more "
+            f"than one channel and one row can be split into channel groups"
+        )
     if unknown:
         raise GraphError(f"tile counts name layers that {ml.name} does not have: {', '.join(unknown[:5])}")
     for key, n in counts.items():
@@ -58,6 +75,14 @@ def tile_layout(ml: ModelLayers, counts: dict[str, int]) -> TileLayout:
             heads = next(lay.heads for lay in layers if lay.name == key[: -len(HEADS_KEY)])
             if not isinstance(n, int) or n < 1 or heads % n:
                 raise GraphError(f"{key}: heads per attention tile must divide the {heads} heads, got {n!r}")
+    channels: dict[int, int] = {}
+    for key, n in counts.items():
+        if key.endswith(CHANNELS_KEY):
+            i = by_channels[key]
+            if not isinstance(n, int) or n < 1:
+                raise GraphError(f"{key}: channel groups must be an integer >= 1, got {n!r}")
+            if min(n, layers[i].shape[0]) > 1:
+                channels[i] = min(n, layers[i].shape[0])
     tiles: list[int] = []
     for lay in layers:
         n = counts.get(lay.name, 1)
@@ -95,4 +120,4 @@ def tile_layout(ml: ModelLayers, counts: dict[str, int]) -> TileLayout:
             head_groups[x] = lay.heads // per
             heads_per_group[x] = per
     fused = fused_activations(layers, tiles)
-    return TileLayout(tiles, attention, head_groups, heads_per_group, fused)
+    return TileLayout(tiles, attention, head_groups, heads_per_group, fused, channels)

@@ -5,8 +5,10 @@ output plus all its inputs, plus fixed RAM.  :func:`plan_tiling` starts from
 the untiled graph and doubles tile counts in rounds while some working set
 exceeds the budget, each byte of a working set charged to the layer whose count
 sets it (:func:`_charges`); then it undoes doublings that were not needed and
-groups attention heads where the graph shrinks.  A model of identical blocks is
-planned on two of them.  It stops when everything fits or nothing that is too
+groups attention heads where the graph shrinks.  Only when rows can be split no
+further and a node is still over the budget does it split channels as well
+(:mod:`poet.graph.tiling_channels`).  A model of identical blocks is planned on
+two of them.  It stops when everything fits or nothing that is too
 big can be split further (the largest working set then left is the *tiled
 minimum*, and ``limit`` names the node that sets it), or at its node or time cap,
 saying which.
@@ -21,6 +23,8 @@ from functools import lru_cache
 
 from .core import Graph, GraphError
 from .tiling import HEADS_KEY, build_tiled, rows_of, tileable, tiled_nodes
+from .tiling_channels import split_channels
+from .tiling_layout import CHANNELS_KEY
 from .zoo import ModelLayers, build_model, model_layers
 
 TILE_OFF = "off"
@@ -83,6 +87,18 @@ class TilingPlan:
             "nodes_after": self.nodes_after,
             "limit": self.limit,
         }
+
+
+def split_items(counts: dict[str, int]) -> list[tuple[str, int, str]]:
+    """Per layer split, in the order of ``counts``: (name, its tiles, "x8", or "x32x2ch" for 32 row tiles
+    of 2 channel groups each)."""
+    ch = {k[: -len(CHANNELS_KEY)]: v for k, v in counts.items() if k.endswith(CHANNELS_KEY)}
+    items = [
+        (k, v * ch.get(k, 1), f"x{v}" + (f"x{ch[k]}ch" if k in ch else ""))
+        for k, v in counts.items()
+        if not k.endswith(CHANNELS_KEY)
+    ]
+    return items + [(k, g, f"x{g}ch") for k, g in ch.items() if k not in counts]
 
 
 def parse_tile_option(value) -> str:
@@ -175,7 +191,7 @@ def plan_tiling(
         short = ModelLayers(ml.name, ml.input_shape, ml.layers[: 2 * blocks.length])
         scale = len(ml.layers) / len(short.layers)
         counts, stopped = _double_until_fit(short, {}, cap, batch_size, t0, blocks, scale)
-        if not stopped:
+        if not stopped and _fits(short, counts, cap, batch_size):  # halving keeps only what fits
             counts = _coarsen(short, counts, cap, batch_size, t0, blocks, scale)
         counts = blocks.expand(counts, len(ml.layers) // blocks.length)
         if not stopped:
@@ -187,8 +203,13 @@ def plan_tiling(
         counts = {}
     if not stopped:
         counts, stopped = _double_until_fit(ml, counts, cap, batch_size, t0, None)
-        if not stopped:
+        if not stopped and _fits(ml, counts, cap, batch_size):
             counts = _coarsen(ml, counts, cap, batch_size, t0, None)
+        elif not stopped:
+            # rows alone are not enough: split channels where one row is still too much
+            counts, stopped = split_channels(
+                ml, counts, cap, lambda c: _measure(ml, c, batch_size), t0 + MAX_PLAN_SECONDS, MAX_NODES
+            )
     tb = build_tiled(ml, counts, batch_size)
     plan = done(tb.graph, tb.counts, working_sets(tb.graph))
     if stopped and not plan.fits:
@@ -380,6 +401,10 @@ def _coarsen(ml, counts, cap, batch_size, t0, blocks, scale=1.0) -> dict[str, in
         if not stopped and max(m[2]) <= cap and len(m[2]) < nodes:
             counts, nodes = repaired, len(m[2])
     return {k: v for k, v in counts.items() if v > 1}
+
+
+def _fits(ml, counts, cap, batch_size) -> bool:
+    return max(_measure(ml, counts, batch_size)[2]) <= cap
 
 
 def _measure(ml, counts, batch_size):

@@ -20,6 +20,8 @@ from .zoo import Layer
 ROW_OPS = {"conv2d", "maxpool", "avgpool", "batchnorm", "relu", "add", "dropout", "gelu", "layernorm", "linear"}
 WINDOWED = {"conv2d", "maxpool", "avgpool"}
 WEIGHTED = {"conv2d", "linear"}  # grad-input and weight gradient split into separate tiles
+# feature-map ops whose output can also be split into channel groups (when one row is still too much)
+CHANNEL_OPS = {"conv2d", "batchnorm", "relu", "add", "dropout", "maxpool", "avgpool"}
 STATS_FLOPS_PER_ELEM = 2  # BatchNorm statistics pass (sum, sum of squares) per element
 
 
@@ -54,6 +56,20 @@ def tileable(lay: Layer) -> bool:
         and rows_of(lay.shape) > 1
         and not (lay.op == "linear" and len(lay.shape) != 2)
     )
+
+
+def channel_splittable(lay: Layer) -> bool:
+    """Whether ``lay``'s output (C, H, W) can be split into channel groups as well as rows.
+
+    A convolution's group computes its output channels from every input channel; the other ops
+    work channel by channel, so a group reads only its channels.  Global pooling (one output row)
+    is a running sum over its input's pieces instead."""
+    return lay.op in CHANNEL_OPS and len(lay.shape) == 3 and lay.shape[0] > 1 and lay.shape[1] > 1
+
+
+def channelwise(lay: Layer) -> bool:
+    """Whether output channel c of ``lay`` reads only channel c of its inputs (and gradient)."""
+    return lay.op in CHANNEL_OPS and lay.op != "conv2d" and len(lay.shape) == 3
 
 
 def halo_of(lay: Layer) -> int:
@@ -92,9 +108,41 @@ def output_rows_touching(lay: Layer, lo: int, hi: int, out_rows: int) -> tuple[i
     return max(0, first), min(out_rows, last + 1)
 
 
+@dataclass(frozen=True)
+class NodeRole:
+    """What one node of a zoo graph computes, as the builder made it (kept beside the graph, never in
+    its JSON): a front-end that executes the graph reads this instead of parsing node names.
+
+    ``kind``: ``output`` (rows ``[lo, hi)`` of layer ``layer``'s output, the whole when untiled),
+    ``backward`` (a whole layer's backward: the gradient of its node inputs ``grad_of``, rows
+    ``[lo, hi)`` of its output's, and its weight gradient),
+    ``stats`` / ``grad_stats`` (step ``index`` of ``count`` of BatchNorm's forward / backward
+    statistics chain over rows ``[lo, hi)``), ``partial`` (step of a global pooling's running sum over
+    its input rows ``[lo, hi)``; the last step is the layer's output), ``loss`` / ``loss_partial``
+    (the per-sample loss, whole or a step of its chain over logit rows ``[lo, hi)``), ``loss_grad``
+    and ``grad_input`` (rows ``[lo, hi)`` of the gradient of the outputs of the layers ``grad_of``;
+    ``layer`` is the layer whose backward computes it, ``wrt`` the input it is the gradient of, None
+    for add's one tensor serving both), ``weight_grad`` (the weight gradient's share of output rows
+    ``[lo, hi)``, step ``index`` of ``count``), ``other`` (a node kind no front-end reads yet).
+    ``clo``/``chi``: the channels ``[clo, chi)`` of the tensor (for a weight-gradient share: of the
+    layer's output channels) the node covers, when it is one of several channel groups; None: all."""
+
+    kind: str
+    layer: int
+    lo: int = 0
+    hi: int = 1
+    grad_of: tuple[int, ...] = ()
+    wrt: int | None = None
+    index: int = 0
+    count: int = 1
+    clo: int | None = None
+    chi: int | None = None
+
+
 @dataclass
 class Piece:
-    """A node holding rows ``[lo, hi)`` (and, when split by heads too, heads ``[clo, chi)``) of a tensor."""
+    """A node holding rows ``[lo, hi)`` of a tensor, and when it is split by heads or channels too, heads
+    ``[clo, chi)`` (in head-group units) or channels ``[clo, chi)``."""
 
     lo: int
     hi: int
@@ -114,6 +162,7 @@ class Builder:
         # (an attention step: its query tiles set what it reads of Q, its key tiles what it reads of K and V)
         self.read_owner: dict[int, dict[int, int]] = {}
         self.extent: list[int | None] = []  # layer whose count sets which rows the node reads (default: owner)
+        self.roles: list[NodeRole | None] = []  # what each node computes (None: not recorded)
 
     def add(
         self,
@@ -122,8 +171,10 @@ class Builder:
         owner: int | None,
         read_owner: dict[int, int] | None = None,
         extent: int | None = None,
+        role: NodeRole | None = None,
     ) -> int:
         self.nodes.append(node)
+        self.roles.append(role)
         self.preds.append(sorted(set(reads)))
         self.owner.append(owner)
         self.extent.append(owner if extent is None else extent)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ..graph.tiling_plan import split_items
 from ..schedule.core import Schedule
 from ..solve.tiled import TiledProblem, TilingCosts
 from ..units import fmt_bytes, fmt_energy, fmt_seconds
@@ -19,8 +20,8 @@ def tiling_text(p: TiledProblem, s: Schedule, costs: TilingCosts | None) -> str:
     lines: list[str] = []
     if plan is not None:
         if plan.tiled:
-            items = sorted(plan.counts.items(), key=lambda kv: -kv[1])
-            shown = ", ".join(f"{k} x{v}" for k, v in items[:SHOW_LAYERS])
+            items = sorted(split_items(plan.counts), key=lambda i: -i[1])  # "conv1 x32x2ch": 2 channel groups
+            shown = ", ".join(f"{k} {text}" for k, _, text in items[:SHOW_LAYERS])
             more = f" and {len(items) - SHOW_LAYERS} more" if len(items) > SHOW_LAYERS else ""
             goal = (
                 f"to fit {fmt_bytes(plan.budget_bytes)}"

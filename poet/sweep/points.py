@@ -10,6 +10,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
+from ..graph.tiling_plan import split_items
 from .grid import COLUMNS, TOTALS_COLUMNS, point_key, point_tiles
 
 _GRAPHS: dict = {}
@@ -115,9 +116,10 @@ def solve_tiled_point(spec_d: dict, g, strategy: str, memory: str, runtime: str,
 
 def tiling_text(counts: dict) -> str:
     """What a tiling split, short enough for a CSV cell."""
-    items = [f"{k} x{v}" for k, v in counts.items()]
+    split = split_items(counts)
+    items = [f"{k} {text}" for k, _, text in split]
     more = f", ... and {len(items) - 3} more" if len(items) > 3 else ""
-    return f"{len(items)} layers split into up to {max(counts.values())} tiles: " + ", ".join(items[:3]) + more
+    return f"{len(items)} layers split into up to {max(n for _, n, _ in split)} tiles: " + ", ".join(items[:3]) + more
 
 
 def make_row(spec_d: dict, g, strategy: str, memory: str, runtime: str, b, s) -> dict:

@@ -1,5 +1,6 @@
-/* pk_main.c: the step program.  Reads batches from batch.bin, runs the compiled schedule and the
-   update once per batch, and writes results to out.bin:
+/* pk_main.c: the step program.  Reads batches from batch.bin (or, when the batch is constant data in
+   the image, runs one step on it), runs the compiled schedule and the update once per batch, and
+   writes results to out.bin:
 
      batch.bin  header {'PKB1', steps, bytes per step, 0} (uint32 each), then each step's batch;
      out.bin    header {'PKO1', steps, bytes per step, final bytes}, then per step the loss (8 bytes,
@@ -32,16 +33,20 @@ static int fail(const char *what, int code) {
 int main(void) {
     const pkr_model *m = &pkr_the_model;
     if (pk_platform_init() != 0) return fail("pk-error: the platform did not start", PK_EXIT_IO);
-    int fb = pk_file_open("batch.bin", PK_READ);
-    if (fb < 0) return fail("pk-error: cannot open batch.bin", PK_EXIT_IO);
-    uint32_t head[4];
-    if (pk_file_read(fb, 0, head, sizeof head) != 0 || head[0] != PK_MAGIC_BATCH)
-        return fail("pk-error: batch.bin is not a batch file (no PKB1 header)", PK_EXIT_BATCH);
-    if (head[2] != m->batch_bytes) {
-        pkr_print_kv("pk-error: batch.bin has batches of the wrong size;", "bytes", head[2], 0, 0.0);
-        return PK_EXIT_BATCH;
+    int fb = -1;
+    uint32_t steps = 1; /* a constant batch (the paper's setting): one step on it, no batch.bin */
+    if (!m->batch_const) {
+        fb = pk_file_open("batch.bin", PK_READ);
+        if (fb < 0) return fail("pk-error: cannot open batch.bin", PK_EXIT_IO);
+        uint32_t head[4];
+        if (pk_file_read(fb, 0, head, sizeof head) != 0 || head[0] != PK_MAGIC_BATCH)
+            return fail("pk-error: batch.bin is not a batch file (no PKB1 header)", PK_EXIT_BATCH);
+        if (head[2] != m->batch_bytes) {
+            pkr_print_kv("pk-error: batch.bin has batches of the wrong size;", "bytes", head[2], 0, 0.0);
+            return PK_EXIT_BATCH;
+        }
+        steps = head[1];
     }
-    const uint32_t steps = head[1];
     int fp = -1;
     if (m->pages_bytes) {
         fp = pk_file_open("pages.bin", PK_RW);
@@ -56,7 +61,7 @@ int main(void) {
 
     pkr_print_kv("pk: step", "instructions", m->nsteps, 0, 0.0);
     for (uint32_t s = 0; s < steps; s++) {
-        if (pk_file_read(fb, 16u + s * m->batch_bytes, m->space[PK_SP_BATCH], m->batch_bytes) != 0)
+        if (fb >= 0 && pk_file_read(fb, 16u + s * m->batch_bytes, m->space[PK_SP_BATCH], m->batch_bytes) != 0)
             return fail("pk-error: batch.bin ends early", PK_EXIT_BATCH);
         pk_rng_set_seed(pk_rng_step_seed(m->rng_seed, s)); /* dropout masks: poet/cbackend/rng.py */
         pk_mark(PK_MARK_BEGIN);
@@ -86,7 +91,7 @@ int main(void) {
         return fail("pk-error: cannot write out.bin", PK_EXIT_IO);
     pk_file_close(fo);
     if (fp >= 0) pk_file_close(fp);
-    pk_file_close(fb);
+    if (fb >= 0) pk_file_close(fb);
     pk_print("pk: ok");
     return PK_EXIT_OK;
 }

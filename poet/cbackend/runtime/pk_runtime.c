@@ -248,6 +248,7 @@ static int compute(const pkr_model *m, const pkr_step *st, uint32_t i) {
 }
 
 int pkr_run_schedule(const pkr_model *m, int pages) {
+    if (m->zero_grads) memset(m->space[PK_SP_GRAD], 0, m->grad_bytes);
     for (uint32_t i = 0; i < m->nsteps; i++) {
         const pkr_step *st = &m->steps[i];
         int rc = 0;

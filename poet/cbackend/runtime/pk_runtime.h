@@ -106,6 +106,8 @@ typedef struct {
     float *momentum_buf;           /* gradient-sized, or NULL */
     uint8_t params_writable;       /* 0: parameters are const; the update is written out, not applied */
     uint8_t poison_freed;          /* 1: freed blocks are filled with 0xFF (NaN) to catch stale reads */
+    uint8_t zero_grads;            /* 1: the gradient space is zeroed before the schedule (kernels add into it) */
+    uint8_t batch_const;           /* 1: the batch is constant data in the image (one step); batch.bin is not read */
     uint8_t loss_bytes;
     uint32_t grad_bytes, param_bytes, buffer_bytes;
 } pkr_model;
