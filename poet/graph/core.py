@@ -20,6 +20,7 @@ executor can map a tiled schedule back to the model.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -320,6 +321,16 @@ class CostedGraph(_Topology):
         """
         return self.fixed_ram_bytes + max(
             nd.ram_bytes + sum(self.nodes[p].ram_bytes for p in self.preds[i]) for i, nd in enumerate(self.nodes)
+        )
+
+    @property
+    def plain_weight_traffic(self) -> tuple[float, float]:
+        """(joules, seconds) of the weight traffic of one plain pass (each node once); 0 unless streamed."""
+        if self.weights is None or not self.weights.streamed:
+            return 0.0, 0.0
+        return (
+            math.fsum(self.weights.joules(nd.weight_traffic) for nd in self.nodes),
+            math.fsum(self.weights.seconds(nd.weight_traffic) for nd in self.nodes),
         )
 
     @property

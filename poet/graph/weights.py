@@ -30,8 +30,6 @@ RAM = "ram"
 STREAM = "stream"
 PLACEMENTS = (FLASH, RAM, STREAM)
 
-UPDATE_NODE = "sgd.update"  # the node that stands for the SGD update under ``stream`` (always the last)
-
 WEIGHTS_HELP = (
     "where the parameters and their gradients live: flash (default, the paper's setting: not counted), "
     "ram (held in the RAM budget, as --fixed-ram params), stream (in storage: every tile reads the weight "
@@ -63,7 +61,10 @@ class Traffic:
 
     def __add__(self, o: Traffic) -> Traffic:
         return Traffic(
-            self.read_bytes + o.read_bytes, self.write_bytes + o.write_bytes, self.reads + o.reads, self.writes + o.writes
+            self.read_bytes + o.read_bytes,
+            self.write_bytes + o.write_bytes,
+            self.reads + o.reads,
+            self.writes + o.writes,
         )
 
     @property
@@ -106,6 +107,8 @@ class WeightStore:
     placement: str
     param_bytes: int
     staging_bytes: int = 0
+    # (layer name, parameter bytes) of every layer that has parameters: what the traffic is derived from
+    layers: tuple[tuple[str, int], ...] = ()
     read_latency_s: float = 0.0
     read_bytes_per_s: float = 1.0
     write_latency_s: float = 0.0
@@ -113,6 +116,9 @@ class WeightStore:
     power_w: float = 0.0
 
     def __post_init__(self):
+        object.__setattr__(self, "layers", tuple((str(k), v) for k, v in self.layers))
+        for k, v in self.layers:
+            byte_count(v, f"weights: layers[{k!r}]", error=GraphError)
         if self.placement not in PLACEMENTS:
             raise GraphError(f"weights: placement {self.placement!r} is not one of {', '.join(PLACEMENTS)}")
         byte_count(self.param_bytes, "weights: param_bytes", error=GraphError)
@@ -121,6 +127,11 @@ class WeightStore:
             finite_number(getattr(self, f), f"weights: {f}", error=GraphError, positive=f.endswith("per_s"))
         if self.placement == STREAM and self.staging_bytes < 8:
             raise GraphError("weights: a stream placement needs a staging buffer of at least 8 B")
+        if self.placement == STREAM and sum(v for _, v in self.layers) != self.param_bytes:
+            raise GraphError(
+                f"weights: the layers' parameter bytes add up to {sum(v for _, v in self.layers)} B, "
+                f"not param_bytes {self.param_bytes} B"
+            )
 
     @property
     def streamed(self) -> bool:
@@ -145,18 +156,22 @@ class WeightStore:
         if self.streamed:
             d["staging_bytes"] = self.staging_bytes
             d.update({f: getattr(self, f) for f in _PRICES})
+            d["layers"] = dict(self.layers)
         return d
 
     @classmethod
     def from_dict(cls, raw) -> WeightStore:
         if not isinstance(raw, dict):
             raise GraphError('"weights" must be an object like {"placement": "stream", "param_bytes": ...}')
-        unknown = sorted(set(raw) - {"placement", "param_bytes", "staging_bytes", *_PRICES})
+        unknown = sorted(set(raw) - {"placement", "param_bytes", "staging_bytes", "layers", *_PRICES})
         if unknown:
             raise GraphError(f'"weights" has unknown field(s) {", ".join(unknown)}')
         missing = [k for k in ("placement", "param_bytes") if k not in raw]
         if raw.get("placement") == STREAM:
-            missing += [k for k in ("staging_bytes", *_PRICES) if k not in raw]
+            missing += [k for k in ("staging_bytes", "layers", *_PRICES) if k not in raw]
         if missing:
             raise GraphError(f'"weights" lacks {", ".join(missing)}')
-        return cls(**raw)
+        layers = raw.get("layers", {})
+        if not isinstance(layers, dict):
+            raise GraphError('"weights": "layers" must be an object {layer name: parameter bytes}')
+        return cls(**{**raw, "layers": tuple(layers.items())})
