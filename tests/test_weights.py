@@ -155,3 +155,41 @@ def test_cli_reports_the_split_and_the_placement(tmp_path, capsys):
     assert main(["validate", str(out)]) == 0
     assert main(argv[:-2] + ["--weights", "flash"]) == 0  # (without --out)
     assert "Weights: flash (the paper's setting)" in capsys.readouterr().out
+
+
+def test_compile_refuses_a_stream_schedule_it_cannot_run_as_priced(tmp_path, capsys):
+    out = tmp_path / "s.json"
+    argv = ["solve", "--model", "linear", "--device", "m0", "--memory", "60%", "--quiet", "--time-limit", "5"]
+    assert main(argv + ["--weights", "stream", "--out", str(out)]) == 0
+    capsys.readouterr()
+    assert main(["compile", "--schedule", str(out), "--out", str(tmp_path / "c"), "--target", "host"]) == 2
+    err = capsys.readouterr().err
+    assert "--weights stream" in err and "do not stream weights" in err
+    assert not (tmp_path / "c").exists()
+
+
+def test_the_solver_pages_instead_of_recomputing_when_a_recompute_must_read_weights_again():
+    """Node a is cheap arithmetic over 2 MB of weights: in flash a recompute is the cheapest way to
+    free its RAM; streamed, recomputing it reads the 2 MB again, so the solver pages its output."""
+    from poet.graph.core import Graph, Node
+
+    x = 8192
+    nodes = [
+        Node("a", "forward", x, flops=1e3, param_bytes=2_000_000),
+        Node("b", "forward", x, flops=1e3),
+        Node("c", "forward", x, flops=1e3),
+        Node("bwd.c", "backward", x, flops=2e3),
+        Node("bwd.b", "backward", x, flops=2e3),
+        Node("bwd.a", "backward", 0, flops=2e3),
+    ]
+    g = Graph("toy", nodes, [(0, 1), (1, 2), (2, 3), (1, 3), (3, 4), (0, 4), (4, 5)])
+    budget = 3 * x + 256 + x // 4
+    flash = solve(g, "m4", memory=budget, time_limit=10)
+    stream = solve(g, "m4", memory=budget, weights="stream", time_limit=10)
+    assert flash.status == stream.status == "optimal"
+    assert flash.totals.recomputes == 1 and flash.totals.page_outs == 0
+    assert stream.totals.recomputes == 0 and stream.totals.page_outs == 1
+    # a's forward reads its weights once (bwd.a makes no input gradient: it reads none), the update reads
+    # weights and gradient; bwd.a writes the gradient, the update the weights
+    assert stream.totals.weight_read_bytes == 3 * 2_000_000
+    assert stream.totals.weight_write_bytes == 2 * 2_000_000
