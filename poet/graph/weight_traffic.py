@@ -13,7 +13,7 @@ otherwise) uses the share ``P * (b - a) / C``, and:
   its backward nodes: the first of them (in node order) for each share writes it, every later one
   reads, adds to and writes it back (read-modify-write);
 * the SGD update, charged to the graph's last node (the end of the step, computed once), reads every
-  weight and every gradient and writes every weight.
+  weight and every gradient and writes every weight, in chunks of half the staging buffer.
 
 A transfer moves at most the staging buffer's bytes, so a share of ``s`` bytes takes
 ``ceil(s / staging)`` transfers.  Nothing is kept resident across tiles: every use reads (the
@@ -110,8 +110,10 @@ def derive_traffic(nodes: Sequence[tuple[str, str, Tile | None, int]], store: We
 
 
 def update_traffic(store: WeightStore) -> Traffic:
-    """The SGD update: read every weight and gradient, write every weight (per layer, in chunks)."""
-    n = sum(_chunks(p, store.staging_bytes) for _, p in store.layers)
+    """The SGD update: read every weight and gradient, write every weight (per layer, in chunks of half
+    the staging buffer: it holds a chunk of weights and the chunk of gradients beside it)."""
+    half = max(4, store.staging_bytes // 8 * 4)
+    n = sum(_chunks(p, half) for _, p in store.layers)
     return Traffic(read_bytes=2 * store.param_bytes, write_bytes=store.param_bytes, reads=2 * n, writes=n)
 
 

@@ -125,8 +125,11 @@ class WeightStore:
         byte_count(self.staging_bytes, "weights: staging_bytes", error=GraphError)
         for f in _PRICES:
             finite_number(getattr(self, f), f"weights: {f}", error=GraphError, positive=f.endswith("per_s"))
-        if self.placement == STREAM and self.staging_bytes < 8:
-            raise GraphError("weights: a stream placement needs a staging buffer of at least 8 B")
+        if self.placement == STREAM and (self.staging_bytes < 8 or self.staging_bytes % 4):
+            raise GraphError(
+                f"weights: a stream placement needs a staging buffer of at least 8 B, a multiple of 4 B "
+                f"(whole float32 values), got {self.staging_bytes} B"
+            )
         if self.placement == STREAM and sum(v for _, v in self.layers) != self.param_bytes:
             raise GraphError(
                 f"weights: the layers' parameter bytes add up to {sum(v for _, v in self.layers)} B, "

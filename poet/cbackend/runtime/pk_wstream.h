@@ -1,0 +1,26 @@
+/* pk_wstream.h: linear layers whose weights and weight gradients live in storage (--weights stream).
+
+   A layer's parameters are one block in the weight file: W (out x in, row-major) then b (out), float32;
+   its gradient is the block at the same offset in the gradient file.  Every kernel moves that block
+   through a staging buffer of `staging_bytes` (a multiple of 4), one transfer per chunk, so the
+   bytes and transfers match what poet.graph.weight_traffic prices: a forward or input-gradient
+   computation reads the block; a weight-gradient computation writes its block (first) or reads, adds
+   and writes it back; the SGD update reads weights and gradients in chunks of half the buffer each
+   and writes the weights.  Counters record what was moved. */
+#ifndef PK_WSTREAM_H
+#define PK_WSTREAM_H
+
+#include <stdint.h>
+
+int pk_ws_linear_forward(int wfile, uint32_t offset, int n, int in, int out, const float *x, float *y,
+                         float *staging, uint32_t staging_bytes);
+int pk_ws_linear_input_grad(int wfile, uint32_t offset, int n, int in, int out, const float *dy, float *dx,
+                            float *staging, uint32_t staging_bytes);
+int pk_ws_linear_weight_grad(int gfile, uint32_t offset, int n, int in, int out, const float *x, const float *dy,
+                             int first, float *staging, uint32_t staging_bytes);
+int pk_ws_sgd(int wfile, int gfile, uint32_t offset, uint32_t nbytes, float lr, float *staging,
+              uint32_t staging_bytes);
+void pk_ws_counters(uint64_t out[4]); /* read bytes, written bytes, reads, writes since the last reset */
+void pk_ws_reset(void);
+
+#endif
