@@ -193,3 +193,17 @@ def test_the_solver_pages_instead_of_recomputing_when_a_recompute_must_read_weig
     # weights and gradient; bwd.a writes the gradient, the update the weights
     assert stream.totals.weight_read_bytes == 3 * 2_000_000
     assert stream.totals.weight_write_bytes == 2 * 2_000_000
+
+
+def test_a_graph_file_priced_with_stream_keeps_its_placement(tmp_path, capsys):
+    from poet.graph.io import save_graph
+
+    g = build_model("linear")
+    priced = place_weights(linear_cost_model(g, "m0"), g, weight_store(g, "m0", "stream", 512))
+    save_graph(priced, tmp_path / "g.json")
+    out = tmp_path / "s.json"
+    argv = ["solve", "--graph", str(tmp_path / "g.json"), "--memory", "4096", "--quiet", "--time-limit", "5"]
+    assert main(argv + ["--weights", "stream", "--out", str(out)]) == 0
+    assert load_schedule(out).graph.weights == priced.weights
+    assert main(argv + ["--weights", "ram"]) == 2
+    assert "priced with --weights stream" in capsys.readouterr().err

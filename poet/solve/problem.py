@@ -130,7 +130,13 @@ def tiled_problem(
     # a generated graph (layered:250:1) has no layer shapes either
     is_zoo = isinstance(source, str) and not (source.endswith(".json") or Path(source).is_file() or is_spec(source))
     structure = placed = None
-    if weights != FLASH or staging is not None:
+    if g0.weights is not None and g0.placement != FLASH:  # a graph priced with a placement already
+        if weights not in (FLASH, g0.placement) or staging is not None:
+            raise BudgetError(
+                f"this graph was priced with --weights {g0.placement} (its file records it); it cannot be "
+                f"placed again: drop --weights/--staging, or price the model again with --model NAME"
+            )
+    elif weights != FLASH or staging is not None:
         structure = _structure(source, weights, staging, batch_size)
     if structure is not None:
         first = make_budget(g0, memory, runtime, paging_time)
