@@ -148,3 +148,55 @@ def test_the_priced_traffic_is_what_a_streamed_training_step_moves():
             nw, nb = read_block("weights.bin", lay.out_features, lay.in_features, offsets[k])
             assert torch.allclose(nw, lay.weight - 0.05 * lay.weight.grad, atol=1e-6, rtol=1e-5)
             assert torch.allclose(nb, lay.bias - 0.05 * lay.bias.grad, atol=1e-6, rtol=1e-5)
+
+
+@pytest.mark.parametrize(
+    "n,cin,h,cout,k,stride,pad,bias,staging,tiles",
+    [(1, 3, 6, 4, 3, 1, 1, True, 40, 3), (2, 2, 7, 3, 3, 2, 1, False, 12, 2), (1, 4, 5, 2, 1, 1, 0, True, 4096, 5)],
+)
+def test_conv_row_tiles_stream_their_weights_and_match_torch(n, cin, h, cout, k, stride, pad, bias, staging, tiles):
+    g = torch.Generator().manual_seed(cin * 10 + h)
+    x = torch.randn(n, cin, h, h, generator=g)
+    w = torch.randn(cout, cin, k, k, generator=g)
+    b = torch.randn(cout, generator=g) if bias else torch.zeros(0)
+    ref = torch.nn.functional.conv2d(x, w, b if bias else None, stride=stride, padding=pad)
+    hout, wout = ref.shape[2], ref.shape[3]
+    dy = torch.randn(ref.shape, generator=g)
+    conv = (cout, hout, wout, k, stride, pad, bias)
+    store_block("weights.bin", w, b)
+    buf = torch.empty(staging // 4)
+    cuts = [round(t * hout / tiles) for t in range(tiles + 1)]
+    in_cuts = [round(t * h / tiles) for t in range(tiles + 1)]
+    xr = x.clone().requires_grad_(True)
+    wr = w.clone().requires_grad_(True)
+    torch.nn.functional.conv2d(xr, wr, b if bias else None, stride=stride, padding=pad).backward(dy)
+    wf, gf = wstream.open_file("weights.bin"), wstream.open_file("grads.bin")
+    wstream.reset()
+    try:
+        for r0, r1 in zip(cuts, cuts[1:]):
+            if r1 <= r0:
+                continue
+            y = torch.empty(n, cout, r1 - r0, wout)
+            wstream.conv2d_forward(wf, 0, x, y, conv, (r0, r1), buf)
+            terms = torch.nn.functional.conv2d(x.abs(), w.abs(), b.abs() if bias else None, stride=stride, padding=pad)
+            within(y, ref[:, :, r0:r1], cin * k * k + 1, terms[:, :, r0:r1])
+            wstream.conv2d_weight_grad(gf, 0, x, dy[:, :, r0:r1].contiguous(), conv, (r0, r1), r0 == 0, buf)
+        for r0, r1 in zip(in_cuts, in_cuts[1:]):
+            dx = torch.empty(n, cin, r1 - r0, h)
+            wstream.conv2d_input_grad(wf, 0, dy, dx, x.shape, conv, (r0, r1), buf)
+            torch.testing.assert_close(dx, xr.grad[:, :, r0:r1], atol=1e-4, rtol=1e-4)
+        moved = wstream.counters()
+    finally:
+        wstream.close_file(wf)
+        wstream.close_file(gf)
+    gw, gb = read_block("grads.bin", cout, cin * k * k)
+    torch.testing.assert_close(gw.reshape(w.shape), wr.grad, atol=1e-4, rtol=1e-4)
+    if bias:
+        torch.testing.assert_close(gb[:cout], dy.sum((0, 2, 3)), atol=1e-4, rtol=1e-4)
+    block = 4 * (w.numel() + b.numel())
+    chunks = -(-block // staging)
+    ntiles = sum(r1 > r0 for r0, r1 in zip(cuts, cuts[1:]))
+    # every tile reads the block (forward, input gradient); the gradient is written once, then read-modify-written
+    assert moved[0] == block * (ntiles + tiles) + block * (ntiles - 1)
+    assert moved[1] == block * ntiles
+    assert moved[2] == chunks * (ntiles + tiles + ntiles - 1) and moved[3] == chunks * ntiles

@@ -87,6 +87,45 @@ def sgd(wfile: int, gfile: int, offset: int, nbytes: int, lr: float, staging) ->
     _ok(rc, "pk_ws_sgd")
 
 
+def _geometry(x_shape, y_shape, k: int, stride: int, pad: int, bias: bool):
+    n, cin, h, w = x_shape
+    _, cout, hout, wout = y_shape
+    return (ctypes.c_int32 * 11)(n, cin, h, w, cout, hout, wout, k, stride, pad, int(bias))
+
+
+def conv2d_forward(wfile: int, offset: int, x, y, conv: tuple, rows: tuple[int, int], staging) -> None:
+    """Output rows ``rows`` of a ``conv = (cout, hout, wout, k, stride, pad, bias)`` convolution of ``x``."""
+    cout, hout, wout, k, stride, pad, bias = conv
+    geo = _geometry(x.shape, (x.shape[0], cout, hout, wout), k, stride, pad, bias)
+    rc = library().pk_ws_conv2d_forward(
+        wfile, ctypes.c_uint32(offset), geo, rows[0], rows[1], _F(_ptr(x)), _F(_ptr(y)), _F(_ptr(staging)),
+        ctypes.c_uint32(4 * staging.numel()),
+    )  # fmt: skip
+    _ok(rc, "pk_ws_conv2d_forward")
+
+
+def conv2d_input_grad(wfile: int, offset: int, dy, dx, in_shape, conv: tuple, rows, staging) -> None:
+    """Input rows ``rows`` (into ``dx``) of the gradient of a convolution of an ``in_shape`` input."""
+    cout, hout, wout, k, stride, pad, bias = conv
+    geo = _geometry(in_shape, (in_shape[0], cout, hout, wout), k, stride, pad, bias)
+    rc = library().pk_ws_conv2d_input_grad(
+        wfile, ctypes.c_uint32(offset), geo, rows[0], rows[1], _F(_ptr(dy)), _F(_ptr(dx)), _F(_ptr(staging)),
+        ctypes.c_uint32(4 * staging.numel()),
+    )  # fmt: skip
+    _ok(rc, "pk_ws_conv2d_input_grad")
+
+
+def conv2d_weight_grad(gfile: int, offset: int, x, dy_rows, conv: tuple, rows, first: bool, staging) -> None:
+    """Add what output rows ``rows`` (``dy_rows``: those rows of the output gradient) give the weight gradient."""
+    cout, hout, wout, k, stride, pad, bias = conv
+    geo = _geometry(x.shape, (x.shape[0], cout, hout, wout), k, stride, pad, bias)
+    rc = library().pk_ws_conv2d_weight_grad(
+        gfile, ctypes.c_uint32(offset), geo, rows[0], rows[1], _F(_ptr(x)), _F(_ptr(dy_rows)), int(first),
+        _F(_ptr(staging)), ctypes.c_uint32(4 * staging.numel()),
+    )  # fmt: skip
+    _ok(rc, "pk_ws_conv2d_weight_grad")
+
+
 def counters() -> tuple[int, int, int, int]:
     """(bytes read, bytes written, reads, writes) since :func:`reset`."""
     out = (ctypes.c_uint64 * 4)()

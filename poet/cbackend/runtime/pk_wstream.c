@@ -120,3 +120,144 @@ int pk_ws_sgd(int wfile, int gfile, uint32_t offset, uint32_t nbytes, float lr, 
     }
     return 0;
 }
+
+/* ---- convolution: each chunk of the block adds what its weights contribute (see pk_wstream.h) */
+
+typedef struct {
+    int n, cin, h, w, cout, hout, wout, k, stride, pad, has_bias;
+} conv_geom;
+
+static int conv_geometry(const int32_t *g, int r0, int r1, int rows, conv_geom *c, uint32_t staging_bytes) {
+    c->n = g[0], c->cin = g[1], c->h = g[2], c->w = g[3], c->cout = g[4], c->hout = g[5], c->wout = g[6];
+    c->k = g[7], c->stride = g[8], c->pad = g[9], c->has_bias = g[10];
+    if (c->n < 1 || c->cin < 1 || c->h < 1 || c->w < 1 || c->cout < 1 || c->hout < 1 || c->wout < 1 || c->k < 1 ||
+        c->stride < 1 || c->pad < 0 || staging_bytes < 8 || staging_bytes % 4 != 0)
+        return 1;
+    return (r0 < 0 || r1 <= r0 || r1 > rows) ? 1 : 0;
+}
+
+static uint32_t conv_block(const conv_geom *c) {
+    return (uint32_t)c->cout * (uint32_t)c->cin * (uint32_t)(c->k * c->k) + (c->has_bias ? (uint32_t)c->cout : 0u);
+}
+
+/* the weight element k of the block: output channel o, input channel i, kernel row kh, column kw */
+static void conv_index(const conv_geom *c, uint32_t k, int *o, int *i, int *kh, int *kw) {
+    uint32_t kk = (uint32_t)(c->k * c->k), per_o = (uint32_t)c->cin * kk;
+    *o = (int)(k / per_o);
+    uint32_t rest = k % per_o;
+    *i = (int)(rest / kk);
+    *kh = (int)((rest % kk) / (uint32_t)c->k);
+    *kw = (int)(rest % (uint32_t)c->k);
+}
+
+int pk_ws_conv2d_forward(int wfile, uint32_t offset, const int32_t *geometry, int r0, int r1, const float *x,
+                         float *y, float *staging, uint32_t staging_bytes) {
+    conv_geom c;
+    if (conv_geometry(geometry, r0, r1, geometry[5], &c, staging_bytes)) return 1;
+    const int rows = r1 - r0;
+    const uint32_t nw = (uint32_t)c.cout * (uint32_t)c.cin * (uint32_t)(c.k * c.k), total = conv_block(&c);
+    const uint32_t per = staging_bytes / 4;
+    for (long q = 0; q < (long)c.n * c.cout * rows * c.wout; q++) y[q] = 0.0f;
+    for (uint32_t s = 0; s < total; s += per) {
+        uint32_t e = s + per < total ? s + per : total;
+        int rc = rd(wfile, offset + 4 * s, staging, 4 * (e - s));
+        if (rc) return rc;
+        for (uint32_t k = s; k < e; k++) {
+            float wv = staging[k - s];
+            if (k >= nw) { /* bias */
+                int o = (int)(k - nw);
+                for (int b = 0; b < c.n; b++)
+                    for (int r = 0; r < rows * c.wout; r++) y[((long)b * c.cout + o) * rows * c.wout + r] += wv;
+                continue;
+            }
+            int o, i, kh, kw;
+            conv_index(&c, k, &o, &i, &kh, &kw);
+            for (int b = 0; b < c.n; b++)
+                for (int r = 0; r < rows; r++) {
+                    int hi = (r0 + r) * c.stride - c.pad + kh;
+                    if (hi < 0 || hi >= c.h) continue;
+                    const float *xr = x + (((long)b * c.cin + i) * c.h + hi) * c.w;
+                    float *yr = y + (((long)b * c.cout + o) * rows + r) * c.wout;
+                    for (int col = 0; col < c.wout; col++) {
+                        int wi = col * c.stride - c.pad + kw;
+                        if (wi >= 0 && wi < c.w) yr[col] += xr[wi] * wv;
+                    }
+                }
+        }
+    }
+    return 0;
+}
+
+int pk_ws_conv2d_input_grad(int wfile, uint32_t offset, const int32_t *geometry, int r0, int r1, const float *dy,
+                            float *dx, float *staging, uint32_t staging_bytes) {
+    conv_geom c;
+    if (conv_geometry(geometry, r0, r1, geometry[2], &c, staging_bytes)) return 1;
+    const int rows = r1 - r0;
+    const uint32_t nw = (uint32_t)c.cout * (uint32_t)c.cin * (uint32_t)(c.k * c.k), total = conv_block(&c);
+    const uint32_t per = staging_bytes / 4;
+    for (long q = 0; q < (long)c.n * c.cin * rows * c.w; q++) dx[q] = 0.0f;
+    for (uint32_t s = 0; s < total; s += per) {
+        uint32_t e = s + per < total ? s + per : total;
+        int rc = rd(wfile, offset + 4 * s, staging, 4 * (e - s));
+        if (rc) return rc;
+        for (uint32_t k = s; k < e && k < nw; k++) {
+            float wv = staging[k - s];
+            int o, i, kh, kw;
+            conv_index(&c, k, &o, &i, &kh, &kw);
+            for (int b = 0; b < c.n; b++)
+                for (int r = 0; r < rows; r++) {
+                    int t = r0 + r + c.pad - kh; /* = output row * stride */
+                    if (t < 0 || t % c.stride != 0 || t / c.stride >= c.hout) continue;
+                    const float *dyr = dy + (((long)b * c.cout + o) * c.hout + t / c.stride) * c.wout;
+                    float *dxr = dx + (((long)b * c.cin + i) * rows + r) * c.w;
+                    for (int col = 0; col < c.w; col++) {
+                        int u = col + c.pad - kw;
+                        if (u >= 0 && u % c.stride == 0 && u / c.stride < c.wout) dxr[col] += dyr[u / c.stride] * wv;
+                    }
+                }
+        }
+    }
+    return 0;
+}
+
+int pk_ws_conv2d_weight_grad(int gfile, uint32_t offset, const int32_t *geometry, int r0, int r1, const float *x,
+                             const float *dy, int first, float *staging, uint32_t staging_bytes) {
+    conv_geom c;
+    if (conv_geometry(geometry, r0, r1, geometry[5], &c, staging_bytes)) return 1;
+    const int rows = r1 - r0;
+    const uint32_t nw = (uint32_t)c.cout * (uint32_t)c.cin * (uint32_t)(c.k * c.k), total = conv_block(&c);
+    const uint32_t per = staging_bytes / 4;
+    for (uint32_t s = 0; s < total; s += per) {
+        uint32_t e = s + per < total ? s + per : total;
+        if (!first) {
+            int rc = rd(gfile, offset + 4 * s, staging, 4 * (e - s));
+            if (rc) return rc;
+        }
+        for (uint32_t k = s; k < e; k++) {
+            float acc = 0.0f;
+            if (k >= nw) {
+                int o = (int)(k - nw);
+                for (int b = 0; b < c.n; b++)
+                    for (int r = 0; r < rows * c.wout; r++) acc += dy[((long)b * c.cout + o) * rows * c.wout + r];
+            } else {
+                int o, i, kh, kw;
+                conv_index(&c, k, &o, &i, &kh, &kw);
+                for (int b = 0; b < c.n; b++)
+                    for (int r = 0; r < rows; r++) {
+                        int hi = (r0 + r) * c.stride - c.pad + kh;
+                        if (hi < 0 || hi >= c.h) continue;
+                        const float *xr = x + (((long)b * c.cin + i) * c.h + hi) * c.w;
+                        const float *dyr = dy + (((long)b * c.cout + o) * rows + r) * c.wout;
+                        for (int col = 0; col < c.wout; col++) {
+                            int wi = col * c.stride - c.pad + kw;
+                            if (wi >= 0 && wi < c.w) acc += dyr[col] * xr[wi];
+                        }
+                    }
+            }
+            staging[k - s] = first ? acc : staging[k - s] + acc;
+        }
+        int rc = wr(gfile, offset + 4 * s, staging, 4 * (e - s));
+        if (rc) return rc;
+    }
+    return 0;
+}

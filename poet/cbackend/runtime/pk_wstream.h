@@ -20,6 +20,17 @@ int pk_ws_linear_weight_grad(int gfile, uint32_t offset, int n, int in, int out,
                              int first, float *staging, uint32_t staging_bytes);
 int pk_ws_sgd(int wfile, int gfile, uint32_t offset, uint32_t nbytes, float lr, float *staging,
               uint32_t staging_bytes);
+/* Convolution (square kernel k, stride, padding; no dilation or groups), NCHW float32, its block W
+   (cout x cin x k x k) then b (cout, if has_bias).  geometry = {n, cin, h, w, cout, hout, wout, k, stride,
+   pad, has_bias}.  The forward computes output rows r0..r1 into y (n x cout x (r1-r0) x wout); the input
+   gradient computes input rows r0..r1 into dx (n x cin x (r1-r0) x w); the weight gradient adds what
+   output rows r0..r1 of dy (n x cout x (r1-r0) x wout) contribute. */
+int pk_ws_conv2d_forward(int wfile, uint32_t offset, const int32_t *geometry, int r0, int r1, const float *x,
+                         float *y, float *staging, uint32_t staging_bytes);
+int pk_ws_conv2d_input_grad(int wfile, uint32_t offset, const int32_t *geometry, int r0, int r1, const float *dy,
+                            float *dx, float *staging, uint32_t staging_bytes);
+int pk_ws_conv2d_weight_grad(int gfile, uint32_t offset, const int32_t *geometry, int r0, int r1, const float *x,
+                             const float *dy, int first, float *staging, uint32_t staging_bytes);
 void pk_ws_counters(uint64_t out[4]); /* read bytes, written bytes, reads, writes since the last reset */
 void pk_ws_reset(void);
 
