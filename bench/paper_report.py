@@ -25,14 +25,15 @@ WEIGHTS_SECTION = [
         free.  ResNet-18/CIFAR's 44.7 MB of parameters fit neither the m0's 256 KB of flash nor the m4's 1 MB:
         they must live on the SD card.  Priced that way (`--weights stream`: every use of a weight reads it, a
         recompute reads it again, gradients are written back, the SGD update streams through both; no reuse
-        across tiles), the 32 KB step of ResNet-18/CIFAR costs 1,449 J on the m0 against 1,325 J with free
-        weights (+9%, weight traffic 8.5% of the energy: the m0's software floating point dominates), but
-        132.6 J on the m4 against 8.8 J (15x, weight traffic 93%), and 30.6 J against 7.7 J at 256 KB (4x).
-        VGG-16/CIFAR on the m4 goes from 4.1 J to 182 J at 32 KB (98% weight traffic).  So the RAM claim (RQ2)
+        across tiles), the 32 KB step of ResNet-18/CIFAR costs 1,454 J on the m0 against 1,325 J with free
+        weights (+10%, weight traffic 8.8% of the energy: the m0's software floating point dominates), but
+        137 J on the m4 against 8.8 J (15.6x, weight traffic 93%), and 31 J against 7.7 J at 256 KB (4.1x).
+        VGG-16/CIFAR on the m4 goes from 4.1 J to 197 J at 32 KB (98% weight traffic).  So the RAM claim (RQ2)
         holds with the weights streamed, at the cost of a 1 KiB staging buffer, but the Cortex-M energies the
         paper reports leave out what is most of the step on the m4, and the choice between recomputing and
         paging is made against weight reads it does not see (recomputing a conv tile reads its weights again).
-        These are predictions of the cost model: the streaming kernels and an emulated run are not built yet.""".split()
+        These are predictions of the cost model: streaming kernels are tested on the host, but no streamed
+        step has run in the emulator yet.""".split()
     ),
     "",
 ]
