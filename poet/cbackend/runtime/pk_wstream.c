@@ -25,6 +25,13 @@ static int wr(int f, uint32_t off, const void *src, uint32_t n) {
     return pk_file_write(f, off, src, n) == 0 ? 0 : 4;
 }
 
+/* the chunk of a block of `total` floats that starts at float s: its end (at most `per` floats on), and,
+   with a file f >= 0, its read into staging */
+static int chunk(uint32_t total, uint32_t per, int f, uint32_t offset, uint32_t s, uint32_t *e, float *staging) {
+    *e = s + per < total ? s + per : total;
+    return f >= 0 ? rd(f, offset + 4 * s, staging, 4 * (*e - s)) : 0;
+}
+
 static int bad(int n, int in, int out, uint32_t staging_bytes) {
     return n < 1 || in < 1 || out < 1 || staging_bytes < 8 || staging_bytes % 4 != 0;
 }
@@ -37,9 +44,8 @@ int pk_ws_linear_forward(int wfile, uint32_t offset, int n, int in, int out, con
     const uint32_t total = (uint32_t)out * (uint32_t)(in + 1), per = staging_bytes / 4, nw = (uint32_t)out * in;
     for (int r = 0; r < n; r++)
         for (int o = 0; o < out; o++) y[r * out + o] = 0.0f;
-    for (uint32_t s = 0; s < total; s += per) {
-        uint32_t e = s + per < total ? s + per : total;
-        int rc = rd(wfile, offset + 4 * s, staging, 4 * (e - s));
+    for (uint32_t s = 0, e; s < total; s = e) {
+        int rc = chunk(total, per, wfile, offset, s, &e, staging);
         if (rc) return rc;
         for (uint32_t k = s; k < e; k++) {
             float w = staging[k - s];
@@ -62,9 +68,8 @@ int pk_ws_linear_input_grad(int wfile, uint32_t offset, int n, int in, int out, 
     const uint32_t total = (uint32_t)out * (uint32_t)(in + 1), per = staging_bytes / 4, nw = (uint32_t)out * in;
     for (int r = 0; r < n; r++)
         for (int i = 0; i < in; i++) dx[r * in + i] = 0.0f;
-    for (uint32_t s = 0; s < total; s += per) {
-        uint32_t e = s + per < total ? s + per : total;
-        int rc = rd(wfile, offset + 4 * s, staging, 4 * (e - s));
+    for (uint32_t s = 0, e; s < total; s = e) {
+        int rc = chunk(total, per, wfile, offset, s, &e, staging);
         if (rc) return rc;
         for (uint32_t k = s; k < e && k < nw; k++) {
             int o = (int)(k / (uint32_t)in), i = (int)(k % (uint32_t)in);
@@ -80,12 +85,9 @@ int pk_ws_linear_weight_grad(int gfile, uint32_t offset, int n, int in, int out,
                              int first, float *staging, uint32_t staging_bytes) {
     if (bad(n, in, out, staging_bytes)) return 1;
     const uint32_t total = (uint32_t)out * (uint32_t)(in + 1), per = staging_bytes / 4, nw = (uint32_t)out * in;
-    for (uint32_t s = 0; s < total; s += per) {
-        uint32_t e = s + per < total ? s + per : total;
-        if (!first) {
-            int rc = rd(gfile, offset + 4 * s, staging, 4 * (e - s));
-            if (rc) return rc;
-        }
+    for (uint32_t s = 0, e; s < total; s = e) {
+        int rc = chunk(total, per, first ? -1 : gfile, offset, s, &e, staging);
+        if (rc) return rc;
         for (uint32_t k = s; k < e; k++) {
             float acc = 0.0f;
             if (k < nw) {
@@ -97,7 +99,7 @@ int pk_ws_linear_weight_grad(int gfile, uint32_t offset, int n, int in, int out,
             }
             staging[k - s] = first ? acc : staging[k - s] + acc;
         }
-        int rc = wr(gfile, offset + 4 * s, staging, 4 * (e - s));
+        rc = wr(gfile, offset + 4 * s, staging, 4 * (e - s));
         if (rc) return rc;
     }
     return 0;
@@ -124,12 +126,17 @@ int pk_ws_sgd(int wfile, int gfile, uint32_t offset, uint32_t nbytes, float lr, 
 /* ---- convolution: each chunk of the block adds what its weights contribute (see pk_wstream.h) */
 
 typedef struct {
-    int n, cin, h, w, cout, hout, wout, k, stride, pad, has_bias;
+    int n, cin, h, w, cout, hout, wout, k, stride, pad, has_bias, rows;
+    uint32_t nw, total, per; /* weights in the block, block size (floats), floats per chunk */
 } conv_geom;
+
+static uint32_t conv_block(const conv_geom *c);
 
 static int conv_geometry(const int32_t *g, int r0, int r1, int rows, conv_geom *c, uint32_t staging_bytes) {
     c->n = g[0], c->cin = g[1], c->h = g[2], c->w = g[3], c->cout = g[4], c->hout = g[5], c->wout = g[6];
-    c->k = g[7], c->stride = g[8], c->pad = g[9], c->has_bias = g[10];
+    c->k = g[7], c->stride = g[8], c->pad = g[9], c->has_bias = g[10], c->rows = r1 - r0;
+    c->nw = (uint32_t)c->cout * (uint32_t)c->cin * (uint32_t)(c->k * c->k), c->per = staging_bytes / 4;
+    c->total = conv_block(c);
     if (c->n < 1 || c->cin < 1 || c->h < 1 || c->w < 1 || c->cout < 1 || c->hout < 1 || c->wout < 1 || c->k < 1 ||
         c->stride < 1 || c->pad < 0 || staging_bytes < 8 || staging_bytes % 4 != 0)
         return 1;
@@ -154,13 +161,11 @@ int pk_ws_conv2d_forward(int wfile, uint32_t offset, const int32_t *geometry, in
                          float *y, float *staging, uint32_t staging_bytes) {
     conv_geom c;
     if (conv_geometry(geometry, r0, r1, geometry[5], &c, staging_bytes)) return 1;
-    const int rows = r1 - r0;
-    const uint32_t nw = (uint32_t)c.cout * (uint32_t)c.cin * (uint32_t)(c.k * c.k), total = conv_block(&c);
-    const uint32_t per = staging_bytes / 4;
+    const int rows = c.rows;
+    const uint32_t nw = c.nw;
     for (long q = 0; q < (long)c.n * c.cout * rows * c.wout; q++) y[q] = 0.0f;
-    for (uint32_t s = 0; s < total; s += per) {
-        uint32_t e = s + per < total ? s + per : total;
-        int rc = rd(wfile, offset + 4 * s, staging, 4 * (e - s));
+    for (uint32_t s = 0, e; s < c.total; s = e) {
+        int rc = chunk(c.total, c.per, wfile, offset, s, &e, staging);
         if (rc) return rc;
         for (uint32_t k = s; k < e; k++) {
             float wv = staging[k - s];
@@ -192,13 +197,11 @@ int pk_ws_conv2d_input_grad(int wfile, uint32_t offset, const int32_t *geometry,
                             float *dx, float *staging, uint32_t staging_bytes) {
     conv_geom c;
     if (conv_geometry(geometry, r0, r1, geometry[2], &c, staging_bytes)) return 1;
-    const int rows = r1 - r0;
-    const uint32_t nw = (uint32_t)c.cout * (uint32_t)c.cin * (uint32_t)(c.k * c.k), total = conv_block(&c);
-    const uint32_t per = staging_bytes / 4;
+    const int rows = c.rows;
+    const uint32_t nw = c.nw;
     for (long q = 0; q < (long)c.n * c.cin * rows * c.w; q++) dx[q] = 0.0f;
-    for (uint32_t s = 0; s < total; s += per) {
-        uint32_t e = s + per < total ? s + per : total;
-        int rc = rd(wfile, offset + 4 * s, staging, 4 * (e - s));
+    for (uint32_t s = 0, e; s < c.total; s = e) {
+        int rc = chunk(c.total, c.per, wfile, offset, s, &e, staging);
         if (rc) return rc;
         for (uint32_t k = s; k < e && k < nw; k++) {
             float wv = staging[k - s];
@@ -224,15 +227,11 @@ int pk_ws_conv2d_weight_grad(int gfile, uint32_t offset, const int32_t *geometry
                              const float *dy, int first, float *staging, uint32_t staging_bytes) {
     conv_geom c;
     if (conv_geometry(geometry, r0, r1, geometry[5], &c, staging_bytes)) return 1;
-    const int rows = r1 - r0;
-    const uint32_t nw = (uint32_t)c.cout * (uint32_t)c.cin * (uint32_t)(c.k * c.k), total = conv_block(&c);
-    const uint32_t per = staging_bytes / 4;
-    for (uint32_t s = 0; s < total; s += per) {
-        uint32_t e = s + per < total ? s + per : total;
-        if (!first) {
-            int rc = rd(gfile, offset + 4 * s, staging, 4 * (e - s));
-            if (rc) return rc;
-        }
+    const int rows = c.rows;
+    const uint32_t nw = c.nw;
+    for (uint32_t s = 0, e; s < c.total; s = e) {
+        int rc = chunk(c.total, c.per, first ? -1 : gfile, offset, s, &e, staging);
+        if (rc) return rc;
         for (uint32_t k = s; k < e; k++) {
             float acc = 0.0f;
             if (k >= nw) {
@@ -256,7 +255,7 @@ int pk_ws_conv2d_weight_grad(int gfile, uint32_t offset, const int32_t *geometry
             }
             staging[k - s] = first ? acc : staging[k - s] + acc;
         }
-        int rc = wr(gfile, offset + 4 * s, staging, 4 * (e - s));
+        rc = wr(gfile, offset + 4 * s, staging, 4 * (e - s));
         if (rc) return rc;
     }
     return 0;
