@@ -108,6 +108,10 @@ def test_a_stream_schedule_whose_weight_traffic_is_left_out_is_refused():
     nd["compute_time_s"] = nd["compute_energy_j"] = 0.0
     with pytest.raises(ScheduleError, match="leaves out its weight traffic"):
         schedule_from_dict(cheap)
+    no_store = copy.deepcopy(d)  # the placement dropped, the traffic left on the nodes
+    no_store["graph"].pop("weights")
+    with pytest.raises(ScheduleError, match="not streamed"):
+        schedule_from_dict(no_store)
     no_staging = copy.deepcopy(d)
     no_staging["graph"]["fixed_ram_bytes"] = 0
     with pytest.raises(ScheduleError, match="staging buffer"):

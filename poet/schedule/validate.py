@@ -190,6 +190,13 @@ def checked_weights(g: CostedGraph) -> tuple[Traffic, ...] | None:
     whose recorded traffic is not the derived one (a left-out traffic included), and a node whose
     compute cost is below the storage price of its traffic (a cost that leaves the traffic out)."""
     w = g.weights
+    if w is None or not w.streamed:
+        carrying = next((v for v, nd in enumerate(g.nodes) if not nd.weight_traffic.empty), None)
+        if carrying is not None:
+            raise ScheduleError(
+                f"{_node_label(g, carrying)} records weight traffic, but the graph's weights are "
+                f"{g.placement}, not streamed: its traffic cannot be checked; re-price the graph with --weights"
+            )
     if w is None:
         return None
     if w.placement == RAM and g.fixed_ram_bytes < w.param_bytes:
