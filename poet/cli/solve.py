@@ -49,6 +49,8 @@ def cmd_solve(a) -> int:
                 batch_size=a.batch_size,
                 fixed_ram=fixed_ram,
                 tile=a.tile,
+                weights=a.weights,
+                staging=a.staging,
                 progress=prog,
                 verbose=a.verbose,
                 cache=not a.no_cache,
@@ -145,8 +147,10 @@ def register(subparsers) -> None:
         "(the paper's setting: only activations count)",
     )
     from ..graph.tile_option import add_tile_option
+    from ..graph.weights import add_weights_option
 
     add_tile_option(bud)
+    add_weights_option(bud)
     sol = s.add_argument_group("solver")
     sol.add_argument(
         "--strategy",
