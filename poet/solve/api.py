@@ -137,6 +137,8 @@ def tile_and_solve(a) -> Solved:
         batch_size=a.batch_size,
         fixed_ram=a.fixed_ram,
         tile=a.tile,
+        max_tile_nodes=policy.tile_max_nodes,
+        max_tile_seconds=policy.tile_max_seconds,
     )
     if a.strategy not in strategy_table():
         raise BudgetError(f"unknown strategy {a.strategy!r}; choose one of {', '.join(strategy_table())}")
