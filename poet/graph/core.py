@@ -38,7 +38,7 @@ class GraphError(ValueError):
 TILE_PARTS = ("output", "stats", "partial", "weight_grad")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)  # slots: a tiled BERT has millions of them
 class Tile:
     """Which piece of an untiled node a tiled node is.
 
@@ -109,7 +109,7 @@ def tile_problem(t: Tile) -> str:
     return ""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)  # slots: a tiled BERT has millions of them
 class Node:
     """One operation of the training iteration and the tensor it produces."""
 
@@ -132,7 +132,7 @@ COST_FIELDS = (
 )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)  # slots: a tiled BERT has millions of them
 class CostedNode:
     """A node with the device costs a solver needs (seconds, joules, bytes)."""
 
