@@ -13,6 +13,7 @@ from poet.schedule.compact import STEPS_ENCODING, decode_steps, encode_steps
 from poet.schedule.core import Step
 from poet.schedule.io import load_schedule, save_schedule, schedule_from_dict, schedule_to_dict
 from poet.schedule.validate import ScheduleError, simulate, validate
+from poet.solve import api, cache
 from poet.solve.api import costed_graph, solve
 from poet.solve.search.stream import stream_schedule
 from tests.conftest import random_dag
@@ -127,3 +128,19 @@ def test_the_validator_reads_steps_once_and_sums_exactly(schedules):
     rep = simulate(schedules["serial"].graph, iter(schedules["serial"].steps), schedules["serial"].budget)
     assert len(rep.ram_after_step) == len(schedules["serial"].steps)
     assert max(rep.ram_after_step) == rep.totals.peak_ram_bytes
+
+
+def test_the_solve_cache_keeps_long_schedules_compact(schedules, monkeypatch):
+    s = schedules["serial"]
+    monkeypatch.setattr(cache, "COMPACT_MIN_STEPS", 1)
+    opts = api.SolveOptions(cache=True, method="heuristic", time_limit_s=10)
+    first = api.solve_costed(s.graph, s.budget, "poet", opts)
+    (entry,) = cache.cache_dir().glob("*.json")
+    assert json.loads(entry.read_text())["steps"]["encoding"] == STEPS_ENCODING
+    second = api.solve_costed(s.graph, s.budget, "poet", opts)
+    assert second.report.cache is not None and second.steps == first.steps and second.totals == first.totals
+    d = json.loads(entry.read_text())
+    d["steps"]["ops"] = "z" * d["steps"]["count"]
+    entry.write_text(json.dumps(d))
+    third = api.solve_costed(s.graph, s.budget, "poet", opts)  # a broken entry is ignored: solved again
+    assert third.report.cache is None and third.totals == first.totals
