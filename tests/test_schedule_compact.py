@@ -9,6 +9,9 @@ import pytest
 
 import poet.schedule.io as sio
 from poet.cli import main
+from poet.graph.core import GraphError
+from poet.graph.io import graph_from_dict, graph_to_dict
+from poet.graph.io_columns import EDGES_ENCODING, NODES_ENCODING
 from poet.schedule.compact import STEPS_ENCODING, decode_steps, encode_steps
 from poet.schedule.core import Step
 from poet.schedule.io import load_schedule, save_schedule, schedule_from_dict, schedule_to_dict
@@ -144,3 +147,39 @@ def test_the_solve_cache_keeps_long_schedules_compact(schedules, monkeypatch):
     entry.write_text(json.dumps(d))
     third = api.solve_costed(s.graph, s.budget, "poet", opts)  # a broken entry is ignored: solved again
     assert third.report.cache is None and third.totals == first.totals
+
+
+def test_a_compact_graph_round_trips_and_is_checked_as_a_plain_one(schedules):
+    g = schedules["serial"].graph
+    d = json.loads(json.dumps(graph_to_dict(g, compact=True)))
+    assert d["nodes"]["encoding"] == NODES_ENCODING and d["edges"]["encoding"] == EDGES_ENCODING
+    h = graph_from_dict(d)
+    assert h.nodes == g.nodes and h.edges == g.edges and h.fixed_ram_bytes == g.fixed_ram_bytes
+    for field, value, message in [
+        ("ram_bytes", "cut", r'"nodes".ram_bytes must be a list of'),
+        ("compute_time_s", "negative", "compute_time_s"),
+        ("encoding", "rows", "unknown encoding 'rows'"),
+    ]:
+        bad = json.loads(json.dumps(d))
+        if value == "cut":
+            bad["nodes"][field] = bad["nodes"][field][:-1]
+        elif value == "negative":
+            bad["nodes"][field][3] = -1.0
+        else:
+            bad["nodes"][field] = value
+        with pytest.raises(GraphError, match=message):
+            graph_from_dict(bad, source="g.json")
+    bad = json.loads(json.dumps(d))
+    bad["edges"]["to"][0] = -(10**6)  # an edge to a node that is not there
+    with pytest.raises(GraphError, match="g.json"):
+        graph_from_dict(bad, source="g.json")
+
+
+def test_a_tiled_graph_round_trips_compact():
+    from poet.graph.tiling_plan import plan_tiling
+    from poet.hardware.cost import linear_cost_model
+
+    g = linear_cost_model(plan_tiling("vgg16_cifar", 32768).graph, "m0")
+    assert any(nd.tile is not None for nd in g.nodes)
+    h = graph_from_dict(json.loads(json.dumps(graph_to_dict(g, compact=True))))
+    assert h.nodes == g.nodes and h.edges == g.edges

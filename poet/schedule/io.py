@@ -36,13 +36,14 @@ def steps_to_dicts(steps) -> list[dict]:
 
 
 def schedule_to_dict(s: Schedule, compact: bool = False) -> dict:
-    """The file's JSON object; ``compact``: the steps in the compact encoding (:mod:`.compact`)."""
+    """The file's JSON object; ``compact``: the steps in the compact encoding (:mod:`.compact`), the graph's
+    nodes and edges as columns (:mod:`poet.graph.io_columns`)."""
     steps = encode_steps(s.steps) if compact else steps_to_dicts(s.steps)
     return {
         "format": SCHEDULE_FORMAT,
         "strategy": s.strategy,
         "status": s.status,
-        "graph": graph_to_dict(s.graph),
+        "graph": graph_to_dict(s.graph, compact),
         "budget": {
             "ram_bytes": s.budget.ram_bytes,
             "runtime_s": s.budget.runtime_s,
