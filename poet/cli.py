@@ -39,6 +39,7 @@ def cmd_solve(a) -> int:
     from .report.tiling import tiling_text
     from .schedule.io import save_schedule
     from .solve.api import plan_and_solve
+    from .solve.policy import DEFAULT_POLICY
     from .solve.problem import PARAMETER_MULTIPLES, tiling_costs
     from .units import parse_bytes
 
@@ -76,6 +77,7 @@ def cmd_solve(a) -> int:
                 tile=a.tile,
                 weights=a.weights,
                 staging=a.staging,
+                policy=DEFAULT_POLICY.with_tile_caps(a.max_tile_nodes, a.max_tile_seconds),
                 progress=prog,
                 verbose=a.verbose,
                 cache=not a.no_cache,
@@ -234,7 +236,7 @@ def build_parser() -> argparse.ArgumentParser:
     from .graph.tiling_plan import add_tile_option
     from .graph.weights import add_weights_option
 
-    add_tile_option(bud)
+    add_tile_option(bud, caps=True)
     add_weights_option(bud)
     sol = s.add_argument_group("solver")
     sol.add_argument(

@@ -12,6 +12,7 @@ replace (``SolveOptions(clock=...)``) instead of patching ``time``.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -164,6 +165,20 @@ class SolvePolicy:
     # Planning the tiles is part of answering (seconds to tens of seconds on large models): it comes
     # out of the time limit, and the solve keeps at least this share of the limit.
     tiled_min_solve_share: float = 0.25
+    # Auto tiling stops refining past this many nodes, or after this many seconds of planning (None:
+    # the planner's defaults, poet.graph.tiling_plan.MAX_NODES and MAX_PLAN_SECONDS, 60,000 and 60 s:
+    # beyond them planning takes minutes).  bert at 32 KiB needs millions (docs/tiling.md, "Scale");
+    # ``poet solve --max-tile-nodes N --max-tile-seconds S`` sets them.
+    tile_max_nodes: int | None = None
+    tile_max_seconds: float | None = None
+
+    def with_tile_caps(self, max_nodes: int | None, max_seconds: float | None) -> SolvePolicy:
+        """This policy with auto tiling's caps set where given (None keeps the current one)."""
+        return dataclasses.replace(
+            self,
+            tile_max_nodes=self.tile_max_nodes if max_nodes is None else max_nodes,
+            tile_max_seconds=self.tile_max_seconds if max_seconds is None else max_seconds,
+        )
 
     # -- each phase's share of the time limit (``limit`` None: no limit; ``elapsed``: since the start)
     def tiled_solve_limit(self, asked: float | None, planning_s: float) -> tuple[float | None, float | None]:
