@@ -158,6 +158,16 @@ class SolvePolicy:
     # When the portfolio ends its time without a schedule on a tiled graph (it can spend a short limit
     # on its lower bound and guided rules), the streaming page rule is tried for this long.
     tiled_fallback_seconds: float = 60.0
+    # The window re-solve (search/windows.py) improves the one-pass schedule: windows of this many
+    # stages, each a MILP of at most ``window_seconds``, for ``window_share`` of the time left when the
+    # one-pass schedule is the answer (a tiled graph past tiled_portfolio_max_nodes) and
+    # ``window_portfolio_share`` when the portfolio's phases follow.  Measured on the m4 (docs/tiling.md,
+    # "Windowed improvement"): 48 stages solve in 0.3-4 s each on resnet18_cifar at 32 KiB; 200 stages
+    # (215k columns) reached no solution in 30 s.
+    window_stages: int = 48
+    window_seconds: float = 10.0
+    window_share: float = 0.5
+    window_portfolio_share: float = 0.1
     # A tiled graph has thousands of nodes: without a time limit asked for, it is solved within this
     # many seconds, so that an answer comes within minutes.
     tiled_time_limit_s: float = 240.0

@@ -259,10 +259,12 @@ def size_rule_answer(state: SolveState) -> Schedule:
         )
         return schedule(state, (), NO_SOLUTION)
     gap = relative_gap(found.energy_j, plain)
+    windows = next((r.facts for r in state.records if r.name == "window re-solve" and "saved_j" in r.facts), None)
+    improved = "" if windows is None else f", improved by {windows['kept']} window re-solves"
     state.note(
         energy_j=found.energy_j,
         gap=gap,
-        message=f"{why}; the streaming page rule's schedule is {gap:.2%} above the lower bound "
+        message=f"{why}; the streaming page rule's schedule{improved} is {gap:.2%} above the lower bound "
         "(plain backprop: every node once, nothing paged)",
     )
     return schedule(state, found.steps, OPTIMAL if gap <= state.opts.gap else FEASIBLE)
