@@ -72,6 +72,8 @@ def plan_answer(state: SolveState) -> Schedule:
     if state.stream is not None and (energy is None or state.stream.energy_j < energy):
         # the one-pass paging schedule (large graphs) is the cheapest held
         steps, energy, origin = state.stream.steps, state.stream.energy_j, Origin.ONE_PASS
+    if state.polished is not None and (energy is None or state.polished.energy_j < energy):
+        steps, energy, origin = state.polished.steps, state.polished.energy_j, Origin.WINDOWS
     gap = None if energy is None else relative_gap(energy, state.lb)
     proven = gap is not None and gap <= state.opts.gap
     if plan is None and steps is None:

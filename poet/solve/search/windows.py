@@ -27,10 +27,12 @@ import math
 import time
 from dataclasses import dataclass
 
+import numpy as np
+
 from ...graph.core import CostedGraph
 from ...schedule.core import PAGING_HIDDEN, PAGING_SERIAL, Budget, Op, Step
 from ..lp.highs import solve_highs
-from ..lp.problem import MatrixBuilder
+from ..lp.problem import MatrixBuilder, max_violation
 from ..stage.plan import ram_cap
 
 
@@ -44,6 +46,7 @@ class WindowResult:
     windows_kept: int
     seconds: float
     why_stopped: str  # "all windows tried", "time limit", "asked to stop", "paging model not supported"
+    warm_starts: int = 0  # windows whose old steps were HiGHS's warm start
 
 
 def _cuts(g: CostedGraph, steps) -> list[int] | None:
@@ -120,6 +123,7 @@ class WindowModel:
         bd = self.b_ = MatrixBuilder()
         page_t = 0.0 if paging_time == PAGING_HIDDEN else 1.0
         self.e, self.o, self.y, self.z, self.h = {}, {}, {}, {}, {}
+        self.stored: dict[tuple[int, int], int] = {}  # (x, t): the column "x on storage at stage t's start"
         s_prev = {x: (1.0 if x in sto0 else 0.0) for x in xs}  # constant or column
         k_prev = {x: (1.0 if x in res0 else 0.0) for x in xs}
         time_terms = []
@@ -204,6 +208,7 @@ class WindowModel:
                         s = s_prev[x]
                         if isinstance(s, int):
                             ns = bd.var()
+                            self.stored[x, t + 1] = ns
                             bd.row([ns, s, o], [1.0, -1.0, -1.0], 0.0, 0.0)
                             s_prev[x] = ns
                         else:
@@ -222,6 +227,45 @@ class WindowModel:
         if time_room is not None:
             bd.row([c for c, _ in time_terms], [w for _, w in time_terms], -math.inf, time_room)
         self.problem = bd.problem()
+
+    def start(self, old, res0: set[int], sto0: set[int]) -> np.ndarray | None:
+        """The window's old steps as a solution of the model (HiGHS's warm start), or None when they are
+        not one (a tensor freed and loaded again within a stage, ...)."""
+        x_val = np.zeros(self.problem.num_cols)
+        res, sto = set(res0), set(sto0)
+        i, stage = 0, {}
+        for t in range(self.a, self.b):
+            start_res = set(res)
+            freed, loaded, out = set(), set(), set()
+            while True:
+                s = old[i]
+                i += 1
+                if s.op == Op.COMPUTE and s.node == t:
+                    break
+                if s.op == Op.FREE:
+                    res.discard(s.node)
+                    freed.add(s.node)
+                elif s.op == Op.PAGE_OUT:
+                    sto.add(s.node)
+                    out.add(s.node)
+                else:
+                    res.add(s.node)
+                    loaded.add((s.node, s.op))
+            stage[t] = (start_res, freed, loaded, out, set(res), set(sto))
+            res.add(t)
+        for (x, t), col in self.h.items():
+            x_val[col] = float(x in stage[t][4])
+        for (x, t), col in self.e.items():
+            x_val[col] = float(x in stage[t][0] and x in stage[t][1])
+        for (x, t), col in self.o.items():
+            x_val[col] = float(x in stage[t][3])
+        for (x, t), col in self.y.items():
+            x_val[col] = float((x, Op.PAGE_IN) in stage[t][2])
+        for (x, t), col in self.z.items():
+            x_val[col] = float((x, Op.COMPUTE) in stage[t][2])
+        for (x, t), col in self.stored.items():
+            x_val[col] = float(x in stage[t - 1][5])
+        return x_val if max_violation(self.problem, x_val) <= 1e-9 else None
 
     def steps(self, x_val) -> list[Step]:
         """The window's steps from a solution: per stage, frees (after any page-out), page-outs of tensors
@@ -329,7 +373,7 @@ def improve_windows(
         if e > 0:
             spans.append((-e, a, b))
     spans.sort()
-    saved, tried, kept, why = 0.0, 0, 0, "all windows tried"
+    saved, tried, kept, warm, why = 0.0, 0, 0, 0, "all windows tried"
     for _, a, b in spans:
         if stop is not None and stop():
             why = "asked to stop"
@@ -353,7 +397,9 @@ def improve_windows(
         except ValueError:
             continue
         limit = window_time_limit if left is None else max(0.1, min(window_time_limit, left))
-        r = solve_highs(model.problem, time_limit=limit, threads=1, gap=1e-6, stop=stop)
+        start = model.start(old, res0, sto0)
+        warm += start is not None
+        r = solve_highs(model.problem, time_limit=limit, threads=1, gap=1e-6, stop=stop, start=start)
         if r.x is None or r.objective is None or r.objective >= old_e * (1 - 1e-9):
             continue
         new = model.steps(r.x)
@@ -368,4 +414,4 @@ def improve_windows(
             slack -= new_t - old_t
         saved += old_e - new_e
         kept += 1
-    return WindowResult(tuple(cur.steps), saved, tried, kept, clock() - t0, why)
+    return WindowResult(tuple(cur.steps), saved, tried, kept, clock() - t0, why, warm)
