@@ -88,7 +88,7 @@ def transformer(seq: int = 8, hidden: int = 8, heads: int = 2) -> ModelLayers:
 # name -> (layers, tiles per layer, RAM budget as a share of the keep-all peak)
 INSTANCES = {
     "cnn1-t2": (lambda: cnn(1), 2, "75%"),
-    "cnn1-t2-tight": (lambda: cnn(1), 2, "70%"),
+    "cnn1-t2-80": (lambda: cnn(1), 2, "80%"),
     "cnn1-t4": (lambda: cnn(1), 4, "60%"),
     "cnn2-t2": (lambda: cnn(2), 2, "60%"),
     "cnn2-t4": (lambda: cnn(2), 4, "50%"),
