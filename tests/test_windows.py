@@ -86,6 +86,8 @@ def test_window_resolve_answers_within_its_time_and_stop():
     assert r.why_stopped == "time limit" and r.steps == tuple(found.steps) and r.windows_tried == 0
     r = improve_windows(g, found.steps, budget, window=24, stop=lambda: True)
     assert r.why_stopped == "asked to stop" and r.windows_tried == 0
+    r = improve_windows(g, found.steps, budget, window=24, patience=0)
+    assert r.why_stopped == "0 windows in a row improved nothing" and r.windows_tried == 0
 
 
 def test_window_resolve_refuses_steps_not_in_stage_form():

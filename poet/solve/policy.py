@@ -170,6 +170,9 @@ class SolvePolicy:
     window_seconds: float = 5.0
     window_share: float = 0.5
     window_portfolio_share: float = 0.1
+    # The windows go most expensive first; after this many in a row that keep nothing they stop (on the
+    # one-pass schedules of the m4 rows they keep almost nothing: the time goes back to the answer).
+    window_patience: int = 30
     # On a tiled graph the guide search leaves this share of its time to the window polish of the best
     # plan (when no MILP follows).
     window_polish_share: float = 0.25

@@ -89,6 +89,7 @@ def windows(state: SolveState, steps, seconds: float) -> WindowResult:
         window=policy.window_stages,
         time_limit=seconds,
         window_time_limit=policy.window_seconds,
+        patience=policy.window_patience,
         stop=state.opts.stop,
         clock=state.opts.clock,
     )

@@ -45,7 +45,7 @@ class WindowResult:
     windows_tried: int
     windows_kept: int
     seconds: float
-    why_stopped: str  # "all windows tried", "time limit", "asked to stop", "paging model not supported"
+    why_stopped: str  # "all windows tried", "time limit", "asked to stop", "N windows in a row improved nothing", ...
     warm_starts: int = 0  # windows whose old steps were HiGHS's warm start
 
 
@@ -348,11 +348,13 @@ def improve_windows(
     window: int = 48,
     time_limit: float | None = None,
     window_time_limit: float = 10.0,
+    patience: int | None = None,
     stop=None,
     clock=time.perf_counter,
 ) -> WindowResult:
     """Re-solve windows of ``window`` stages, most expensive first, keeping each one that replays and costs
-    less (module docstring).  ``steps`` must be in stage form; the result's steps are too."""
+    less (module docstring); after ``patience`` windows in a row that keep nothing, stop.  ``steps`` must
+    be in stage form; the result's steps are too."""
     t0 = clock()
     steps = list(steps)
     n = len(g.nodes)
@@ -374,9 +376,13 @@ def improve_windows(
             spans.append((-e, a, b))
     spans.sort()
     saved, tried, kept, warm, why = 0.0, 0, 0, 0, "all windows tried"
+    idle = 0
     for _, a, b in spans:
         if stop is not None and stop():
             why = "asked to stop"
+            break
+        if patience is not None and idle >= patience:
+            why = f"{patience} windows in a row improved nothing"
             break
         left = None if time_limit is None else time_limit - (clock() - t0)
         if left is not None and left < 0.2:
@@ -392,6 +398,7 @@ def improve_windows(
         old_e, old_t = _extra(g, old, set(range(a, b)), budget.paging_time)
         room = None if slack is None else old_t + max(0.0, slack)
         tried += 1
+        idle += 1
         try:
             model = WindowModel(g, a, b, res0, sto0, res1, sto1, cap, room, budget.paging_time)
         except ValueError:
@@ -414,4 +421,5 @@ def improve_windows(
             slack -= new_t - old_t
         saved += old_e - new_e
         kept += 1
+        idle = 0
     return WindowResult(tuple(cur.steps), saved, tried, kept, clock() - t0, why, warm)
