@@ -169,3 +169,17 @@ def test_window_polish_improves_the_best_plan_or_leaves_it():
     if "saved_j" in rec.facts:  # the answer is the polished schedule, or one cheaper still (Capuchin's)
         assert s.totals.energy_j <= rec.energy_j - rec.facts["saved_j"] * (1 - 1e-9)
         assert s.report.method in ("window re-solve", "capuchin")
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3, 5, 8, 13])
+def test_window_resolve_on_generated_graphs_never_worsens(seed):
+    # generated DAGs (not tilings), three devices, serial and hidden paging, with and without deadlines
+    device = ("m4", "m0", "a72")[seed % 3]
+    g = costed_graph(f"layered:40:{seed}", device)
+    for memory, runtime, paging in (("60%", "2x", "serial"), ("80%", None, "hidden")):
+        budget = make_budget(g, memory, runtime, paging_time=paging)
+        found = stream_schedule(g, budget)
+        if not found.found:
+            continue
+        r = improve_windows(g, found.steps, budget, window=8, time_limit=3, window_time_limit=1)
+        assert validate(g, r.steps, budget).energy_j <= found.energy_j * (1 + 1e-9)
