@@ -120,7 +120,7 @@ class WindowModel:
         xs = set(range(a, b)) | (set(res0) & (readers_in | set(res1))) | (set(sto0) & readers_in) | set(res1)
         xs |= set(res0)  # a resident tensor may simply be freed: it must be seen to be freed
         self.xs = xs = sorted(xs)
-        bd = self.b_ = MatrixBuilder()
+        bd = MatrixBuilder()
         page_t = 0.0 if paging_time == PAGING_HIDDEN else 1.0
         self.e, self.o, self.y, self.z, self.h = {}, {}, {}, {}, {}
         self.stored: dict[tuple[int, int], int] = {}  # (x, t): the column "x on storage at stage t's start"
@@ -166,7 +166,7 @@ class WindowModel:
                     time_terms.append((y, nd.pagein_time_s * page_t))
                     if isinstance(s, int):
                         bd.row([y, s], [1.0, -1.0], -math.inf, 0.0)
-                if all(p in k_prev and p < t for p in preds[x]) and preds[x] is not None:
+                if all(p in k_prev and p < t for p in preds[x]):  # its inputs can be present
                     z = bd.var(cost=nd.compute_energy_j)
                     self.z[x, t] = z
                     loads.append(z)
