@@ -74,6 +74,8 @@ def cmd_solve(a) -> int:
                 batch_size=a.batch_size,
                 fixed_ram=fixed_ram,
                 tile=a.tile,
+                weights=a.weights,
+                staging=a.staging,
                 progress=prog,
                 verbose=a.verbose,
                 cache=not a.no_cache,
@@ -230,8 +232,10 @@ def build_parser() -> argparse.ArgumentParser:
         "(the paper's setting: only activations count)",
     )
     from .graph.tiling_plan import add_tile_option
+    from .graph.weights import add_weights_option
 
     add_tile_option(bud)
+    add_weights_option(bud)
     sol = s.add_argument_group("solver")
     sol.add_argument(
         "--strategy",

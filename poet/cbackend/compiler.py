@@ -150,6 +150,12 @@ def compile_program(
         raise LoweringError(f"the schedule has no steps to compile (status {schedule.status})")
     totals = validate(schedule.graph, schedule.steps, schedule.budget)  # never compile an unchecked schedule
     schedule = schedule.with_(totals=totals)
+    if schedule.graph.placement == "stream":
+        raise LoweringError(
+            "this schedule was planned with --weights stream, and the C kernels do not stream weights from "
+            "storage yet (docs/weights.md, Not built yet): compiling it would run a different step than the "
+            "one priced; solve it again with --weights flash or --weights ram to compile it"
+        )
     if params_in_ram is None:
         params_in_ram = schedule.graph.fixed_ram_bytes > 0
     if batches is None:

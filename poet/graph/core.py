@@ -20,19 +20,18 @@ executor can map a tiled schedule back to the model.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 
 from ..units import MAX_BYTES, byte_count, finite_number
+from .errors import GraphError
+from .weights import NO_TRAFFIC, Traffic, WeightStore
 
 FORWARD = "forward"
 BACKWARD = "backward"
 KINDS = (FORWARD, BACKWARD)
-
-
-class GraphError(ValueError):
-    """A graph that cannot be scheduled as given (cycle, bad id, bad number)."""
 
 
 TILE_PARTS = ("output", "stats", "partial", "weight_grad")
@@ -146,6 +145,9 @@ class CostedNode:
     pageout_time_s: float
     pageout_energy_j: float
     tile: Tile | None = None
+    # what one computation moves to and from the weight store (weights, gradients); under the stream
+    # placement its storage cost is part of compute_time_s / compute_energy_j (poet.graph.weights)
+    weight_traffic: Traffic = NO_TRAFFIC
 
 
 def _check_edges(n: int, edges: Sequence[tuple[int, int]]) -> tuple[tuple[int, int], ...]:
@@ -257,6 +259,8 @@ class CostedGraph(_Topology):
     ``fixed_ram_bytes`` is RAM that is occupied for the whole iteration and
     not scheduled (parameters, gradients, optimizer state, workspace, runtime).
     The paper's setting leaves it at 0 and counts only layer outputs.
+    ``weights`` says where the parameters live (:class:`~poet.graph.weights.WeightStore`; None: not
+    recorded, as ``flash``): under ``stream`` each node's compute cost includes its weight traffic.
     """
 
     name: str
@@ -264,6 +268,7 @@ class CostedGraph(_Topology):
     edges: tuple[tuple[int, int], ...]
     fixed_ram_bytes: int = 0
     meta: dict = field(default_factory=dict, compare=False, hash=False)
+    weights: WeightStore | None = None
 
     def __post_init__(self):
         object.__setattr__(self, "nodes", tuple(self.nodes))
@@ -282,8 +287,14 @@ class CostedGraph(_Topology):
             byte_count(nd.ram_bytes, f"{label}: ram_bytes", error=GraphError)
             if nd.tile is not None and not isinstance(nd.tile, Tile):
                 raise GraphError(f"{label}: tile must be a poet.graph.core.Tile or None")
+            if not isinstance(nd.weight_traffic, Traffic):
+                raise GraphError(f"{label}: weight_traffic must be a poet.graph.weights.Traffic")
+            if nd.weight_traffic is not NO_TRAFFIC:
+                nd.weight_traffic.check(f"{label}: weight_traffic")
             for f in COST_FIELDS:
                 finite_number(getattr(nd, f), f"{label}: {f}", error=GraphError)
+        if self.weights is not None and not isinstance(self.weights, WeightStore):
+            raise GraphError("weights must be a poet.graph.weights.WeightStore or None")
         if self.fixed_ram_bytes + sum(nd.ram_bytes for nd in self.nodes) > MAX_BYTES:
             raise GraphError(
                 "fixed_ram_bytes plus every node's ram_bytes is above 2^53 B (9 PB); byte counts "
@@ -312,5 +323,20 @@ class CostedGraph(_Topology):
             nd.ram_bytes + sum(self.nodes[p].ram_bytes for p in self.preds[i]) for i, nd in enumerate(self.nodes)
         )
 
+    @property
+    def plain_weight_traffic(self) -> tuple[float, float]:
+        """(joules, seconds) of the weight traffic of one plain pass (each node once); 0 unless streamed."""
+        if self.weights is None or not self.weights.streamed:
+            return 0.0, 0.0
+        return (
+            math.fsum(self.weights.joules(nd.weight_traffic) for nd in self.nodes),
+            math.fsum(self.weights.seconds(nd.weight_traffic) for nd in self.nodes),
+        )
+
+    @property
+    def placement(self) -> str:
+        """Where the parameters live: ``flash`` (also when not recorded), ``ram`` or ``stream``."""
+        return self.weights.placement if self.weights is not None else "flash"
+
     def with_fixed_ram(self, fixed_ram_bytes: int) -> CostedGraph:
-        return CostedGraph(self.name, self.nodes, self.edges, fixed_ram_bytes, dict(self.meta))
+        return CostedGraph(self.name, self.nodes, self.edges, fixed_ram_bytes, dict(self.meta), self.weights)

@@ -7,6 +7,7 @@ from pathlib import Path
 from ..fileio import atomic_write_text, json_text, read_json
 from .core import COST_FIELDS as _COST_FIELDS
 from .core import CostedGraph, CostedNode, GraphError, Tile
+from .weights import NO_TRAFFIC, Traffic, WeightStore
 
 GRAPH_FORMAT = "poet-graph/1"
 
@@ -24,11 +25,13 @@ def graph_to_dict(g: CostedGraph) -> dict:
                 "ram_bytes": nd.ram_bytes,
                 **{f: getattr(nd, f) for f in _COST_FIELDS},
                 **({"tile": tile_to_dict(nd.tile)} if nd.tile is not None else {}),
+                **({"weight_traffic": nd.weight_traffic.to_list()} if not nd.weight_traffic.empty else {}),
             }
             for i, nd in enumerate(g.nodes)
         ],
         "edges": [[u, v] for u, v in g.edges],
         **({"meta": g.meta} if g.meta else {}),
+        **({"weights": g.weights.to_dict()} if g.weights is not None else {}),
     }
 
 
@@ -95,6 +98,12 @@ def graph_from_dict(d: dict, source: str = "graph") -> CostedGraph:
                 tile = tile_from_dict(raw["tile"])
             except GraphError as e:
                 raise bad(f"nodes[{pos}]: {e}") from None
+        traffic = NO_TRAFFIC
+        if raw.get("weight_traffic") is not None:
+            try:
+                traffic = Traffic.from_value(raw["weight_traffic"], "weight_traffic")
+            except GraphError as e:
+                raise bad(f"nodes[{pos}]: {e}") from None
         try:
             nodes.append(
                 CostedNode(
@@ -103,6 +112,7 @@ def graph_from_dict(d: dict, source: str = "graph") -> CostedGraph:
                     ram_bytes=raw["ram_bytes"],
                     **{f: raw[f] for f in _COST_FIELDS},
                     tile=tile,
+                    weight_traffic=traffic,
                 )
             )
         except TypeError as e:
@@ -115,12 +125,17 @@ def graph_from_dict(d: dict, source: str = "graph") -> CostedGraph:
     if meta is not None and not isinstance(meta, dict):
         raise bad(f'"meta" must be an object of notes like {{"device": "m4"}}, got {type(meta).__name__}')
     try:
+        weights = WeightStore.from_dict(d["weights"]) if d.get("weights") is not None else None
+    except (GraphError, TypeError) as e:
+        raise bad(str(e)) from None
+    try:
         return CostedGraph(
             name=str(d.get("name", source)),
             nodes=tuple(nodes),
             edges=tuple((u, v) for u, v in edges),
             fixed_ram_bytes=d.get("fixed_ram_bytes", 0),
             meta=meta or {},
+            weights=weights,
         )
     except GraphError as e:
         raise bad(str(e)) from None

@@ -107,6 +107,31 @@ def infeasibility_text(s: Schedule) -> str:
     return "\n".join(lines)
 
 
+def weights_lines(s: Schedule) -> list[str]:
+    """Where the parameters live and what that costs this schedule (``--weights``)."""
+    g, t = s.graph, s.totals
+    w = g.weights
+    params = int(w.param_bytes if w is not None else g.meta.get("param_bytes") or 0)
+    if not params:
+        return []
+    if w is None or w.placement == "flash":
+        return [
+            f"Weights: flash (the paper's setting): {fmt_bytes(params)} of parameters read from flash, not "
+            f"counted in RAM, energy or time; the device's flash must hold them (--weights ram|stream counts them)"
+        ]
+    if w.placement == "ram":
+        return [f"Weights: ram: the {fmt_bytes(params)} of parameters are held in the RAM budget (fixed RAM)"]
+    share = t.weight_energy_j / t.energy_j if t.energy_j else 0.0
+    return [
+        f"Weights: stream: {fmt_bytes(params)} of parameters and {fmt_bytes(params)} of gradients in storage "
+        f"({fmt_bytes(2 * params)}), a {fmt_bytes(w.staging_bytes)} staging buffer in RAM (fixed RAM). "
+        f"Weight traffic {fmt_energy(t.weight_energy_j)} ({share:.1%} of the energy), {fmt_seconds(t.weight_time_s)}: "
+        f"read {fmt_bytes(t.weight_read_bytes)} in {t.weight_reads:,} transfers, wrote "
+        f"{fmt_bytes(t.weight_write_bytes)} in {t.weight_writes:,} (every use reads its weights, no reuse "
+        f"across tiles; the SGD update included)."
+    ]
+
+
 def summary_text(s: Schedule) -> str:
     g, b = s.graph, s.budget
     plain_rt = g.plain_runtime_s
@@ -134,6 +159,19 @@ def summary_text(s: Schedule) -> str:
         ("  paging", fmt_energy(t.paging_energy_j), fmt_energy(0.0)),
         ("runtime", fmt_seconds(t.runtime_s), fmt_seconds(plain_rt)),
         ("  compute time", fmt_seconds(t.compute_time_s), fmt_seconds(plain_rt)),
+    ]
+    if g.weights is not None and g.weights.streamed:  # the weight traffic is inside compute: split it out
+        pw_j, pw_s = g.plain_weight_traffic
+        rows = [
+            rows[0],
+            ("  compute (arithmetic)", fmt_energy(t.arithmetic_energy_j), fmt_energy(g.plain_energy_j - pw_j)),
+            ("  weight traffic", fmt_energy(t.weight_energy_j), fmt_energy(pw_j)),
+            rows[2],
+            rows[3],
+            ("  compute time (arithmetic)", fmt_seconds(t.arithmetic_time_s), fmt_seconds(plain_rt - pw_s)),
+            ("  weight traffic time", fmt_seconds(t.weight_time_s), fmt_seconds(pw_s)),
+        ]
+    rows += [
         (
             "  paging time",
             fmt_seconds(t.paging_time_s) + ("" if b.paging_time == "serial" else f" ({b.paging_time})"),
@@ -149,7 +187,7 @@ def summary_text(s: Schedule) -> str:
     table = [f"  {'':<{w0}}  {'schedule':>{w1}}  {'plain backprop':>14}"]
     table += [f"  {a:<{w0}}  {b_:>{w1}}  {c:>14}" for a, b_, c in rows]
     over = (t.energy_j / g.plain_energy_j - 1) if g.plain_energy_j else 0.0
-    foot = [
+    foot = weights_lines(s) + [
         f"Energy overhead over plain backprop: {over:+.2%}. "
         f"Validated: an independent replay of all {len(s.steps)} steps stays within both budgets."
     ]

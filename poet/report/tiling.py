@@ -70,6 +70,10 @@ def accounting_lines(p: TiledProblem, s: Schedule) -> list[str]:
     budget = s.budget.ram_bytes
     if not params:
         return []
+    w = p.graph.weights
+    if w is not None and w.placement != "flash":
+        what = "the parameters" if w.placement == "ram" else "the staging buffer of the streamed weights"
+        return [f"RAM counts {fmt_bytes(fixed)} held all iteration ({what}) plus activations"]
     if fixed == 0:
         line = (
             f"RAM counts activations only (the paper's setting): the {fmt_bytes(params)} of parameters stay "

@@ -82,6 +82,23 @@ class Totals:
     page_outs: int
     bytes_paged_in: int
     bytes_paged_out: int
+    # weight traffic (``--weights stream``; 0 otherwise): part of compute_* above, every computation's
+    # reads and writes of weights and gradients plus the SGD update (poet.graph.weight_traffic)
+    weight_energy_j: float = 0.0
+    weight_time_s: float = 0.0
+    weight_read_bytes: int = 0
+    weight_write_bytes: int = 0
+    weight_reads: int = 0
+    weight_writes: int = 0
+
+    @property
+    def arithmetic_energy_j(self) -> float:
+        """Compute energy less the weight traffic folded into it."""
+        return max(0.0, self.compute_energy_j - self.weight_energy_j)
+
+    @property
+    def arithmetic_time_s(self) -> float:
+        return max(0.0, self.compute_time_s - self.weight_time_s)
 
 
 @dataclass

@@ -11,6 +11,8 @@ import math
 from dataclasses import dataclass, field
 
 from ..graph.core import CostedGraph
+from ..graph.weight_traffic import derive_traffic
+from ..graph.weights import NO_TRAFFIC, RAM, Traffic
 from .core import OPS, PAGING_HIDDEN, PAGING_MODES, PAGING_OVERLAP, Budget, Op, Step, Totals
 
 # Runtime is a modelled float quantity: allow one part per million of rounding.
@@ -42,6 +44,8 @@ def simulate(g: CostedGraph, steps, budget: Budget | None = None) -> Replay:
     """
     n = len(g.nodes)
     ram = g.ram
+    traffic = checked_weights(g)
+    moved = NO_TRAFFIC
     in_ram: set[int] = set()
     on_storage: set[int] = set()
     computed = [0] * n
@@ -102,6 +106,8 @@ def simulate(g: CostedGraph, steps, budget: Budget | None = None) -> Replay:
             in_ram.add(v)
             used += ram[v]
             computed[v] += 1
+            if traffic is not None:
+                moved = moved + traffic[v]
             e_compute.append(nd.compute_energy_j)
             t_compute.append(nd.compute_time_s)
             stage_compute.setdefault(s.stage, []).append(nd.compute_time_s)
@@ -172,8 +178,68 @@ def simulate(g: CostedGraph, steps, budget: Budget | None = None) -> Replay:
         page_outs=page_outs,
         bytes_paged_in=b_in,
         bytes_paged_out=b_out,
+        **_weight_totals(g, moved),
     )
     return Replay(totals=totals, ram_after_step=trace)
+
+
+def checked_weights(g: CostedGraph) -> tuple[Traffic, ...] | None:
+    """Each node's weight traffic, derived again from the graph, when the weights are streamed.
+
+    Refuses (:class:`ScheduleError`) a graph whose placement is not what its fixed RAM holds, a node
+    whose recorded traffic is not the derived one (a left-out traffic included), and a node whose
+    compute cost is below the storage price of its traffic (a cost that leaves the traffic out)."""
+    w = g.weights
+    if w is None or not w.streamed:
+        carrying = next((v for v, nd in enumerate(g.nodes) if not nd.weight_traffic.empty), None)
+        if carrying is not None:
+            raise ScheduleError(
+                f"{_node_label(g, carrying)} records weight traffic, but the graph's weights are "
+                f"{g.placement}, not streamed: its traffic cannot be checked; re-price the graph with --weights"
+            )
+    if w is None:
+        return None
+    if w.placement == RAM and g.fixed_ram_bytes < w.param_bytes:
+        raise ScheduleError(
+            f"weights in RAM: the fixed RAM {g.fixed_ram_bytes} B does not hold the {w.param_bytes} B of parameters"
+        )
+    if not w.streamed:
+        return None
+    if g.fixed_ram_bytes < w.staging_bytes:
+        raise ScheduleError(
+            f"streamed weights: the fixed RAM {g.fixed_ram_bytes} B does not hold the {w.staging_bytes} B "
+            f"staging buffer"
+        )
+    derived = derive_traffic([(nd.name, nd.kind, nd.tile, nd.ram_bytes) for nd in g.nodes], w)
+    for v, (nd, t) in enumerate(zip(g.nodes, derived)):
+        if nd.weight_traffic != t:
+            raise ScheduleError(
+                f"{_node_label(g, v)}: streamed weights: it records weight traffic {nd.weight_traffic.to_list()} "
+                f"[read B, written B, reads, writes] but its layer's parameters make it {t.to_list()}; "
+                f"re-price the graph with --weights stream"
+            )
+        slack = 1 - 1e-9
+        if nd.compute_time_s < w.seconds(t) * slack or nd.compute_energy_j < w.joules(t) * slack:
+            raise ScheduleError(
+                f"{_node_label(g, v)}: streamed weights: its compute cost ({nd.compute_time_s:.6g} s, "
+                f"{nd.compute_energy_j:.6g} J) leaves out its weight traffic ({w.seconds(t):.6g} s, "
+                f"{w.joules(t):.6g} J); re-price the graph with --weights stream"
+            )
+    return derived
+
+
+def _weight_totals(g: CostedGraph, moved: Traffic) -> dict:
+    w = g.weights
+    if w is None or not w.streamed:
+        return {}
+    return {
+        "weight_energy_j": w.joules(moved),
+        "weight_time_s": w.seconds(moved),
+        "weight_read_bytes": moved.read_bytes,
+        "weight_write_bytes": moved.write_bytes,
+        "weight_reads": moved.reads,
+        "weight_writes": moved.writes,
+    }
 
 
 def check_budget(budget: Budget) -> None:

@@ -68,6 +68,8 @@ def solve(
     batch_size: int = 1,
     fixed_ram=None,
     tile=TILE_AUTO,
+    weights: str = "flash",
+    staging=None,
     progress=None,
     verbose: bool = False,
     find_min_budgets: bool = True,
@@ -97,6 +99,10 @@ def solve(
              docs/tiling.md), ``off``, or a tile count.  A tiled graph is solved within
              ``policy.tiled_time_limit_s`` when no ``time_limit`` is given, and the time
              planning its tiles comes out of the limit.
+    weights: where the parameters live: ``flash`` (default, the paper's setting: not counted),
+             ``ram`` (in the RAM budget) or ``stream`` (in storage: the weight and gradient traffic
+             is priced into every node; docs/weights.md).  ``staging``: the staging buffer under
+             ``stream`` (bytes; default 1/32 of the budget, at least 256 B), counted as fixed RAM.
 
     cache:   reuse an earlier answer to the same solve, and keep this one, on
              disk (``poet.solve.cache`` says what is reused when; a cached
@@ -137,6 +143,8 @@ def tile_and_solve(a) -> Solved:
         batch_size=a.batch_size,
         fixed_ram=a.fixed_ram,
         tile=a.tile,
+        weights=a.weights,
+        staging=a.staging,
     )
     if a.strategy not in strategy_table():
         raise BudgetError(f"unknown strategy {a.strategy!r}; choose one of {', '.join(strategy_table())}")

@@ -17,8 +17,11 @@ from pathlib import Path
 from ..graph.core import CostedGraph, Graph, GraphError
 from ..graph.io import load_graph
 from ..graph.tiling_plan import TILE_AUTO, TILE_OFF, TilingPlan, parse_tile_option, plan_tiling
+from ..graph.weight_traffic import staging_default
+from ..graph.weights import FLASH, PLACEMENTS, STREAM, WeightStore
 from ..graph.zoo import build_model
 from ..hardware.cost import linear_cost_model
+from ..hardware.weights_cost import place_weights, weight_store
 from ..schedule.core import PAGING_MODES, PAGING_SERIAL, Budget, Schedule
 from ..units import MAX_BYTES, BudgetError, parse_bytes, parse_percent, parse_runtime
 from .baselines.keep_all import keep_all_peak
@@ -102,12 +105,15 @@ def tiled_problem(
     batch_size: int = 1,
     fixed_ram=None,
     tile=TILE_AUTO,
+    weights: str = FLASH,
+    staging=None,
 ) -> TiledProblem:
     """Price ``source`` (a zoo model name, a Graph, a CostedGraph or a poet-graph/1 path) and tile it if needed.
 
     ``fixed_ram``: bytes, or ``params``/``sgd``/``adam`` (:func:`fixed_ram_of`).  Only zoo models carry the
     shapes, kernels and strides tiling needs; for any other source ``tile`` must be ``auto`` or ``off``
-    and the graph is used as given.
+    and the graph is used as given.  ``weights``/``staging``: where the parameters live
+    (:mod:`poet.graph.weights`; ``stream`` needs the layers' parameters: a zoo model or a Graph).
     """
     from ..graph.generate import is_spec
 
@@ -115,10 +121,29 @@ def tiled_problem(
     g0 = costed_graph(source, device, batch_size=batch_size)
     fixed = fixed_ram_of(fixed_ram, g0)
     if fixed is not None:
+        if weights != FLASH and isinstance(fixed_ram, str) and fixed_ram.lower() in PARAMETER_MULTIPLES:
+            raise BudgetError(
+                f"--fixed-ram {fixed_ram} counts the parameters in RAM, and --weights {weights} places them "
+                f"too; give one (--weights ram is --fixed-ram params), or --fixed-ram in bytes"
+            )
         g0 = g0.with_fixed_ram(fixed)
-    budget = make_budget(g0, memory, runtime, paging_time)
     # a generated graph (layered:250:1) has no layer shapes either
     is_zoo = isinstance(source, str) and not (source.endswith(".json") or Path(source).is_file() or is_spec(source))
+    structure = placed = None
+    if g0.weights is not None and g0.placement != FLASH:  # a graph priced with a placement already
+        if weights not in (FLASH, g0.placement) or staging is not None:
+            raise BudgetError(
+                f"this graph was priced with --weights {g0.placement} (its file records it); it cannot be "
+                f"placed again: drop --weights/--staging, or price the model again with --model NAME"
+            )
+    elif weights != FLASH or staging is not None:
+        structure = _structure(source, weights, staging, batch_size)
+    if structure is not None:
+        first = make_budget(g0, memory, runtime, paging_time)
+        stage = staging_default(first.ram_bytes) if staging is None else parse_bytes(staging, "--staging")
+        placed = weight_store(structure, device, weights, stage)
+        g0 = place_weights(g0, structure, placed)
+    budget = make_budget(g0, memory, runtime, paging_time)
     if not is_zoo:
         if mode not in (TILE_AUTO, TILE_OFF):
             raise GraphError(
@@ -130,7 +155,32 @@ def tiled_problem(
     g = g0
     if plan.tiled:
         g = linear_cost_model(plan.graph, device, g0.fixed_ram_bytes)
+        if placed is not None:  # the staging buffer / parameters are in g0's fixed RAM already
+            g = place_weights(g.with_fixed_ram(g0.fixed_ram_bytes - _placed_ram(placed)), plan.graph, placed)
     return TiledProblem(g, budget, g0, plan, device if isinstance(device, str) else None)
+
+
+def _placed_ram(store: WeightStore) -> int:
+    return store.param_bytes if store.placement == "ram" else store.staging_bytes if store.streamed else 0
+
+
+def _structure(source, weights: str, staging, batch_size: int) -> Graph | None:
+    """The structural graph whose layers' parameters a placement needs; a clear error when there is none."""
+    if weights not in PLACEMENTS:
+        raise BudgetError(f"--weights {weights!r}: choose one of {', '.join(PLACEMENTS)}")
+    if staging is not None and weights != STREAM:
+        raise BudgetError(f"--staging is the staging buffer of --weights stream; it means nothing with {weights}")
+    if isinstance(source, Graph):
+        return source
+    if isinstance(source, str) and not (source.endswith(".json") or Path(source).is_file()):
+        from ..graph.generate import is_spec
+
+        if not is_spec(source):
+            return build_model(source, batch_size=batch_size)
+    raise BudgetError(
+        f"--weights {weights} needs each layer's parameters, which a costed graph or a generated graph does "
+        f"not carry; use --model NAME (or pass a structural poet.graph.Graph), or --weights flash"
+    )
 
 
 @dataclass(frozen=True)
