@@ -159,6 +159,24 @@ class SolvePolicy:
     # When the portfolio ends its time without a schedule on a tiled graph (it can spend a short limit
     # on its lower bound and guided rules), the streaming page rule is tried for this long.
     tiled_fallback_seconds: float = 60.0
+    # The window re-solve (search/windows.py) improves the one-pass schedule: windows of this many
+    # stages, each a MILP of at most ``window_seconds`` (warm-started from the old steps), for
+    # ``window_share`` of the time left when the one-pass schedule is the answer (a tiled graph past
+    # tiled_portfolio_max_nodes) and ``window_portfolio_share`` when the portfolio's phases follow.
+    # Measured on the m4 (docs/tiling.md, "Windowed improvement"), on the 60-s portfolio's schedule of
+    # resnet18_cifar at 256 KiB (380 nodes): 16 stages -0.47% in 27 s (all 48 windows), 32 stages -0.33%
+    # in 100 s, 48 stages none within 10 s per window; on the one-pass schedule of the transformer at
+    # 256 KiB (2,496 nodes) 16 stages -0.01% in 60 s; 200 stages (215k columns) reach no solution in 30 s.
+    window_stages: int = 16
+    window_seconds: float = 5.0
+    window_share: float = 0.5
+    window_portfolio_share: float = 0.1
+    # The windows go most expensive first; after this many in a row that keep nothing they stop (on the
+    # one-pass schedules of the m4 rows they keep almost nothing: the time goes back to the answer).
+    window_patience: int = 30
+    # On a tiled graph the guide search leaves this share of its time to the window polish of the best
+    # plan (when no MILP follows).
+    window_polish_share: float = 0.25
     # A tiled graph has thousands of nodes: without a time limit asked for, it is solved within this
     # many seconds, so that an answer comes within minutes.
     tiled_time_limit_s: float = 240.0
