@@ -35,13 +35,15 @@ DEVICES = ("m0", "m4", "a72")
 BUDGETS = (32768, 262144)
 
 
-def run(models, devices, budgets, runtime: str, time_limit: float, max_solve_nodes: int, threads: int | None):
+def run(
+    models, devices, budgets, runtime: str, time_limit: float, max_solve_nodes: int, threads: int | None, caps=None
+):
     rows = []
     for m in models:
         plans, plan_seconds = {}, {}
         for B in budgets:
             t = time.perf_counter()
-            plans[B] = plan_tiling(m, B)
+            plans[B] = plan_tiling(m, B, **(caps or {}))
             p = plans[B]
             plan_seconds[B] = time.perf_counter() - t
             print(
@@ -157,23 +159,18 @@ def main(argv=None) -> int:
         "--max-plan-nodes",
         type=int,
         default=None,
-        help="lift auto tiling's node cap (poet.graph.tiling_plan.MAX_NODES, 60,000) for this run",
+        help="auto tiling's node cap for this run (plan_tiling max_nodes; default 60,000)",
     )
     ap.add_argument(
         "--max-plan-seconds",
         type=float,
         default=None,
-        help="lift auto tiling's planning time cap (poet.graph.tiling_plan.MAX_PLAN_SECONDS, 60 s) for this run",
+        help="auto tiling's planning time cap for this run (plan_tiling max_seconds; default 60 s)",
     )
     ap.add_argument("--json", help="also write the rows as JSON here")
     a = ap.parse_args(argv)
-    import poet.graph.tiling_plan as tiling_plan
-
-    if a.max_plan_nodes is not None:
-        tiling_plan.MAX_NODES = a.max_plan_nodes
-    if a.max_plan_seconds is not None:
-        tiling_plan.MAX_PLAN_SECONDS = a.max_plan_seconds
-    rows = run(a.models, a.devices, a.budgets, a.runtime, a.time_limit, a.max_solve_nodes, a.threads)
+    caps = {"max_nodes": a.max_plan_nodes, "max_seconds": a.max_plan_seconds}
+    rows = run(a.models, a.devices, a.budgets, a.runtime, a.time_limit, a.max_solve_nodes, a.threads, caps)
     print(table(rows))
     if a.json:
         Path(a.json).write_text(json.dumps(rows, indent=1))

@@ -211,3 +211,25 @@ def test_a_graph_file_priced_with_stream_keeps_its_placement(tmp_path, capsys):
     assert load_schedule(out).graph.weights == priced.weights
     assert main(argv + ["--weights", "ram"]) == 2
     assert "priced with --weights stream" in capsys.readouterr().err
+
+
+def test_a_compact_file_keeps_the_placement_and_the_traffic_and_is_refused_without_it():
+    from poet.graph.errors import GraphError
+
+    # the compact (columnar) graph of long schedules carries weight traffic as an optional column
+    d = _stream_schedule_dict()
+    s = schedule_from_dict(copy.deepcopy(d))
+    compact = schedule_to_dict(s, compact=True)
+    back = schedule_from_dict(copy.deepcopy(compact))
+    assert back.graph.weights == s.graph.weights
+    assert [nd.weight_traffic for nd in back.graph.nodes] == [nd.weight_traffic for nd in s.graph.nodes]
+    assert back.totals.weight_read_bytes == s.totals.weight_read_bytes > 0
+    assert graph_from_dict(graph_to_dict(s.graph, compact=True)).weights == s.graph.weights
+    dropped = copy.deepcopy(compact)
+    dropped["graph"]["nodes"].pop("weight_traffic")
+    with pytest.raises(ScheduleError, match="weight traffic"):
+        schedule_from_dict(dropped)
+    short = copy.deepcopy(compact)
+    short["graph"]["nodes"]["weight_traffic"] = short["graph"]["nodes"]["weight_traffic"][:-1]
+    with pytest.raises(GraphError, match="weight_traffic must be a list"):
+        schedule_from_dict(short)

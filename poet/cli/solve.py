@@ -14,6 +14,7 @@ def cmd_solve(a) -> int:
     from ..report.tiling import tiling_text
     from ..schedule.io import save_schedule
     from ..solve.api import plan_and_solve
+    from ..solve.policy import DEFAULT_POLICY
     from ..solve.problem import PARAMETER_MULTIPLES, tiling_costs
     from ..units import parse_bytes
 
@@ -51,6 +52,7 @@ def cmd_solve(a) -> int:
                 tile=a.tile,
                 weights=a.weights,
                 staging=a.staging,
+                policy=DEFAULT_POLICY.with_tile_caps(a.max_tile_nodes, a.max_tile_seconds),
                 progress=prog,
                 verbose=a.verbose,
                 cache=not a.no_cache,
@@ -149,7 +151,7 @@ def register(subparsers) -> None:
     from ..graph.tile_option import add_tile_option
     from ..graph.weights import add_weights_option
 
-    add_tile_option(bud)
+    add_tile_option(bud, caps=True)
     add_weights_option(bud)
     sol = s.add_argument_group("solver")
     sol.add_argument(

@@ -37,7 +37,7 @@ KINDS = (FORWARD, BACKWARD)
 TILE_PARTS = ("output", "stats", "partial", "weight_grad")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)  # slots: a tiled BERT has millions of them
 class Tile:
     """Which piece of an untiled node a tiled node is.
 
@@ -108,7 +108,7 @@ def tile_problem(t: Tile) -> str:
     return ""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)  # slots: a tiled BERT has millions of them
 class Node:
     """One operation of the training iteration and the tensor it produces."""
 
@@ -131,7 +131,7 @@ COST_FIELDS = (
 )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)  # slots: a tiled BERT has millions of them
 class CostedNode:
     """A node with the device costs a solver needs (seconds, joules, bytes)."""
 

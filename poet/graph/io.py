@@ -7,28 +7,41 @@ from pathlib import Path
 from ..fileio import atomic_write_text, json_text, read_json
 from .core import COST_FIELDS as _COST_FIELDS
 from .core import CostedGraph, CostedNode, GraphError, Tile
+from .io_columns import decode_edges, decode_nodes, encode_edges, encode_nodes, is_encoded
 from .weights import NO_TRAFFIC, Traffic, WeightStore
 
 GRAPH_FORMAT = "poet-graph/1"
 
 
-def graph_to_dict(g: CostedGraph) -> dict:
+def graph_to_dict(g: CostedGraph, compact: bool = False) -> dict:
+    """The ``poet-graph/1`` object; ``compact``: nodes and edges as columns (:mod:`.io_columns`)."""
+    if compact:
+        return {
+            "format": GRAPH_FORMAT,
+            "name": g.name,
+            "fixed_ram_bytes": g.fixed_ram_bytes,
+            "nodes": encode_nodes(g.nodes, tile_to_dict),
+            "edges": encode_edges(g.edges),
+            **({"meta": g.meta} if g.meta else {}),
+            **({"weights": g.weights.to_dict()} if g.weights is not None else {}),
+        }
+    rows = [
+        {
+            "id": i,
+            "name": nd.name,
+            "kind": nd.kind,
+            "ram_bytes": nd.ram_bytes,
+            **{f: getattr(nd, f) for f in _COST_FIELDS},
+            **({"tile": tile_to_dict(nd.tile)} if nd.tile is not None else {}),
+            **({"weight_traffic": nd.weight_traffic.to_list()} if not nd.weight_traffic.empty else {}),
+        }
+        for i, nd in enumerate(g.nodes)
+    ]
     return {
         "format": GRAPH_FORMAT,
         "name": g.name,
         "fixed_ram_bytes": g.fixed_ram_bytes,
-        "nodes": [
-            {
-                "id": i,
-                "name": nd.name,
-                "kind": nd.kind,
-                "ram_bytes": nd.ram_bytes,
-                **{f: getattr(nd, f) for f in _COST_FIELDS},
-                **({"tile": tile_to_dict(nd.tile)} if nd.tile is not None else {}),
-                **({"weight_traffic": nd.weight_traffic.to_list()} if not nd.weight_traffic.empty else {}),
-            }
-            for i, nd in enumerate(g.nodes)
-        ],
+        "nodes": rows,
         "edges": [[u, v] for u, v in g.edges],
         **({"meta": g.meta} if g.meta else {}),
         **({"weights": g.weights.to_dict()} if g.weights is not None else {}),
@@ -81,10 +94,15 @@ def graph_from_dict(d: dict, source: str = "graph") -> CostedGraph:
     if d.get("format") != GRAPH_FORMAT:
         raise bad(f'"format" is {d.get("format")!r}; expected {GRAPH_FORMAT!r}')
     for key in ("nodes", "edges"):
-        if not isinstance(d.get(key), list):
+        if not isinstance(d.get(key), list) and not is_encoded(d.get(key)):
             raise bad(f"missing list {key!r}")
     nodes = []
-    for pos, raw in enumerate(d["nodes"]):
+    try:
+        rows = decode_nodes(d["nodes"]) if is_encoded(d["nodes"]) else d["nodes"]
+        edges = list(decode_edges(d["edges"])) if is_encoded(d["edges"]) else d["edges"]
+    except GraphError as e:
+        raise bad(str(e)) from None
+    for pos, raw in enumerate(rows):
         if not isinstance(raw, dict):
             raise bad(f"nodes[{pos}] is not an object")
         if raw.get("id", pos) != pos or isinstance(raw.get("id"), bool):
@@ -117,7 +135,6 @@ def graph_from_dict(d: dict, source: str = "graph") -> CostedGraph:
             )
         except TypeError as e:
             raise bad(f"nodes[{pos}]: {e}") from None
-    edges = d["edges"]
     for k, e in enumerate(edges):
         if not (isinstance(e, list) and len(e) == 2 and all(isinstance(x, int) and not isinstance(x, bool) for x in e)):
             raise bad(f"edges[{k}] is {str(e)[:60]}; every edge must be a pair of integer node ids [u, v]")

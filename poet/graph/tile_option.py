@@ -8,13 +8,25 @@ here once: ``auto``, ``off`` or a tile count of at least 2 (one tile is no tilin
 
 from __future__ import annotations
 
+from ..units import SECONDS, number_option
 from .core import GraphError
 
-__all__ = ["TILE_AUTO", "TILE_HELP", "TILE_OFF", "add_tile_option", "parse_tile_option", "tile_count"]
+__all__ = [
+    "MAX_NODES",
+    "MAX_PLAN_SECONDS",
+    "TILE_AUTO",
+    "TILE_HELP",
+    "TILE_OFF",
+    "add_tile_option",
+    "parse_tile_option",
+    "tile_count",
+]
 
 TILE_OFF = "off"
 TILE_AUTO = "auto"
 MIN_TILES = 2
+MAX_NODES = 60_000  # auto tiling stops refining past this many nodes: no solver answers in minutes beyond it
+MAX_PLAN_SECONDS = 60.0  # ... or after this long
 
 TILE_HELP = (
     "operator tiling when no layer fits the RAM budget whole: auto (default: split only the layers that "
@@ -23,9 +35,26 @@ TILE_HELP = (
 )
 
 
-def add_tile_option(group) -> None:
-    """The ``--tile`` option of solve / sweep / plan / train (an argparse parser or group)."""
+def add_tile_option(group, caps: bool = False) -> None:
+    """The ``--tile`` option of solve / sweep / plan / train (an argparse parser or group); with
+    ``caps``, also ``--max-tile-nodes`` and ``--max-tile-seconds`` (auto tiling's caps)."""
     group.add_argument("--tile", default=TILE_AUTO, metavar="auto|off|N", help=TILE_HELP)
+    if caps:
+        group.add_argument(
+            "--max-tile-nodes",
+            type=number_option("int", "a whole number of nodes, 1 or more", "3000000", minimum=1),
+            default=None,
+            metavar="N",
+            help=f"auto tiling stops refining past N nodes (default {MAX_NODES:,}: larger graphs take minutes "
+            "to plan and are scheduled by the streaming page rule alone; docs/tiling.md)",
+        )
+        group.add_argument(
+            "--max-tile-seconds",
+            type=SECONDS,
+            default=None,
+            metavar="S",
+            help=f"auto tiling stops refining after S seconds (default {MAX_PLAN_SECONDS:.0f})",
+        )
 
 
 def parse_tile_option(value) -> str:

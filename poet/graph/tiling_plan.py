@@ -26,16 +26,32 @@ import time
 from dataclasses import dataclass, field
 from functools import lru_cache
 
-from .core import Graph
-from .tile_option import TILE_AUTO, TILE_OFF, parse_tile_option
+from .core import Graph, GraphError
+from .tile_option import MAX_NODES, MAX_PLAN_SECONDS, TILE_AUTO, TILE_OFF, parse_tile_option
 from .tiling import HEADS_KEY, build_tiled, rows_of, tileable, tiled_nodes
 from .tiling_channels import split_channels
 from .tiling_layout import CHANNELS_KEY
 from .zoo import ModelLayers, build_model, model_layers
 
 MAX_ROUNDS = 200
-MAX_NODES = 60_000  # auto tiling stops refining past this many nodes: no solver answers in minutes beyond it
-MAX_PLAN_SECONDS = 60.0  # ... or after this long
+# MAX_NODES, MAX_PLAN_SECONDS (poet/graph/tile_option.py, beside the options that change them): the caps'
+# defaults, plan_tiling(max_nodes=..., max_seconds=...), poet --max-tile-nodes / --max-tile-seconds
+
+
+@dataclass(frozen=True)
+class PlanCaps:
+    """When auto tiling stops refining: past ``nodes`` (whole-model) nodes, or ``seconds`` after ``t0``."""
+
+    nodes: float
+    seconds: float
+    t0: float
+
+    def out_of_time(self) -> bool:
+        return time.perf_counter() - self.t0 > self.seconds
+
+    @property
+    def deadline(self) -> float:
+        return self.t0 + self.seconds
 
 
 def working_sets(g: Graph) -> list[int]:
@@ -105,6 +121,8 @@ def plan_tiling(
     batch_size: int = 1,
     fixed_ram_bytes: int = 0,
     tile: str | int = TILE_AUTO,
+    max_nodes: int | None = None,
+    max_seconds: float | None = None,
 ) -> TilingPlan:
     """The graph of zoo ``model`` (a name, or its layer list) to schedule within ``budget_bytes`` of RAM.
 
@@ -112,9 +130,14 @@ def plan_tiling(
     split, as coarsely as fits; ``"off"``: never tiled; an integer ``N``: every
     layer that can be split is split into ``min(N, its rows)`` tiles.  A model of
     four or more identical blocks is planned on its first two, every block getting
-    the same counts (:func:`repeated_blocks`).
+    the same counts (:func:`repeated_blocks`).  Auto tiling stops refining past
+    ``max_nodes`` nodes (default :data:`MAX_NODES`) or after ``max_seconds``
+    (default :data:`MAX_PLAN_SECONDS`), its ``limit`` then says so and how to lift it.
     """
     mode = parse_tile_option(tile)
+    for what, v in (("max_nodes", max_nodes), ("max_seconds", max_seconds)):
+        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v < float("inf")):
+            raise GraphError(f"{what} must be a positive number, got {str(v)[:40]}")
     ml = model_layers(model) if isinstance(model, str) else model
     g0 = build_model(model, batch_size) if isinstance(model, str) else build_tiled(ml, {}, batch_size).graph
     ws0 = working_sets(g0)
@@ -155,7 +178,11 @@ def plan_tiling(
         n = int(mode)
         tb = build_tiled(ml, {lay.name: n for lay in layers if tileable(lay)}, batch_size)
         return done(tb.graph, tb.counts, working_sets(tb.graph))
-    t0 = time.perf_counter()
+    caps = PlanCaps(
+        MAX_NODES if max_nodes is None else max_nodes,
+        MAX_PLAN_SECONDS if max_seconds is None else max_seconds,
+        time.perf_counter(),
+    )
     cap = budget_bytes - fixed_ram_bytes
     blocks = repeated_blocks(ml)
     stopped = ""
@@ -165,9 +192,9 @@ def plan_tiling(
         # every neighbourhood of every block is there), then check the whole model
         short = ModelLayers(ml.name, ml.input_shape, ml.layers[: 2 * blocks.length])
         scale = len(ml.layers) / len(short.layers)
-        counts, stopped = _double_until_fit(short, {}, cap, batch_size, t0, blocks, scale)
+        counts, stopped = _double_until_fit(short, {}, cap, batch_size, caps, blocks, scale)
         if not stopped and _fits(short, counts, cap, batch_size):  # halving keeps only what fits
-            counts = _coarsen(short, counts, cap, batch_size, t0, blocks, scale)
+            counts = _coarsen(short, counts, cap, batch_size, caps, blocks, scale)
         counts = blocks.expand(counts, len(ml.layers) // blocks.length)
         if not stopped:
             tb = build_tiled(ml, counts, batch_size)
@@ -177,13 +204,13 @@ def plan_tiling(
     else:
         counts = {}
     if not stopped:
-        counts, stopped = _double_until_fit(ml, counts, cap, batch_size, t0, None)
+        counts, stopped = _double_until_fit(ml, counts, cap, batch_size, caps, None)
         if not stopped and _fits(ml, counts, cap, batch_size):
-            counts = _coarsen(ml, counts, cap, batch_size, t0, None)
+            counts = _coarsen(ml, counts, cap, batch_size, caps, None)
         elif not stopped:
             # rows alone are not enough: split channels where one row is still too much
             counts, stopped = split_channels(
-                ml, counts, cap, lambda c: _measure(ml, c, batch_size), t0 + MAX_PLAN_SECONDS, MAX_NODES
+                ml, counts, cap, lambda c: _measure(ml, c, batch_size), caps.deadline, caps.nodes
             )
     tb = build_tiled(ml, counts, batch_size)
     plan = done(tb.graph, tb.counts, working_sets(tb.graph))
@@ -192,7 +219,7 @@ def plan_tiling(
             **{
                 **plan.__dict__,
                 "limit": f"the graph's size: auto tiling stopped at {stopped} (largest working set so far: "
-                f"{plan.limit}; --tile N splits finer)",
+                f"{plan.limit}; --max-tile-nodes / --max-tile-seconds lift the caps, --tile N splits finer)",
             }
         )
     return plan
@@ -251,15 +278,15 @@ def repeated_blocks(ml: ModelLayers) -> Blocks | None:
 
 
 def _double_until_fit(
-    ml, counts, cap, batch_size, t0, blocks, scale=1.0, frozen=frozenset(), node_cap=None
+    ml, counts, cap, batch_size, caps: PlanCaps, blocks, scale=1.0, frozen=frozenset(), node_cap=None
 ) -> tuple[dict[str, int], str]:
     """Double the counts of the layers :func:`_layers_to_split` picks until every working set fits
     ``cap`` or nothing more can be split; (the counts with the smallest largest working set, what
     stopped it early or "").  ``scale``: nodes of the whole model per node of ``ml`` (the node cap
     is the whole model's); layers named in ``frozen`` keep their counts; ``node_cap``: stop past this
-    many (whole-model) nodes instead of :data:`MAX_NODES` (doubling never removes nodes, so a trial that
+    many (whole-model) nodes instead of ``caps.nodes`` (doubling never removes nodes, so a trial that
     must end smaller than a known plan stops as soon as it is not)."""
-    node_cap = MAX_NODES if node_cap is None else node_cap
+    node_cap = caps.nodes if node_cap is None else node_cap
     counts = dict(counts)
     layers = ml.layers
     best = None
@@ -274,8 +301,8 @@ def _double_until_fit(
             return counts, ""
         if best is None or top < best[0]:
             best = (top, dict(counts))
-        if time.perf_counter() - t0 > MAX_PLAN_SECONDS:
-            return best[1], f"{MAX_PLAN_SECONDS:.0f} s of planning (its time cap)"
+        if caps.out_of_time():
+            return best[1], f"{caps.seconds:.0f} s of planning (its time cap)"
         grow = _layers_to_split(bd, size, ws, cap, counts, layers, frozen)
         if not grow:
             return best[1], ""  # nothing that is too big can be split further: best[0] is the tiled minimum
@@ -291,7 +318,7 @@ def _double_until_fit(
     return best[1], f"{MAX_ROUNDS} rounds of doubling"
 
 
-def _coarsen(ml, counts, cap, batch_size, t0, blocks, scale=1.0) -> dict[str, int]:
+def _coarsen(ml, counts, cap, batch_size, caps: PlanCaps, blocks, scale=1.0) -> dict[str, int]:
     """Halve counts again where everything still fits ``cap``.
 
     Doubling several layers in one round can split one more than needed (a node over the cap
@@ -317,14 +344,14 @@ def _coarsen(ml, counts, cap, batch_size, t0, blocks, scale=1.0) -> dict[str, in
         )
         per = counts.get(key, 1)
         nodes = len(_measure(ml, counts, batch_size)[2])
-        while lay.heads % (2 * per) == 0 and time.perf_counter() - t0 <= MAX_PLAN_SECONDS:
+        while lay.heads % (2 * per) == 0 and not caps.out_of_time():
             # twice the heads per tile; what no longer fits is split further, kept if the graph shrinks
             trial, stopped = _double_until_fit(
                 ml,
                 {**counts, **dict.fromkeys(names, 2 * per)},
                 cap,
                 batch_size,
-                t0,
+                caps,
                 blocks,
                 scale,
                 node_cap=nodes * scale,
@@ -337,7 +364,7 @@ def _coarsen(ml, counts, cap, batch_size, t0, blocks, scale=1.0) -> dict[str, in
     group_of = {name: (blocks.key(name) if blocks is not None else name) for name in index}
     failed: set[str] = {group_of[k] for k in counts if k.endswith(HEADS_KEY)}  # heads per tile only grow
     bd, size, ws = _measure(ml, counts, batch_size)
-    while time.perf_counter() - t0 <= MAX_PLAN_SECONDS:
+    while not caps.out_of_time():
         after: dict[str, int] = {}  # group -> predicted largest working set once its counts halve
         owned: dict[str, int] = {}
         for v in range(len(ws)):
@@ -367,11 +394,11 @@ def _coarsen(ml, counts, cap, batch_size, t0, blocks, scale=1.0) -> dict[str, in
         {group_of[n] for n, c in counts.items() if c > 1 and not n.endswith(HEADS_KEY)},
         key=lambda k: (-owned.get(k, 0), k),
     )[:3]:
-        if time.perf_counter() - t0 > MAX_PLAN_SECONDS:
+        if caps.out_of_time():
             break
         names = frozenset(n for n in counts if group_of[n] == gk)
         trial = {n: (max(1, c // 2) if n in names else c) for n, c in counts.items()}
-        repaired, stopped = _double_until_fit(ml, trial, cap, batch_size, t0, blocks, scale, names, nodes * scale)
+        repaired, stopped = _double_until_fit(ml, trial, cap, batch_size, caps, blocks, scale, names, nodes * scale)
         m = _measure(ml, repaired, batch_size)
         if not stopped and max(m[2]) <= cap and len(m[2]) < nodes:
             counts, nodes = repaired, len(m[2])

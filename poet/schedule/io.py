@@ -8,6 +8,7 @@ from pathlib import Path
 
 from ..fileio import atomic_write_text, json_text, read_json
 from ..graph.io import graph_from_dict, graph_to_dict
+from .compact import STEPS_ENCODING, check_compact, decode_steps, encode_steps, is_compact
 from .core import (
     FEASIBLE,
     HEURISTIC,
@@ -26,6 +27,7 @@ from .report import SolveReport
 from .validate import ScheduleError, check_budget, validate
 
 SCHEDULE_FORMAT = "poet-schedule/1"
+COMPACT_MIN_STEPS = 100_000  # save_schedule writes schedules this long in the compact step encoding
 
 
 def steps_to_dicts(steps) -> list[dict]:
@@ -33,13 +35,15 @@ def steps_to_dicts(steps) -> list[dict]:
     return [{"op": st.op, "node": st.node, **({"stage": st.stage} if st.stage is not None else {})} for st in steps]
 
 
-def schedule_to_dict(s: Schedule) -> dict:
-    steps = steps_to_dicts(s.steps)
+def schedule_to_dict(s: Schedule, compact: bool = False) -> dict:
+    """The file's JSON object; ``compact``: the steps in the compact encoding (:mod:`.compact`), the graph's
+    nodes and edges as columns (:mod:`poet.graph.io_columns`)."""
+    steps = encode_steps(s.steps) if compact else steps_to_dicts(s.steps)
     return {
         "format": SCHEDULE_FORMAT,
         "strategy": s.strategy,
         "status": s.status,
-        "graph": graph_to_dict(s.graph),
+        "graph": graph_to_dict(s.graph, compact),
         "budget": {
             "ram_bytes": s.budget.ram_bytes,
             "runtime_s": s.budget.runtime_s,
@@ -81,15 +85,7 @@ def schedule_from_dict(d: dict, source: str = "schedule") -> Schedule:
         check_budget(budget)
     except ScheduleError as e:
         raise ScheduleError(f"{source}: {e}") from None
-    raw_steps = d.get("steps")
-    raw_steps = [] if raw_steps is None else raw_steps
-    if not isinstance(raw_steps, list):
-        raise ScheduleError(f'{source}: "steps" must be a list of {{"op", "node"}} objects')
-    steps = []
-    for i, raw in enumerate(raw_steps):
-        if not isinstance(raw, dict) or raw.get("op") not in OPS or not isinstance(raw.get("node"), int):
-            raise ScheduleError(f'{source}: steps[{i}] must be {{"op": one of {list(OPS)}, "node": int}}', i)
-        steps.append(Step(raw["op"], raw["node"], raw.get("stage")))
+    steps = _read_steps(d.get("steps"), source)
     status = d.get("status", "feasible")
     if not isinstance(status, str) or status not in STATUSES:
         raise ScheduleError(f"{source}: unknown status {str(status)[:40]!r}; one of {', '.join(STATUSES)}")
@@ -101,13 +97,33 @@ def schedule_from_dict(d: dict, source: str = "schedule") -> Schedule:
     s = Schedule(
         graph=g,
         budget=budget,
-        steps=tuple(steps),
+        steps=steps,
         status=status,
         strategy=str(d.get("strategy", "unknown"))[:100],
         totals=totals,
         report=SolveReport.from_dict(_plain_facts(solver)),
     )
     return checked_claims(s)
+
+
+def _read_steps(raw_steps, source: str) -> tuple[Step, ...]:
+    """The file's ``steps``: a list of ``{"op", "node"}`` objects, or the compact object."""
+    if raw_steps is None:
+        return ()
+    if is_compact(raw_steps):
+        check_compact(raw_steps, source)
+        return tuple(decode_steps(raw_steps))
+    if not isinstance(raw_steps, list):
+        raise ScheduleError(
+            f'{source}: "steps" must be a list of {{"op", "node"}} objects, or a compact object '
+            f'{{"encoding": "{STEPS_ENCODING}", ...}} (docs/formats.md)'
+        )
+    steps = []
+    for i, raw in enumerate(raw_steps):
+        if not isinstance(raw, dict) or raw.get("op") not in OPS or not isinstance(raw.get("node"), int):
+            raise ScheduleError(f'{source}: steps[{i}] must be {{"op": one of {list(OPS)}, "node": int}}', i)
+        steps.append(Step(raw["op"], raw["node"], raw.get("stage")))
+    return tuple(steps)
 
 
 # solver facts that are counts or measures: reports format them as numbers
@@ -180,9 +196,16 @@ def checked_claims(s: Schedule) -> Schedule:
     return s
 
 
-def save_schedule(s: Schedule, path: str | Path) -> None:
-    """Write ``s`` as ``poet-schedule/1`` JSON, atomically (a failed write leaves the old file)."""
-    atomic_write_text(path, json_text(schedule_to_dict(s), f"schedule for {s.graph.name}"))
+def save_schedule(s: Schedule, path: str | Path, compact: bool | None = None) -> None:
+    """Write ``s`` as ``poet-schedule/1`` JSON, atomically (a failed write leaves the old file).
+
+    ``compact``: the steps in the compact encoding; by default when there are
+    :data:`COMPACT_MIN_STEPS` or more (shorter files stay readable as they were)."""
+    if compact is None:
+        compact = len(s.steps) >= COMPACT_MIN_STEPS
+    # a compact file is one line: indenting would put every node difference on a line of its own
+    text = json_text(schedule_to_dict(s, compact), f"schedule for {s.graph.name}", indent=None if compact else 1)
+    atomic_write_text(path, text)
 
 
 def load_schedule(path: str | Path) -> Schedule:
@@ -191,6 +214,7 @@ def load_schedule(path: str | Path) -> Schedule:
 
 
 __all__ = [
+    "COMPACT_MIN_STEPS",
     "SCHEDULE_FORMAT",
     "Totals",
     "checked_claims",

@@ -8,7 +8,9 @@ compared exactly; times and energies are summed with ``math.fsum``.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass, field
+from itertools import chain
 
 from ..graph.core import CostedGraph
 from ..graph.weight_traffic import derive_traffic
@@ -37,10 +39,20 @@ def _node_label(g: CostedGraph, v: int) -> str:
     return f"node {v} ({g.nodes[v].name})"
 
 
-def simulate(g: CostedGraph, steps, budget: Budget | None = None) -> Replay:
-    """Replay ``steps``; raise :class:`ScheduleError` at the first invalid one.
+def _repeated(values, counts) -> Iterator[float]:
+    """Each ``values[v]`` ``counts[v]`` times: the per-step costs of a replay, summed by ``math.fsum``
+    without a list as long as the schedule (fsum is exactly rounded, so the order does not matter)."""
+    for x, c in zip(values, counts, strict=True):
+        for _ in range(c):
+            yield x
 
-    With a budget, RAM is checked after every step and runtime at the end.
+
+def simulate(g: CostedGraph, steps, budget: Budget | None = None, trace: bool = True) -> Replay:
+    """Replay ``steps`` (any iterable: they are read once, in order); raise :class:`ScheduleError` at the
+    first invalid one.
+
+    With a budget, RAM is checked after every step and runtime at the end.  Memory is linear in the
+    graph, not in the steps, unless ``trace`` asks for the RAM in use after every step.
     """
     n = len(g.nodes)
     ram = g.ram
@@ -49,18 +61,21 @@ def simulate(g: CostedGraph, steps, budget: Budget | None = None) -> Replay:
     in_ram: set[int] = set()
     on_storage: set[int] = set()
     computed = [0] * n
+    paged_in = [0] * n
+    paged_out = [0] * n
     used = g.fixed_ram_bytes
     peak = used
-    trace: list[int] = []
-    e_compute, e_page, t_compute, t_page = [], [], [], []
-    stage_compute: dict[int, list[float]] = {}
-    stage_page: dict[int, list[float]] = {}
-    page_ins = page_outs = b_in = b_out = 0
+    ram_trace: list[int] = []
+    # overlap: each stage's compute and paging times, folded into its time when the next stage starts
+    stage_compute: list[float] = []
+    stage_page: list[float] = []
+    stage_times: list[float] = []
     if budget is not None:
         check_budget(budget)
     ram_limit = budget.ram_bytes if budget is not None else None
     overlap = budget is not None and budget.paging_time == PAGING_OVERLAP
     last_stage = 0
+    idx = -1
 
     for idx, s in enumerate(steps):
         if not isinstance(s, Step):
@@ -95,6 +110,9 @@ def simulate(g: CostedGraph, steps, budget: Budget | None = None) -> Replay:
                     f"first computation of node {v} is in stage {s.stage}; stage t is where node t is first "
                     f"computed, so it must be in stage {v}"
                 )
+            if s.stage != last_stage and (stage_compute or stage_page):
+                stage_times.append(max(math.fsum(stage_compute), math.fsum(stage_page)))
+                stage_compute, stage_page = [], []
             last_stage = s.stage
         nd = g.nodes[v]
         if op == Op.COMPUTE:
@@ -108,18 +126,15 @@ def simulate(g: CostedGraph, steps, budget: Budget | None = None) -> Replay:
             computed[v] += 1
             if traffic is not None:
                 moved = moved + traffic[v]
-            e_compute.append(nd.compute_energy_j)
-            t_compute.append(nd.compute_time_s)
-            stage_compute.setdefault(s.stage, []).append(nd.compute_time_s)
+            if overlap:
+                stage_compute.append(nd.compute_time_s)
         elif op == Op.PAGE_OUT:
             if v not in in_ram:
                 fail("output not in RAM, nothing to page out")
             on_storage.add(v)
-            page_outs += 1
-            b_out += ram[v]
-            e_page.append(nd.pageout_energy_j)
-            t_page.append(nd.pageout_time_s)
-            stage_page.setdefault(s.stage, []).append(nd.pageout_time_s)
+            paged_out[v] += 1
+            if overlap:
+                stage_page.append(nd.pageout_time_s)
         elif op == Op.PAGE_IN:
             if v not in on_storage:
                 fail("output was never paged out, nothing to page in")
@@ -127,32 +142,40 @@ def simulate(g: CostedGraph, steps, budget: Budget | None = None) -> Replay:
                 fail("output already in RAM")
             in_ram.add(v)
             used += ram[v]
-            page_ins += 1
-            b_in += ram[v]
-            e_page.append(nd.pagein_energy_j)
-            t_page.append(nd.pagein_time_s)
-            stage_page.setdefault(s.stage, []).append(nd.pagein_time_s)
+            paged_in[v] += 1
+            if overlap:
+                stage_page.append(nd.pagein_time_s)
         else:  # free
             if v not in in_ram:
                 fail("output not in RAM, nothing to free")
             in_ram.discard(v)
             used -= ram[v]
         peak = max(peak, used)
-        trace.append(used)
+        if trace:
+            ram_trace.append(used)
         if ram_limit is not None and used > ram_limit:
             fail(f"RAM in use {used} B exceeds the budget {ram_limit} B")
+    n_steps = idx + 1
 
     never = [v for v in range(n) if computed[v] == 0]
     if never:
-        raise ScheduleError(f"{len(never)} node(s) never computed, first {_node_label(g, never[0])}", len(steps))
+        raise ScheduleError(f"{len(never)} node(s) never computed, first {_node_label(g, never[0])}", n_steps)
 
-    tc, tp = math.fsum(t_compute), math.fsum(t_page)
+    nodes = g.nodes
+    tc = math.fsum(_repeated([nd.compute_time_s for nd in nodes], computed))
+    tp = math.fsum(
+        chain(
+            _repeated([nd.pageout_time_s for nd in nodes], paged_out),
+            _repeated([nd.pagein_time_s for nd in nodes], paged_in),
+        )
+    )
     mode = budget.paging_time if budget is not None else "serial"
     if mode == PAGING_HIDDEN:
         runtime = tc
     elif mode == PAGING_OVERLAP:
-        stages = set(stage_compute) | set(stage_page)
-        runtime = math.fsum(max(math.fsum(stage_compute.get(k, [])), math.fsum(stage_page.get(k, []))) for k in stages)
+        if stage_compute or stage_page:
+            stage_times.append(max(math.fsum(stage_compute), math.fsum(stage_page)))
+        runtime = math.fsum(stage_times)
     else:
         runtime = tc + tp
     if budget is not None and budget.runtime_s is not None:
@@ -160,10 +183,16 @@ def simulate(g: CostedGraph, steps, budget: Budget | None = None) -> Replay:
             raise ScheduleError(
                 f"runtime {runtime:.6g} s exceeds the budget {budget.runtime_s:.6g} s "
                 f"(paging time counted as {mode!r})",
-                len(steps),
+                n_steps,
             )
 
-    ec, ep = math.fsum(e_compute), math.fsum(e_page)
+    ec = math.fsum(_repeated([nd.compute_energy_j for nd in nodes], computed))
+    ep = math.fsum(
+        chain(
+            _repeated([nd.pageout_energy_j for nd in nodes], paged_out),
+            _repeated([nd.pagein_energy_j for nd in nodes], paged_in),
+        )
+    )
     totals = Totals(
         energy_j=ec + ep,
         compute_energy_j=ec,
@@ -174,13 +203,13 @@ def simulate(g: CostedGraph, steps, budget: Budget | None = None) -> Replay:
         peak_ram_bytes=peak,
         computes=sum(computed),
         recomputes=sum(computed) - n,
-        page_ins=page_ins,
-        page_outs=page_outs,
-        bytes_paged_in=b_in,
-        bytes_paged_out=b_out,
+        page_ins=sum(paged_in),
+        page_outs=sum(paged_out),
+        bytes_paged_in=sum(c * b for c, b in zip(paged_in, ram, strict=True)),
+        bytes_paged_out=sum(c * b for c, b in zip(paged_out, ram, strict=True)),
         **_weight_totals(g, moved),
     )
-    return Replay(totals=totals, ram_after_step=trace)
+    return Replay(totals=totals, ram_after_step=ram_trace)
 
 
 def checked_weights(g: CostedGraph) -> tuple[Traffic, ...] | None:
@@ -259,5 +288,5 @@ def check_budget(budget: Budget) -> None:
 
 
 def validate(g: CostedGraph, steps, budget: Budget) -> Totals:
-    """Totals of a valid schedule; :class:`ScheduleError` for an invalid one."""
-    return simulate(g, steps, budget).totals
+    """Totals of a valid schedule; :class:`ScheduleError` for an invalid one (steps read once, in order)."""
+    return simulate(g, steps, budget, trace=False).totals

@@ -145,6 +145,8 @@ def tile_and_solve(a) -> Solved:
         tile=a.tile,
         weights=a.weights,
         staging=a.staging,
+        max_tile_nodes=policy.tile_max_nodes,
+        max_tile_seconds=policy.tile_max_seconds,
     )
     if a.strategy not in strategy_table():
         raise BudgetError(f"unknown strategy {a.strategy!r}; choose one of {', '.join(strategy_table())}")

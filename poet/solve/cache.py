@@ -40,6 +40,7 @@ from pathlib import Path
 
 from ..fileio import atomic_write_text, json_text, parse_json, read_text
 from ..graph.io import graph_to_dict
+from ..schedule.compact import check_compact, decode_steps, encode_steps, is_compact
 from ..schedule.core import (
     FEASIBLE,
     HEURISTIC,
@@ -51,7 +52,7 @@ from ..schedule.core import (
     Schedule,
     Step,
 )
-from ..schedule.io import steps_to_dicts
+from ..schedule.io import COMPACT_MIN_STEPS, steps_to_dicts
 from ..schedule.report import CacheHit, SolveReport
 from ..schedule.validate import ScheduleError, validate
 from ..units import BudgetError
@@ -125,6 +126,12 @@ RECHECK_SECONDS = 10.0
 
 
 def _steps(raw) -> tuple[Step, ...]:
+    if is_compact(raw):
+        try:
+            check_compact(raw, "the entry")
+        except ScheduleError as e:
+            raise _Unusable(str(e)) from None
+        return tuple(decode_steps(raw))
     if not isinstance(raw, list):
         raise _Unusable("its steps are not a list")
     steps = []
@@ -264,7 +271,7 @@ def store(path: Path, s: Schedule, opts) -> str | None:
         "strategy": s.strategy,
         "time_limit_s": opts.time_limit_s,
         "solved_at": time.strftime("%Y-%m-%d %H:%M:%S"),
-        "steps": steps_to_dicts(s.steps),
+        "steps": encode_steps(s.steps) if len(s.steps) >= COMPACT_MIN_STEPS else steps_to_dicts(s.steps),
         "solver": s.report.to_dict(),
     }
     try:

@@ -12,6 +12,7 @@ replace (``SolveOptions(clock=...)``) instead of patching ``time``.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -158,12 +159,44 @@ class SolvePolicy:
     # When the portfolio ends its time without a schedule on a tiled graph (it can spend a short limit
     # on its lower bound and guided rules), the streaming page rule is tried for this long.
     tiled_fallback_seconds: float = 60.0
+    # The window re-solve (search/windows.py) improves the one-pass schedule: windows of this many
+    # stages, each a MILP of at most ``window_seconds`` (warm-started from the old steps), for
+    # ``window_share`` of the time left when the one-pass schedule is the answer (a tiled graph past
+    # tiled_portfolio_max_nodes) and ``window_portfolio_share`` when the portfolio's phases follow.
+    # Measured on the m4 (docs/tiling.md, "Windowed improvement"), on the 60-s portfolio's schedule of
+    # resnet18_cifar at 256 KiB (380 nodes): 16 stages -0.47% in 27 s (all 48 windows), 32 stages -0.33%
+    # in 100 s, 48 stages none within 10 s per window; on the one-pass schedule of the transformer at
+    # 256 KiB (2,496 nodes) 16 stages -0.01% in 60 s; 200 stages (215k columns) reach no solution in 30 s.
+    window_stages: int = 16
+    window_seconds: float = 5.0
+    window_share: float = 0.5
+    window_portfolio_share: float = 0.1
+    # The windows go most expensive first; after this many in a row that keep nothing they stop (on the
+    # one-pass schedules of the m4 rows they keep almost nothing: the time goes back to the answer).
+    window_patience: int = 30
+    # On a tiled graph the guide search leaves this share of its time to the window polish of the best
+    # plan (when no MILP follows).
+    window_polish_share: float = 0.25
     # A tiled graph has thousands of nodes: without a time limit asked for, it is solved within this
     # many seconds, so that an answer comes within minutes.
     tiled_time_limit_s: float = 240.0
     # Planning the tiles is part of answering (seconds to tens of seconds on large models): it comes
     # out of the time limit, and the solve keeps at least this share of the limit.
     tiled_min_solve_share: float = 0.25
+    # Auto tiling stops refining past this many nodes, or after this many seconds of planning (None:
+    # the planner's defaults, poet.graph.tiling_plan.MAX_NODES and MAX_PLAN_SECONDS, 60,000 and 60 s:
+    # beyond them planning takes minutes).  bert at 32 KiB needs millions (docs/tiling.md, "Scale");
+    # ``poet solve --max-tile-nodes N --max-tile-seconds S`` sets them.
+    tile_max_nodes: int | None = None
+    tile_max_seconds: float | None = None
+
+    def with_tile_caps(self, max_nodes: int | None, max_seconds: float | None) -> SolvePolicy:
+        """This policy with auto tiling's caps set where given (None keeps the current one)."""
+        return dataclasses.replace(
+            self,
+            tile_max_nodes=self.tile_max_nodes if max_nodes is None else max_nodes,
+            tile_max_seconds=self.tile_max_seconds if max_seconds is None else max_seconds,
+        )
 
     # -- each phase's share of the time limit (``limit`` None: no limit; ``elapsed``: since the start)
     def tiled_solve_limit(self, asked: float | None, planning_s: float) -> tuple[float | None, float | None]:

@@ -107,6 +107,8 @@ def tiled_problem(
     tile=TILE_AUTO,
     weights: str = FLASH,
     staging=None,
+    max_tile_nodes: int | None = None,
+    max_tile_seconds: float | None = None,
 ) -> TiledProblem:
     """Price ``source`` (a zoo model name, a Graph, a CostedGraph or a poet-graph/1 path) and tile it if needed.
 
@@ -114,6 +116,8 @@ def tiled_problem(
     shapes, kernels and strides tiling needs; for any other source ``tile`` must be ``auto`` or ``off``
     and the graph is used as given.  ``weights``/``staging``: where the parameters live
     (:mod:`poet.graph.weights`; ``stream`` needs the layers' parameters: a zoo model or a Graph).
+    ``max_tile_nodes`` / ``max_tile_seconds``: auto tiling's caps
+    (:func:`~poet.graph.tiling_plan.plan_tiling`'s ``max_nodes`` / ``max_seconds``; None: its defaults).
     """
     from ..graph.generate import is_spec
 
@@ -151,7 +155,15 @@ def tiled_problem(
                 f"does not record the shapes, kernels and strides tiling needs"
             )
         return TiledProblem(g0, budget, g0, None, device if isinstance(device, str) else None)
-    plan = plan_tiling(source, budget.ram_bytes, batch_size=batch_size, fixed_ram_bytes=g0.fixed_ram_bytes, tile=mode)
+    plan = plan_tiling(
+        source,
+        budget.ram_bytes,
+        batch_size=batch_size,
+        fixed_ram_bytes=g0.fixed_ram_bytes,
+        tile=mode,
+        max_nodes=max_tile_nodes,
+        max_seconds=max_tile_seconds,
+    )
     g = g0
     if plan.tiled:
         g = linear_cost_model(plan.graph, device, g0.fixed_ram_bytes)

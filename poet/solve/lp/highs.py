@@ -17,6 +17,7 @@ import highspy
 import numpy as np
 
 from ..errors import SolveError
+from .cpsat import solve_cpsat
 from .problem import MilpProblem, MilpResult
 
 _BANNER_SILENCED = False
@@ -292,12 +293,12 @@ def highs_lp(p: MilpProblem):
     return lp
 
 
-BACKENDS = {"highs": solve_highs}
+BACKENDS = {"highs": solve_highs, "cpsat": solve_cpsat}
 
 
 def get_backend(name: str):
-    """A backend by name.  Only HiGHS exists today; another (OR-Tools, Gurobi) would register
-    in BACKENDS with the same signature as :func:`solve_highs` and must stay optional."""
+    """A backend by name: HiGHS (the default) or CP-SAT (:mod:`.cpsat`, optional: OR-Tools); another
+    (Gurobi) would register in BACKENDS with the same signature as :func:`solve_highs`."""
     try:
         return BACKENDS[name]
     except KeyError:

@@ -28,10 +28,12 @@ from .one_pass import OnePassPaging
 from .smallest_budgets import SmallestBudgets
 from .state import Phase, SolveState
 from .stream_fallback import StreamFallback
+from .windows import WindowPolish, WindowResolve
 
 PHASES: tuple[Phase, ...] = (
     CapuchinPrelude(),  # poet only: a freely ordered schedule, an incumbent the stage form cannot express
     OnePassPaging(),  # large graphs: a schedule held from the start
+    WindowResolve(),  # the one-pass schedule re-solved a window of stages at a time
     GapDrops(),  # recomputation across idle gaps: a plan where the rules' recomputations cascade
     LowerBound(),  # the eviction cover: the proven bound, and the guide
     GreedyRules(),  # the rules, guided by the cover (and by covers for stricter deadlines)
@@ -40,6 +42,7 @@ PHASES: tuple[Phase, ...] = (
     GuideSearchPhase(),  # local search over the guides of the best plans, in rounds, on every core
     IntervalSearch(),  # retention intervals on CP-SAT, mid-sized graphs
     Milp(),  # the MILP, warm-started from the best plan, while the gap is open
+    WindowPolish(),  # the best plan's schedule re-solved a window at a time, in the time left
     SmallestBudgets(),  # proven infeasible: the smallest RAM and deadline that have a schedule
     StreamFallback(),  # a tiled graph with nothing found: the streaming page rule
 )

@@ -72,6 +72,8 @@ def plan_answer(state: SolveState) -> Schedule:
     if state.stream is not None and (energy is None or state.stream.energy_j < energy):
         # the one-pass paging schedule (large graphs) is the cheapest held
         steps, energy, origin = state.stream.steps, state.stream.energy_j, Origin.ONE_PASS
+    if state.polished is not None and (energy is None or state.polished.energy_j < energy):
+        steps, energy, origin = state.polished.steps, state.polished.energy_j, Origin.WINDOWS
     gap = None if energy is None else relative_gap(energy, state.lb)
     proven = gap is not None and gap <= state.opts.gap
     if plan is None and steps is None:
@@ -259,10 +261,12 @@ def size_rule_answer(state: SolveState) -> Schedule:
         )
         return schedule(state, (), NO_SOLUTION)
     gap = relative_gap(found.energy_j, plain)
+    windows = next((r.facts for r in state.records if r.name == "window re-solve" and "saved_j" in r.facts), None)
+    improved = "" if windows is None else f", improved by {windows['kept']} window re-solves"
     state.note(
         energy_j=found.energy_j,
         gap=gap,
-        message=f"{why}; the streaming page rule's schedule is {gap:.2%} above the lower bound "
+        message=f"{why}; the streaming page rule's schedule{improved} is {gap:.2%} above the lower bound "
         "(plain backprop: every node once, nothing paged)",
     )
     return schedule(state, found.steps, OPTIMAL if gap <= state.opts.gap else FEASIBLE)

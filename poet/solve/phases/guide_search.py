@@ -51,6 +51,8 @@ class GuideSearchPhase:
         opts, policy, lb = state.opts, state.policy, state.lb
         share = policy.search_share_before_intervals if state.searches.intervals_skip is None else None
         span = state.search_seconds(state.searches.milp_follows, share)
+        if state.tiled_rules and not state.searches.milp_follows:
+            span *= 1.0 - policy.window_polish_share  # the window polish follows (phases/windows.py)
         target = state.target()
         starts = search_starts(state)
         max_seeds = policy.search_rounds if len(state.g.nodes) >= policy.restart_min_nodes else 1

@@ -43,6 +43,7 @@ class Origin(StrEnum):
     BOUND = "bound"  # no schedule: the bound proved the budgets infeasible
     STREAMING_PAGE_RULE = "streaming page rule"  # a tiled graph too large for the portfolio
     TILING_FALLBACK = "streaming page rule (tiling fallback)"  # a tiled graph the portfolio found nothing for
+    WINDOWS = "window re-solve"  # the best plan's schedule improved a window of stages at a time
 
 
 @dataclass(frozen=True)
@@ -95,6 +96,7 @@ class SolveState:
     milp_result: MilpResult | None = None  # HiGHS's answer, when it ran
     milp_skip: MilpSkip | None = None
     fallback: StreamResult | None = None  # the tiling fallback's page rule, when it ran
+    polished: StreamResult | None = None  # the best plan's schedule after the window polish, when cheaper
 
     @classmethod
     def start(cls, g: CostedGraph, budget: Budget, opts: SolveOptions, *, strategy: str, remat: bool, paging: bool):
