@@ -33,7 +33,7 @@ MODELS = ["linear", "vgg16_cifar", "vgg16", "resnet18_cifar", "resnet18", "trans
 
 def aten_resnet(blocks: int, device: str):
     """A residual conv net exported op by op (about 16 nodes per block), priced on ``device``."""
-    from poet.execute.models import resnet_training_graph
+    from poet.demo_models import resnet_training_graph
 
     return resnet_training_graph(blocks, device)
 
@@ -101,7 +101,7 @@ def main(argv=None):
         "--aten-resnet",
         default="",
         help="comma-separated block counts: export "
-        "poet.execute.models.SmallResNet(channels=16, blocks=N) on a 1x3x32x32 batch at aten "
+        "poet.demo_models.SmallResNet(channels=16, blocks=N) on a 1x3x32x32 batch at aten "
         "granularity (torch needed) and benchmark it on each --devices",
     )
     a = ap.parse_args(argv)

@@ -18,8 +18,8 @@ from collections import defaultdict
 
 import torch
 
+from poet import demo_models as models
 from poet.cbackend.spec_check import relative_error, run_beside, run_host
-from poet.execute import models
 from poet.execute.tiled import tile_program
 from poet.graph.torch_export import export_training_graph
 

@@ -35,11 +35,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import torch
 
-from poet.execute import models
+from poet import demo_models as models
 from poet.execute.executor import Executor
 from poet.execute.measure import keep_schedule, measure_program, paging_sample
 from poet.execute.reference import reference_steps
 from poet.graph.torch_export import export_training_graph
+from poet.hardware.cost import costed_program
 from poet.hardware.profile import (
     HostProfile,
     OpSample,
@@ -88,7 +89,7 @@ def one_round(prog, steps_by_kind: dict, directory: str, runs: int, paging_dir: 
     predict from that profile and compare.  A schedule that pages also gets a storage sweep before
     its runs, and alternates a third run: the paging-overhead calibration of ``poet profile`` (a
     different paging schedule: all but every 3rd forward output paged)."""
-    base = prog.costed("m4")
+    base = costed_program(prog, "m4")
     calib_steps = reference_steps(base, "paging", every=3)
     ex = Executor(prog, paging_dir=paging_dir, fsync=True, drop_cache=True)
     meter = Executor(prog)  # the profiling runs' own executor, as poet profile's
@@ -140,7 +141,7 @@ def one_round(prog, steps_by_kind: dict, directory: str, runs: int, paging_dir: 
             over = fit_paging_overhead(calib_samples)
             hp.page_in_overhead_s, hp.page_out_overhead_s = over.page_in_s, over.page_out_s
         dev = profile_device(hp)
-        g_fam = prog.costed(dev)
+        g_fam = costed_program(prog, dev)
         g_node = price_measured(prog.graph, dev, node_busy, free_s, prog.fixed_ram_bytes)
         tot = validate(g_fam, list(steps), Budget(ram_bytes=10**18))
         node_tot = validate(g_node, list(steps), Budget(ram_bytes=10**18))
@@ -189,7 +190,7 @@ def main(argv=None) -> int:
     rows = []
     for name in [m for m in a.models.split(",") if m]:
         prog = trace(name, a.batch_size)
-        base = prog.costed("m4")
+        base = costed_program(prog, "m4")
         steps = {label: reference_steps(base, kind, every=4) for label, kind in SCHEDULES.items()}
         rounds = []
         for r in range(a.rounds):

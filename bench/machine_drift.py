@@ -30,9 +30,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import torch
 
+from poet.cli.profile import build_model
 from poet.execute.executor import Executor
 from poet.execute.measure import keep_schedule
-from poet.execute.profile_commands import build_model
 from poet.graph.torch_export import export_training_graph
 from poet.hardware.profile_clock import RunQueueClock
 

@@ -28,8 +28,8 @@ import torch
 
 import poet
 from poet.cbackend import qemu_m4
-from poet.cbackend.commands import RUNTIME_RAM_BYTES
-from poet.execute.models import load
+from poet.cbackend.target_types import RUNTIME_RAM_BYTES
+from poet.demo_models import load
 
 ROWS: list[str] = []
 HEAD = (

@@ -17,6 +17,8 @@ It records, deterministically (no timing enters a record):
   those graphs and budgets (no time limit: deterministic);
 * ``tiled``: a SHA-256 of the tiled graph (``poet-graph/1`` JSON) and the budget of several zoo
   models at budgets below their untiled minimum;
+* ``traced``: a SHA-256 of the tiled graph of traced PyTorch demo models (``execute.tiled``), tiled
+  for a budget below their untiled minimum or to a forced tile count, with the counts tried;
 * ``solve``: status, method, energy, gap and a SHA-256 of the steps of a subset of the zoo table
   (``bench/zoo_table.py``'s grid: budgets 20% and 60% of the way from the hard minimum to the
   keep-all peak, 1.2x, gap 1%) that the portfolio proves within seconds, the ``remat``, ``paging``
@@ -261,6 +263,60 @@ def tiled_records() -> dict:
     return out
 
 
+# traced PyTorch programs (demo models): (model, batch size, RAM as a fraction of the untiled minimum or a
+# forced tile count)
+TRACED = [("cnn", 4, 0.5), ("cnn", 4, 2), ("mlp", 8, 0.3), ("dwcnn", 4, 0.4), ("gpt", 1, 0.5), ("gpt", 1, 4)]
+
+
+def costed(program, dev):
+    """A traced program priced on ``dev`` (``TorchProgram.costed`` before the pricing moved to
+    ``poet.hardware.cost``)."""
+    try:
+        from poet.hardware.cost import costed_program
+    except ImportError:
+        return program.costed(dev)
+    return costed_program(program, dev)
+
+
+def traced_records() -> dict:
+    """The tiled graph (``poet-graph/1`` JSON, costed on m4) of demo models traced at the aten level,
+    tiled for a budget below their untiled minimum (the count search) or to a forced count."""
+    import torch
+
+    from poet.execute.tiled import tile_for_budget
+    from poet.graph.torch_export import export_training_graph
+    from poet.hardware.device import load_device
+
+    try:
+        from poet.demo_models import build
+    except ImportError:  # before the demo models moved out of poet.execute
+        from poet.execute.models import build
+
+    out = {}
+    dev = load_device("m4")
+    for model, bs, how in TRACED:
+        torch.manual_seed(0)
+        net, loss_fn, data = build(model, batch_size=bs, seed=0, dropout=0.0)
+        net.train()
+        inputs, targets = data.batch()
+        prog = export_training_graph(net, inputs, loss_fn, targets, name=model)
+        untiled_min = costed(prog, dev).min_ram_bytes()
+        if isinstance(how, int):
+            choice = tile_for_budget(prog, dev, untiled_min, count=how)
+        else:
+            choice = tile_for_budget(prog, dev, int(untiled_min * how))
+        g = costed(choice.program, dev)
+        out[f"traced {model} bs={bs} {how}"] = {
+            "graph": text_sha(json.dumps(graph_to_dict(g), sort_keys=True)),
+            "nodes": len(g),
+            "tried": [list(t) for t in choice.tried],
+            "tiled_min": choice.tiled_min_bytes,
+            "lines": text_sha("\n".join(choice.lines())),
+        }
+        print(f"  traced {model} {how}: {len(g)} nodes, tried {choice.tried}", file=sys.stderr)
+    return out
+
+
 def schedule_record(s) -> dict:
     steps = json.dumps([[str(st.op), st.node, st.stage] for st in s.steps])
     return {
@@ -338,7 +394,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", help="write the record here (JSON)")
     ap.add_argument("--compare", nargs=2, metavar=("BEFORE", "AFTER"))
-    ap.add_argument("--only", default="milp,lp,plans,tiled,solve,cli", help="which sections to record")
+    ap.add_argument("--only", default="milp,lp,plans,tiled,traced,solve,cli", help="which sections to record")
     a = ap.parse_args(argv)
     if a.compare:
         return compare(*a.compare)
@@ -346,6 +402,7 @@ def main(argv=None) -> int:
     sections = {"milp": milp_records, "lp": lp_records, "plans": plan_records, "tiled": tiled_records}
     sections["solve"] = solve_records
     sections["cli"] = cli_records
+    sections["traced"] = traced_records
     for name in a.only.split(","):
         print(f"{name} ...", file=sys.stderr)
         rec.update(sections[name]())

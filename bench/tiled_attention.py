@@ -1,6 +1,6 @@
 """Executed tiled attention: minimum RAM with key/value tiles streamed against query-only tiling.
 
-For a demo model of :mod:`poet.execute.models` (default ``gpt``: TinyGPT, d 32, 2 heads, 2 layers,
+For a demo model of :mod:`poet.demo_models` (default ``gpt``: TinyGPT, d 32, 2 heads, 2 layers,
 one sequence of 128 tokens, SGD with momentum as in ``poet train``), the step is traced once and tiled
 with every op split (``tile_program(..., threshold=0)``) at each tile count, once with attention
 streamed (online softmax, one key/value tile per step) and once with query tiles reading the whole
@@ -19,8 +19,9 @@ import time
 import torch
 
 import poet
-from poet.execute import models
+from poet import demo_models as models
 from poet.execute.tiled import tile_program
+from poet.hardware.cost import costed_program
 
 
 def limiting_node(g) -> str:
@@ -51,7 +52,7 @@ def main() -> None:
         for stream in (False, True):
             t0 = time.perf_counter()
             tp, _ = tile_program(prog, c, 0, stream_attention=stream)
-            g = tp.costed(a.device, fixed)
+            g = costed_program(tp, a.device, fixed)
             m = g.min_ram_bytes()
             print(
                 f"| {c} | {'K/V streamed' if stream else 'query tiles'} | {len(g)} | {m:,} | {m - fixed:,} | "

@@ -9,7 +9,7 @@ import copy
 import torch
 
 import poet
-from poet.execute import models
+from poet import demo_models as models
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--steps", type=int, default=10)

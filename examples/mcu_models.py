@@ -20,7 +20,7 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
-from poet.execute.models import DepthwiseResNet, ImageData, NextTokenData, TinyGPT, lm_loss
+from poet.demo_models import DepthwiseResNet, ImageData, NextTokenData, TinyGPT, lm_loss
 
 
 def depthwise():

@@ -14,8 +14,10 @@ import time
 import torch
 
 import poet
-from poet.execute import Executor, models, reference_schedule
+from poet import demo_models as models
+from poet.execute import Executor, reference_schedule
 from poet.graph.torch_export import export_training_graph
+from poet.hardware.cost import costed_program
 
 
 def cases():
@@ -67,7 +69,7 @@ def main():
         fx_calls = sum(1 for n in prog0.gm.graph.nodes if n.op == "call_function")
         for gran in ("aten", "layer"):
             prog = prog0 if gran == "aten" else prog0.coarsen()
-            cg = prog.costed("m4")
+            cg = costed_program(prog, "m4")
             print(
                 f"\n{name} [{gran}]: {fx_calls} FX aten calls (incl. views/getitem) -> {prog.aten_units} aten "
                 f"units -> {len(prog.graph)} poet nodes, {len(prog.graph.edges)} edges; "

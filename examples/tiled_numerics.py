@@ -19,7 +19,7 @@ import copy
 import torch
 
 import poet
-from poet.execute import models
+from poet import demo_models as models
 from poet.execute.tiled import parameter_difference, relative_difference
 
 

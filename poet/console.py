@@ -1,6 +1,5 @@
 """The terminal side of the commands: the progress line on stderr, Ctrl-C that stops a solve early, and
-checks of an output path before any work is done.  Shared by every command module (``poet.cli``,
-``poet.execute.commands``, ...), so none of them imports another."""
+checks of an output path before any work is done.  Shared by the command modules (``poet/cli/``)."""
 
 from __future__ import annotations
 

@@ -11,26 +11,35 @@ print(result.table())           # predicted vs measured
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
+from .graph.tile_option import tile_count
 from .report.text import cache_note
 from .schedule.core import FEASIBLE, PAGING_SERIAL, Schedule
 from .units import fmt_bytes, fmt_energy, fmt_seconds
+
+if TYPE_CHECKING:  # types only: importing these needs torch
+    from .execute.executor import Executor
+    from .execute.tiled import TilingChoice
+    from .graph.torch_program import TorchProgram
 
 
 @dataclass
 class Plan:
     """A traced training step, its costed graph and the schedule chosen for it."""
 
-    program: object  # poet.graph.torch_export.TorchProgram
+    program: TorchProgram  # the traced step (tiled when tiling was needed)
     schedule: Schedule
     device: str
     executor_options: dict = field(default_factory=dict)
-    tiling: object = None  # poet.execute.tiled.TilingChoice when tiling was considered
-    untiled: object = None  # the program before tiling (the reference a compiled tiled step is checked against)
-    replan: object = field(default=None, repr=False)  # (ram_bytes, seconds) -> (program, schedule), tiled again
-    _executor: object = field(default=None, repr=False)
+    tiling: TilingChoice | None = None  # when tiling was considered
+    untiled: TorchProgram | None = None  # the program before tiling (a compiled tiled step's reference)
+    # (ram_bytes, seconds) -> (program, schedule): the step planned again for less RAM, tiled again
+    replan: Callable[[int, float], tuple[TorchProgram, Schedule]] | None = field(default=None, repr=False)
+    _executor: Executor | None = field(default=None, repr=False)
     threads: int = 0  # torch threads to run with (a measured profile's); 0: leave torch's setting
 
     # ---- inspection
@@ -236,7 +245,7 @@ def plan_program(
     """:func:`plan` for a program already traced (``export_training_graph``, or a tiled one): no
     second trace when the same step is planned at several budgets or with several strategies.
     A tiled program is planned as it is (pass ``tile="off"``, or it may be tiled again)."""
-    from .hardware import load_device
+    from .hardware import costed_program, load_device
     from .solve import solve
     from .units import parse_bytes
 
@@ -250,11 +259,11 @@ def plan_program(
         raise ValueError(f"costs must be 'model' or 'measured', got {costs!r}")
 
     def price(p):
-        return _measured(p, dev, fixed, measure_runs) if costs == "measured" else p.costed(dev, fixed)
+        return _measured(p, dev, fixed, measure_runs) if costs == "measured" else costed_program(p, dev, fixed)
 
     cg = price(prog)
     tiling = None
-    count = _tile_count(tile)
+    count = tile_count(tile)
     if count != 0:
         from .execute.tiled import tile_for_budget
         from .solve.api import make_budget
@@ -336,21 +345,6 @@ def _measured(prog, dev, fixed, runs: int):
         return measured_costs(prog, dev, runs=runs, fixed_ram_bytes=fixed)
     finally:
         torch.set_num_threads(before)
-
-
-def _tile_count(tile) -> int | None:
-    """0: never tile; None: tile when needed; n: force n tiles."""
-    if tile is None or tile == "auto":
-        return None
-    if tile is False or tile == "off":
-        return 0
-    try:
-        n = int(tile)
-    except (TypeError, ValueError):
-        raise ValueError(f"tile must be 'auto', 'off' or a tile count >= 2, got {tile!r}") from None
-    if n < 2:
-        raise ValueError(f"a tile count must be at least 2, got {tile!r} (use 'off' for no tiling)")
-    return n
 
 
 __all__ = ["Plan", "plan", "plan_program"]

@@ -1,5 +1,6 @@
-"""The import graph of ``poet``: no cycles, no private names across modules, solve's layers one way,
-and commands that do not need torch, matplotlib or OR-Tools never load them."""
+"""The import graph of ``poet``: no cycles, no private names across modules, the packages of ``poet``
+and the layers of ``poet.solve`` one way, and commands that do not need torch, matplotlib or OR-Tools
+never load them."""
 
 from __future__ import annotations
 
@@ -13,6 +14,28 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "poet"
+
+# The packages of poet (and its top-level modules), lowest first: each imports only from the ones
+# before it, so there is no cycle between packages.  Data flows model -> graph -> costs (hardware)
+# -> solver -> schedule -> execute / report, and the command line sits on top.
+PACKAGE_ORDER = [
+    "units",  # byte, second and budget parsing
+    "fileio",  # atomic writes, bounded reads
+    "console",  # the terminal side of the commands: progress line, Ctrl-C, --out checks
+    "graph",  # graphs, the zoo, tracing PyTorch, the tiling rewrite of zoo graphs
+    "hardware",  # device profiles and the cost model (prices graphs and traced programs)
+    "schedule",  # the instructions, the budget, the validator, the report
+    "solve",  # the solvers: poet.solve.api.plan_and_solve is the front door
+    "sweep",  # grids of budgets, studies
+    "report",  # text, tables and plots of schedules and sweeps
+    "demo_models",  # small trainable models and generated data
+    "execute",  # schedules run on real tensors (PyTorch), the tiling of traced programs
+    "cbackend",  # schedules compiled to C
+    "planner",  # poet.plan: a PyTorch module in, an executable plan out
+    "poet",  # the package itself: poet.solve, poet.plan, ... (its __init__)
+    "cli",  # the command line, one module per command
+    "__main__",  # python -m poet
+]
 
 # poet.solve's layers, lowest first: a module may import only from its own layer or the ones before
 SOLVE_LAYERS = [
@@ -145,6 +168,94 @@ def test_no_module_imports_a_private_name_of_another():
             if last.startswith("_") and not last.startswith("__"):
                 bad.append(f"{m}:{line} imports the private module {target}")
     assert bad == []
+
+
+def package_of(name: str) -> str:
+    """The package (or top-level module) of ``poet`` a module belongs to; ``poet`` for its __init__."""
+    parts = name.split(".")
+    return parts[1] if len(parts) > 1 else "poet"
+
+
+def package_order_violations(g: dict[str, set[str]], order: list[str]) -> list[str]:
+    rank = {p: i for i, p in enumerate(order)}
+    bad = []
+    for m, targets in sorted(g.items()):
+        a = package_of(m)
+        for t in sorted(targets):
+            b = package_of(t)
+            if a != b and rank[b] >= rank[a]:
+                bad.append(f"{m} ({a}) imports {t} ({b}), which comes after it in PACKAGE_ORDER")
+    return bad
+
+
+def test_every_package_of_poet_has_a_place_in_the_order():
+    assert len(set(PACKAGE_ORDER)) == len(PACKAGE_ORDER)
+    missing = sorted({package_of(m) for m in modules()} - set(PACKAGE_ORDER))
+    assert missing == [], f"add {missing} to PACKAGE_ORDER, after what they import and before what imports them"
+    gone = sorted(set(PACKAGE_ORDER) - {package_of(m) for m in modules()})
+    assert gone == [], f"{gone} are in PACKAGE_ORDER but not in poet"
+
+
+def test_the_packages_of_poet_only_import_the_ones_before_them():
+    assert package_order_violations(graph(), PACKAGE_ORDER) == []
+
+
+def test_the_package_order_check_finds_an_upward_import():
+    g = {"poet.graph.core": {"poet.hardware.device"}, "poet.hardware.device": {"poet.graph.core"}}
+    assert package_order_violations(g, ["graph", "hardware"]) == [
+        "poet.graph.core (graph) imports poet.hardware.device (hardware), which comes after it in PACKAGE_ORDER"
+    ]
+
+
+def package_cycles(g: dict[str, set[str]], packages: list[str]) -> dict[str, list[list[str]]]:
+    """Per package, the cycles among its children (modules and subpackages, a subpackage standing
+    for every module inside it): a cycle between packages that no cycle between modules shows."""
+    out = {}
+    for pkg in packages:
+        depth = len(pkg.split(".")) + 1
+
+        def child(m: str, pkg=pkg, depth=depth) -> str | None:
+            return ".".join(m.split(".")[:depth]) if m.startswith(pkg + ".") else None
+
+        cg: dict[str, set[str]] = {}
+        for m, targets in g.items():
+            a = child(m)
+            if a is None:
+                continue
+            cg.setdefault(a, set())
+            for t in targets:
+                b = child(t)
+                if b is not None and b != a:
+                    cg[a].add(b)
+                    cg.setdefault(b, set())
+        found = cycles(cg)
+        if found:
+            out[pkg] = found
+    return out
+
+
+def test_no_package_of_poet_at_any_level_has_an_import_cycle():
+    mods = modules()
+    packages = sorted(m for m in mods if is_package(m, mods))
+    assert {"poet", "poet.solve", "poet.solve.search", "poet.cbackend", "poet.cli"} <= set(packages)
+    assert package_cycles(graph(), packages) == {}
+
+
+def test_the_package_cycle_check_finds_a_cycle_no_module_cycle_shows():
+    # a.x -> b.y and b.z -> a.w: no module cycle, but packages a and b import each other
+    g = {"p.a.x": {"p.b.y"}, "p.b.y": set(), "p.b.z": {"p.a.w"}, "p.a.w": set()}
+    assert cycles(g) == []
+    assert package_cycles(g, ["p"]) == {"p": [["p.a", "p.b"]]}
+
+
+def test_the_readme_lists_the_package_order():
+    # README's "Layout" names the packages lowest first, as PACKAGE_ORDER does
+    text = (ROOT / "README.md").read_text()
+    layout = text.split("\n## Layout\n", 1)[1].split("\n## ", 1)[0]
+    found = [p for p in PACKAGE_ORDER if f"`poet.{p}`" in layout]
+    positions = [layout.index(f"`poet.{p}`") for p in found]
+    assert set(found) >= set(PACKAGE_ORDER) - {"poet", "__main__"}
+    assert positions == sorted(positions), "README's Layout lists the packages out of PACKAGE_ORDER's order"
 
 
 def solve_layer(name: str) -> int | None:

@@ -11,6 +11,7 @@ torch = pytest.importorskip("torch")
 
 import torch.nn as nn  # noqa: E402
 
+from poet import demo_models as models  # noqa: E402
 from poet.cbackend import hostlib  # noqa: E402
 from poet.cbackend.compiler import compile_program  # noqa: E402
 from poet.cbackend.ir import LoweringError  # noqa: E402
@@ -18,10 +19,10 @@ from poet.cbackend.lower import lower_program  # noqa: E402
 from poet.cbackend.opspec import UnsupportedOp  # noqa: E402
 from poet.cbackend.project import ProjectExists  # noqa: E402
 from poet.cbackend.targets import HOST  # noqa: E402
-from poet.execute import models  # noqa: E402
 from poet.execute.reference import reference_schedule  # noqa: E402
 from poet.execute.tiled import tile_program  # noqa: E402
 from poet.graph.torch_export import export_training_graph  # noqa: E402
+from poet.hardware.cost import costed_program  # noqa: E402
 from poet.schedule.core import Step  # noqa: E402
 from poet.schedule.validate import ScheduleError  # noqa: E402
 
@@ -81,7 +82,7 @@ def program(name: str):
 
 
 def schedule(prog, kind: str, slack: int = 1 << 16):
-    g = prog.costed("m4")
+    g = costed_program(prog, "m4")
     peak = reference_schedule(g, kind, every=2).totals.peak_ram_bytes
     return reference_schedule(g, kind, every=2, ram_bytes=peak + slack)
 
@@ -163,7 +164,7 @@ def test_several_steps_train_like_pytorch_with_momentum(tmp_path, host_ready):
 
 def test_the_papers_setting_keeps_parameters_const_and_writes_the_update_out(tmp_path, host_ready):
     prog = program("dot")
-    g = prog.costed("m4", fixed_ram_bytes=0)  # activations only
+    g = costed_program(prog, "m4", fixed_ram_bytes=0)  # activations only
     s = reference_schedule(g, "keep", ram_bytes=1 << 16)
     res = compiled(prog, s, tmp_path, lr=0.1)
     assert not res.project.layout.params_in_ram
@@ -194,7 +195,7 @@ def test_an_op_without_a_kernel_is_refused_before_anything_is_built(tmp_path):
             return torch.cumsum(x * self.w, 0).pow(2).sum()
 
     prog = export_training_graph(Cum(), (torch.randn(4),), None, ())
-    s = reference_schedule(prog.costed("m4"), "keep", ram_bytes=1 << 20)
+    s = reference_schedule(costed_program(prog, "m4"), "keep", ram_bytes=1 << 20)
     with pytest.raises(UnsupportedOp, match=r"cumsum \(aten\.cumsum\.default\)") as e:
         compile_program(prog, s, out=tmp_path / "proj")
     assert "node(s) of Cum" in str(e.value)

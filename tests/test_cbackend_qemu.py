@@ -10,10 +10,11 @@ torch = pytest.importorskip("torch")
 
 import torch.nn as nn  # noqa: E402
 
+from poet import demo_models as models  # noqa: E402
 from poet.cbackend.compiler import compile_program  # noqa: E402
-from poet.execute import models  # noqa: E402
 from poet.execute.reference import reference_schedule  # noqa: E402
 from poet.graph.torch_export import export_training_graph  # noqa: E402
+from poet.hardware.cost import costed_program  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("qemu_m4_ready")
 
@@ -42,7 +43,7 @@ def icount(mlp, build_cache_dir):  # noqa: F811
 
 
 def _schedule(prog, kind, fixed=None):
-    g = prog.costed("m4", fixed_ram_bytes=fixed)
+    g = costed_program(prog, "m4", fixed_ram_bytes=fixed)
     peak = reference_schedule(g, kind, every=2).totals.peak_ram_bytes
     return reference_schedule(g, kind, every=2, ram_bytes=peak + STACK_AND_RUNTIME)
 

@@ -16,10 +16,10 @@ torch = pytest.importorskip("torch")
 import torch.nn as nn  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
+from poet import demo_models as models  # noqa: E402
 from poet.cbackend import hostlib, vocabulary  # noqa: E402
 from poet.cbackend.opspec import UnsupportedOp  # noqa: E402
 from poet.cbackend.spec_check import SpecCall, relative_error, run_beside, run_host  # noqa: E402
-from poet.execute import models  # noqa: E402
 from poet.execute.tiled import tile_program  # noqa: E402
 from poet.graph.torch_export import export_training_graph  # noqa: E402
 

@@ -15,8 +15,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from poet import demo_models as models  # noqa: E402
 from poet.cbackend.spec_check import SpecCall, relative_error, run_beside, run_host  # noqa: E402
-from poet.execute import models  # noqa: E402
 from poet.execute.tiled import tile_program  # noqa: E402
 from poet.graph.torch_export import export_training_graph  # noqa: E402
 

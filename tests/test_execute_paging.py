@@ -17,6 +17,7 @@ from poet.execute import (  # noqa: E402
     reference_schedule,
 )
 from poet.graph.torch_export import export_training_graph  # noqa: E402
+from poet.hardware.cost import costed_program  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -26,7 +27,7 @@ def setup():
     x = torch.randn(2, 3, 8, 8)
     y = torch.randint(0, 10, (2,))
     prog = export_training_graph(m, (x,), torch.nn.CrossEntropyLoss(), (y,))
-    sched = reference_schedule(prog.costed("m4"), "paging", every=4)
+    sched = reference_schedule(costed_program(prog, "m4"), "paging", every=4)
     assert sched.totals.page_outs > 0
     return m, prog, sched, (x, y)
 

@@ -166,7 +166,7 @@ def test_unknown_method_is_refused():
 
 def _aten_resnet(blocks, device):
     pytest.importorskip("torch")
-    from poet.execute.models import resnet_training_graph
+    from poet.demo_models import resnet_training_graph
 
     return resnet_training_graph(blocks, device)
 

@@ -434,7 +434,7 @@ def test_quick_profile_writes_a_complete_file_and_train_reports_prediction(tmp_p
 
 def test_measured_costs_price_each_node_and_write_a_graph(tmp_path, capsys):
     import poet
-    from poet.execute import models
+    from poet import demo_models as models
 
     torch.manual_seed(0)
     model, loss_fn, data = models.build("mlp")

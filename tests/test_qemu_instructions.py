@@ -14,6 +14,7 @@ import poet  # noqa: E402
 from poet.cbackend import instructions  # noqa: E402
 from poet.cbackend.compiler import compile_program  # noqa: E402
 from poet.graph.torch_export import export_training_graph  # noqa: E402
+from poet.hardware.cost import costed_program  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("qemu_m4_ready")
 
@@ -56,7 +57,7 @@ def test_calibration_measures_every_node_in_every_role(mlp, model):
 
 @pytest.mark.parametrize("strategy", ["keep-all", "paging", "remat"])
 def test_a_run_executes_exactly_the_predicted_instructions(mlp, model, tmp_path, strategy):
-    g = mlp.costed("m4")
+    g = costed_program(mlp, "m4")
     peak = poet.solve(g, memory="100%", strategy="keep-all").totals.peak_ram_bytes
     tight = g.min_ram_bytes() + (peak - g.min_ram_bytes()) // 3
     s = poet.solve(g, memory=(peak if strategy == "keep-all" else tight), runtime="100x", strategy=strategy)
@@ -74,7 +75,7 @@ def test_a_run_executes_exactly_the_predicted_instructions(mlp, model, tmp_path,
 
 
 def test_later_iterations_on_other_batches_stay_close(mlp, model, tmp_path):
-    g = mlp.costed("m4")
+    g = costed_program(mlp, "m4")
     s = poet.solve(g, memory="100%", strategy="keep-all")
     s = s.with_(budget=replace(s.budget, ram_bytes=s.budget.ram_bytes + STACK_AND_RUNTIME))
     gen = torch.Generator().manual_seed(5)
@@ -98,7 +99,7 @@ def test_momentum_is_measured_as_the_run_uses_it(mlp, tmp_path, build_cache_dir,
     monkeypatch.setenv("POET_CACHE_DIR", str(build_cache_dir))
     with_momentum = instructions.measure_program(mlp, momentum=0.9)
     assert with_momentum.momentum == 0.9 and with_momentum.update_in_ram_later > with_momentum.update_in_ram
-    g = mlp.costed("m4")
+    g = costed_program(mlp, "m4")
     s = poet.solve(g, memory="100%", strategy="keep-all")
     momentum_buffer = g.meta["fixed_ram"]["grads"]
     s = s.with_(budget=replace(s.budget, ram_bytes=s.budget.ram_bytes + STACK_AND_RUNTIME + momentum_buffer))

@@ -74,7 +74,7 @@ def traced_step(name):
         y = torch.randint(0, 5, (6,))
         return export_training_graph(model, (torch.randn(6, 12),), nn.CrossEntropyLoss(), (y,), name=name)
     if name == "cnn":
-        from poet.execute.models import build
+        from poet.demo_models import build
 
         model, loss_fn, data = build("cnn", batch_size=2)
         (x,), (y,) = data.batch()

@@ -156,8 +156,8 @@ def test_a_tiled_plan_is_priced_from_the_tiled_step_measured(tmp_path, build_cac
     assert main(["profile", "--target", "qemu-m4", *args]) == 0
     names = [p.name for p in load_device(out).instructions.programs]
     assert names == ["cnn", "cnn, tiled for 90000 B"]
-    from poet.cbackend.commands import RUNTIME_RAM_BYTES
-    from poet.execute.models import load
+    from poet.cbackend.target_types import RUNTIME_RAM_BYTES
+    from poet.demo_models import load
 
     torch.manual_seed(0)
     model, loss_fn, data = load("cnn", batch_size=2, seed=0, dropout=0.1)

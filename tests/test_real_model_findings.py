@@ -29,6 +29,7 @@ from poet.execute import Executor, reference_schedule  # noqa: E402
 from poet.execute import tiled_ops as K  # noqa: E402
 from poet.execute.tiled import tile_program  # noqa: E402
 from poet.graph.torch_export import export_training_graph  # noqa: E402
+from poet.hardware.cost import costed_program  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore")
 F = torch.nn.functional
@@ -132,7 +133,7 @@ def _channels_last_run(monkeypatch=None):
     y = torch.randint(0, 5, (2,))
     prog = export_training_graph(model, (x,), F.cross_entropy, (y,))
     tp, rep = tile_program(prog, 2, 0, 0)
-    res = Executor(tp).run(reference_schedule(tp.costed("m4"), "remat", every=4), (x, y), apply=False)
+    res = Executor(tp).run(reference_schedule(costed_program(tp, "m4"), "remat", every=4), (x, y), apply=False)
     err, name = worst_tiled_error(res, eager_step(model, (x,), (y,), F.cross_entropy))
     assert err <= 1, (name, err)
     return rep

@@ -9,7 +9,9 @@ import pytest
 from conftest import training_chain
 
 import poet
-from poet.report import commands, plots, sweep_command, tables
+from poet.cli import report as commands
+from poet.cli import sweep as sweep_command
+from poet.report import plots, tables
 from poet.report.plots import CATEGORIES, schedule_matrix
 from poet.schedule.io import save_schedule
 from poet.sweep import SweepSpec, run_sweep

@@ -188,7 +188,7 @@ def test_rules_guided_once_by_the_runtime_cover_give_valid_plans_never_below_the
 
 def _aten_resnet(blocks, device):
     pytest.importorskip("torch")
-    from poet.execute.models import resnet_training_graph
+    from poet.demo_models import resnet_training_graph
 
     return resnet_training_graph(blocks, device)
 

@@ -1,5 +1,6 @@
 """Operator tiling as a graph rewrite: exact cover, halos from kernel/stride/padding, valid schedules, minima."""
 
+import itertools
 import math
 from itertools import pairwise
 
@@ -7,8 +8,9 @@ import pytest
 
 from poet.cli import main
 from poet.graph.core import GraphError
+from poet.graph.tile_option import parse_tile_option
 from poet.graph.tiling import build_tiled, tileable
-from poet.graph.tiling_plan import parse_tile_option, plan_tiling, working_sets
+from poet.graph.tiling_plan import plan_tiling, working_sets
 from poet.graph.zoo import DATA, build_model, list_models, model_layers
 from poet.schedule.validate import validate
 from poet.solve.api import SolveOptions, solve_costed
@@ -212,7 +214,7 @@ def test_cli_fixed_ram_says_weights_do_not_fit(capsys):
 def test_forced_count_and_bad_values():
     p = plan_tiling("resnet18_cifar", 10**9, tile=3)
     assert p.tiled and set(p.counts.values()) <= {2, 3} and p.counts["conv1"] == 3
-    for bad in ("0", "-2", "lots", "2.5"):
+    for bad in ("0", "1", "-2", "lots", "2.5"):  # one rule for both stacks: 1 tile is no tiling (off)
         with pytest.raises(GraphError, match="--tile"):
             parse_tile_option(bad)
     assert parse_tile_option("OFF") == "off" and parse_tile_option(None) == "auto"
@@ -316,3 +318,19 @@ def test_python_and_the_command_line_take_one_path_tiling_included(tmp_path, cap
     # and tile="off" keeps the untiled graph, below whose minimum nothing fits
     off = poet.solve("linear", "m4", memory="1500", tile="off", find_min_budgets=False)
     assert off.status == "infeasible" and len(off.graph) == len(build_model("linear"))
+
+
+def test_the_shared_window_arithmetic_matches_the_windows_tap_by_tap():
+    # poet.graph.windows serves both stacks (the zoo rewrite and the traced programs' tiling): each span
+    # is checked against the taps of every output row, with padding, strides and dilation
+    from poet.graph.windows import reach_span, window_span
+
+    for k, s, p, d in itertools.product((1, 2, 3, 5), (1, 2, 3), (0, 1, 2), (1, 2)):
+        taps = {o: [o * s - p + d * j for j in range(k)] for o in range(-20, 30)}
+        for lo in range(0, 8):
+            for hi in range(lo + 1, 10):
+                read = [t for o in range(lo, hi) for t in taps[o]]
+                assert window_span(lo, hi, k, s, p, d) == (min(read), max(read) + 1)
+                reaching = [o for o, ts in taps.items() if ts[0] <= hi - 1 and ts[-1] >= lo]
+                first, stop = reach_span(lo, hi, k, s, p, d)
+                assert list(range(first, stop)) == reaching  # empty: rows a stride skips

@@ -24,6 +24,7 @@ from poet.execute import (  # noqa: E402
     reference_schedule,
 )
 from poet.graph.torch_export import export_training_graph  # noqa: E402
+from poet.hardware.cost import costed_program  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore")
 
@@ -60,7 +61,7 @@ def _check(model, loss_fn, inputs, targets, *, granularity="aten", seed=123, kin
     prog = export_training_graph(model, inputs, loss_fn, targets)
     if granularity == "layer":
         prog = prog.coarsen()
-    cg = prog.costed("m4")
+    cg = costed_program(prog, "m4")
     schedules = {"keep-all": poet.solve(cg, memory="100%", strategy="keep-all")}
     if "remat" in kinds:
         schedules["remat"] = _solve(cg, "remat", [0.2, 0.5, 0.8], "remat")
@@ -136,7 +137,7 @@ def test_bert_aten_graph_paging_matches_autograd():
     m, lf, x, y = _bert(0.1)
     prog = export_training_graph(m, x, lf, y)
     assert prog.aten_units > 100
-    cg = prog.costed("m4")
+    cg = costed_program(prog, "m4")
     sched = reference_schedule(cg, "remat", every=4)
     ref, ref_loss, _ = _eager(m, lf, x, y, 7)
     torch.manual_seed(7)
@@ -246,7 +247,7 @@ def test_decomposed_module_reports_its_difference_from_eager():
     prog = export_training_graph(m, (x,), lf, (y,))
     assert 0 < prog.eager_difference < 1e-4
     assert "differ from eager loss.backward() by up to" in prog.summary()
-    cg = prog.costed("m4")
+    cg = costed_program(prog, "m4")
     keep = Executor(prog).run(poet.solve(cg, memory="100%", strategy="keep-all"), (x, y), apply=False)
     remat = reference_schedule(cg, "remat", every=3)
     assert remat.totals.recomputes > 0
@@ -269,3 +270,32 @@ def test_extraction_leaves_the_model_and_generator_untouched():
     assert all(torch.equal(state[k], v) for k, v in m.state_dict().items())
     assert all(p.grad is None for p in m.parameters())
     assert torch.equal(rng, torch.get_rng_state())
+
+
+def test_seeded_ops_run_out_of_eager_order_draw_what_eager_mode_draws():
+    # SeededReplay (the executor's generator states): a seeded op run before earlier ones gets the state
+    # eager mode would give it (the earlier draws simulated on dummies), a recompute draws its first
+    # numbers again, and the generator ends where eager mode leaves it
+    from types import SimpleNamespace
+
+    from poet.execute.activation_store import SeededReplay
+
+    units = (10, 11, 12)
+    nodes = {u: SimpleNamespace(target=torch.rand, args=((u - 7,),), kwargs={}) for u in units}
+    prog = SimpleNamespace(unit_node=nodes)
+    torch.manual_seed(3)
+    eager = {u: torch.rand(u - 7) for u in units}
+    eager_after = torch.get_rng_state()
+
+    torch.manual_seed(3)
+    replay = SeededReplay(prog, list(units))
+
+    def run(u):
+        return replay.run(u, torch.rand, ((u - 7,),), {})
+
+    assert torch.equal(run(12), eager[12])  # 10 and 11 not run yet
+    assert torch.equal(run(10), eager[10]) and replay.replays == 1  # its draw was simulated first
+    assert torch.equal(run(12), eager[12]) and replay.replays == 2  # recomputed: the same mask
+    assert torch.equal(run(11), eager[11])
+    replay.continue_as_eager()
+    assert torch.equal(torch.get_rng_state(), eager_after)

@@ -10,7 +10,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import poet  # noqa: E402
-from poet.execute import models  # noqa: E402
+from poet import demo_models as models  # noqa: E402
 from poet.planner import Plan, plan  # noqa: E402
 
 
@@ -93,11 +93,13 @@ def test_layer_granularity_plan():
 
 
 def _cli(argv):
-    from poet.execute.commands import register
+    from poet.cli import plan as plan_command
+    from poet.cli import train as train_command
 
     p = argparse.ArgumentParser(prog="poet")
     sub = p.add_subparsers(dest="command")
-    register(sub)
+    plan_command.register(sub)
+    train_command.register(sub)
     a = p.parse_args(argv)
     return a.func(a)
 
@@ -178,7 +180,7 @@ def test_a_user_module_is_found_in_the_current_directory_and_a_missing_one_is_na
 
     (tmp_path / "my_net_for_poet.py").write_text(
         "import torch\n"
-        "from poet.execute import models\n"
+        "from poet import demo_models as models\n"
         "def build():\n"
         "    torch.manual_seed(0)\n"
         "    return (models.MLP(d_in=8, hidden=16, layers=2), torch.nn.CrossEntropyLoss(),\n"

@@ -22,8 +22,10 @@ import poet  # noqa: E402
 from poet.execute import Executor, reference_schedule  # noqa: E402
 from poet.execute import tiled_ops as K  # noqa: E402
 from poet.execute.tiled import GRADIENT_BOUND, parameter_difference, relative_difference, tile_program  # noqa: E402
-from poet.execute.tiled_spatial import reaching_rows, window_rows  # noqa: E402
+from poet.execute.tiled_spatial import reaching_rows  # noqa: E402
 from poet.graph.torch_export import export_training_graph  # noqa: E402
+from poet.graph.windows import window_span  # noqa: E402
+from poet.hardware.cost import costed_program  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore")
 F = torch.nn.functional
@@ -85,7 +87,7 @@ def test_tiled_conv_families_match_autograd_within_the_bound(count):
     ):
         assert any(fam in op for op in ops), (fam, sorted(ops))
     assert not rep.assembled, rep.assembled  # every tiled tensor is consumed tile by tile
-    cg = tp.costed("m4")
+    cg = costed_program(tp, "m4")
     assert sum(nd.tile is not None for nd in cg.nodes) > len(prog.graph)
     ref, ref_loss = _autograd(m, x, y)
     for kind in ("keep", "paging"):
@@ -106,7 +108,7 @@ def test_tiled_conv_families_match_autograd_within_the_bound(count):
     [(3, 1, 1, 1, 1), (3, 2, 1, 1, 4), (5, 2, 2, 1, 8), (3, 1, 2, 2, 2), (1, 2, 0, 1, 1), (4, 3, 1, 1, 1)],
 )
 def test_each_tile_reads_the_rows_its_windows_reach(k, s, p, d, groups):
-    # a tile computed from exactly the rows window_rows/reaching_rows name (halo included, padding outside)
+    # a tile computed from exactly the rows window_span/reaching_rows name (halo included, padding outside)
     # equals those rows of the whole op: a smaller halo would differ at the tile's edges
     torch.manual_seed(1)
     x = torch.randn(2, 8, 19, 7)
@@ -116,14 +118,14 @@ def test_each_tile_reads_the_rows_its_windows_reach(k, s, p, d, groups):
     gi = torch.nn.grad.conv2d_input(x.shape, w, go, s, p, d, groups)
     H, Ho = x.shape[2], out.shape[2]
     for a, b in [(0, 1), (0, 3), (2, 5), (Ho - 2, Ho)]:
-        lo, hi = window_rows(a, b, k, s, p, d)
+        lo, hi = window_span(a, b, k, s, p, d)
         t = K.tile_conv(
             [x[:, :, max(0, lo) : min(H, hi)]], max(0, -lo), max(0, hi - H), w, None, [s, s], [p, p], [d, d], groups
         )
         assert torch.allclose(t, out[:, :, a:b], atol=1e-5), (a, b)
     for a, b in [(0, 2), (3, 8), (H - 4, H)]:
         o0, o1 = reaching_rows(a, b, k, s, p, d, Ho)
-        rs, re = window_rows(o0, o1, k, s, p, d) if o1 > o0 else (a, a)
+        rs, re = window_span(o0, o1, k, s, p, d) if o1 > o0 else (a, a)
         pieces = [go[:, :, o0:o1]] if o1 > o0 else []
         t = K.tile_conv_input_grad(pieces, rs, re - rs, a, b, list(x.shape), w, [s, s], [p, p], [d, d], groups)
         assert torch.allclose(t, gi[:, :, a:b], atol=1e-5), (a, b)
@@ -140,7 +142,7 @@ def test_tile_metadata_records_halo_and_range():
 
 
 def _cnn_plan(memory, tile="auto", **kw):
-    from poet.execute import models
+    from poet import demo_models as models
 
     torch.manual_seed(0)
     m = models.SmallResNet(channels=4, blocks=1).train()
@@ -199,7 +201,7 @@ def test_forced_tile_count():
 
 
 def _gpt(batch):
-    from poet.execute import models
+    from poet import demo_models as models
 
     torch.manual_seed(0)
     m = models.TinyGPT(vocab=20, d=16, heads=2, layers=1, max_len=12).train()
@@ -210,7 +212,7 @@ def _gpt(batch):
 def test_tiled_transformer_over_whole_sequences_matches_autograd_within_the_bound():
     # a batch of 2 sequences: tiles of whole sequences, where attention needs no key/value streaming
     # (query tiles of one sequence, keys and values streamed: tests/test_torch_tiled_attention.py)
-    from poet.execute.models import lm_loss
+    from poet.demo_models import lm_loss
 
     m, ids, y = _gpt(2)
     prog = export_training_graph(m, (ids,), lm_loss, (y,))
@@ -236,7 +238,7 @@ def test_tiled_transformer_over_whole_sequences_matches_autograd_within_the_boun
     ref = copy.deepcopy(m)
     loss = lm_loss(ref(ids), y)
     loss.backward()
-    res = Executor(tp).run(reference_schedule(tp.costed("m4"), "remat", every=4), (ids, y), apply=False)
+    res = Executor(tp).run(reference_schedule(costed_program(tp, "m4"), "remat", every=4), (ids, y), apply=False)
     assert relative_difference(res.loss, loss) <= GRADIENT_BOUND
     for name, p in ref.named_parameters():
         assert relative_difference(res.grads[name], p.grad) <= GRADIENT_BOUND, name
@@ -250,7 +252,7 @@ def _grad_ok(g_tiled, g32, g64) -> bool:
 
 @pytest.mark.parametrize("name", ["dwnet", "gpt"])
 def test_plan_trains_a_depthwise_resnet_and_a_causal_transformer_tiled(name):
-    from poet.execute import models
+    from poet import demo_models as models
     from poet.execute.tiled import TRAINED_LOSS_BOUND, TRAINED_PARAM_BOUND
 
     torch.manual_seed(0)

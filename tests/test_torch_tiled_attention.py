@@ -15,12 +15,14 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from poet.execute import Executor, models  # noqa: E402
-from poet.execute.models import lm_loss  # noqa: E402
+from poet import demo_models as models  # noqa: E402
+from poet.demo_models import lm_loss  # noqa: E402
+from poet.execute import Executor  # noqa: E402
 from poet.execute.tiled import GRADIENT_BOUND, relative_difference, tile_program  # noqa: E402
 from poet.execute.tiled_attention import STREAMED_BACKWARD_OP, STREAMED_OP  # noqa: E402
 from poet.execute.tiled_attention_match import causal_offset  # noqa: E402
 from poet.graph.torch_export import export_training_graph  # noqa: E402
+from poet.hardware.cost import costed_program  # noqa: E402
 from poet.schedule import validate  # noqa: E402
 from poet.schedule.core import FEASIBLE, Budget, Schedule  # noqa: E402
 from poet.solve.search.greedy import greedy_plan  # noqa: E402
@@ -44,7 +46,7 @@ def gpt():
 
 def _tight_schedule(tp, ram_bytes: int) -> Schedule:
     """The page rule at ``ram_bytes`` (compute in order, page out what does not fit), validated."""
-    g = tp.costed("m4")
+    g = costed_program(tp, "m4")
     budget = Budget(ram_bytes=ram_bytes)
     plan = greedy_plan(g, budget, prefer="page")
     assert plan is not None, f"no page-rule schedule at {ram_bytes} B"
@@ -95,7 +97,7 @@ def test_streamed_attention_matches_autograd_and_reads_one_key_tile_per_step(gpt
         assert (a0, a1) in zip(bounds, bounds[1:]) and (b0, b1) in zip(bounds, bounds[1:]) and b0 <= a0
         read = {j for j in preds[i] if g.nodes[j].tile and g.nodes[j].tile.of == "addmm"}
         assert read == {qkv[a0], qkv[b0]}, (t, read)  # Q of its query tile, K and V of its key tile only
-    res = Executor(tp).run(_tight_schedule(tp, tp.costed("m4").min_ram_bytes()), batch, apply=False)
+    res = Executor(tp).run(_tight_schedule(tp, costed_program(tp, "m4").min_ram_bytes()), batch, apply=False)
     _check_grads(res, ref, loss)
 
 
@@ -104,7 +106,7 @@ def test_streaming_lowers_the_minimum_and_the_measured_peak_stays_within_it(gpt)
     streamed, _ = tile_program(prog, 4, threshold=0, min_split=0)
     by_query, rep = tile_program(prog, 4, threshold=0, min_split=0, stream_attention=False)
     assert STREAMED_OP not in {op for op, _, _ in rep.tiled.values()}
-    lo, lo_query = streamed.costed("m4").min_ram_bytes(), by_query.costed("m4").min_ram_bytes()
+    lo, lo_query = costed_program(streamed, "m4").min_ram_bytes(), costed_program(by_query, "m4").min_ram_bytes()
     assert lo < lo_query
     sched = _tight_schedule(streamed, lo)
     res = Executor(streamed).run(sched, batch, apply=False)
@@ -144,7 +146,9 @@ def test_unmasked_attention_streams_and_other_masks_fall_back(band):
     loss = lm_loss(ref(ids), y)
     loss.backward()
     _check_grads(
-        Executor(tp).run(_tight_schedule(tp, tp.costed("m4").min_ram_bytes()), (ids, y), apply=False), ref, loss
+        Executor(tp).run(_tight_schedule(tp, costed_program(tp, "m4").min_ram_bytes()), (ids, y), apply=False),
+        ref,
+        loss,
     )
 
 

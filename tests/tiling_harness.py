@@ -27,6 +27,7 @@ from poet.execute.tiled import tile_program
 from poet.execute.tiled_views import ALIAS_RULES
 from poet.graph.torch_export import program_from_joint_graph
 from poet.graph.torch_program import Binding
+from poet.hardware.cost import costed_program
 
 aten = torch.ops.aten
 
@@ -120,7 +121,7 @@ def run_case(case: Case, count: int) -> Outcome:
     assert names, f"the traced case holds no {case.op}"
     prog = op_program(gm, case.inputs)
     tp, rep = tile_program(prog, count, 0, 0)
-    res = Executor(tp).run(reference_schedule(tp.costed("m4"), "remat", every=2), case.inputs, apply=False)
+    res = Executor(tp).run(reference_schedule(costed_program(tp, "m4"), "remat", every=2), case.inputs, apply=False)
     got = [res.grads[f"out{i}"] for i in range(len(prog.bindings))]
     try:
         want64 = _as_tuple(case.fn(*(x.double() if x.is_floating_point() else x for x in case.inputs)))

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..schedule.core import Schedule
+from ..schedule.core import Op, Schedule
 
 __all__ = [
     "ALIGN",
@@ -81,9 +81,9 @@ def residencies(schedule: Schedule) -> tuple[Residency, ...]:
     live: dict[int, int] = {}
     out: list[Residency] = []
     for t, s in enumerate(schedule.steps):
-        if s.op in ("compute", "page_in"):
+        if s.op in (Op.COMPUTE, Op.PAGE_IN):
             live[s.node] = t
-        elif s.op == "free":
+        elif s.op == Op.FREE:
             out.append(Residency(s.node, live.pop(s.node), t, ram[s.node]))
     end = len(schedule.steps)
     out += [Residency(v, t0, end, ram[v]) for v, t0 in live.items()]

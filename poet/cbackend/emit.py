@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..schedule.core import Op
 from .arena import ArenaPlan
 from .hostlib import DTYPES
 from .ir import SPACES, KernelProgram, LoweringError, TensorRef
@@ -21,7 +22,7 @@ from .layout import ProjectLayout
 
 __all__ = ["Tables", "c_string", "model_source", "build_tables", "data_assembly", "config_header"]
 
-OPS = {"compute": 0, "page_out": 1, "page_in": 2, "free": 3}
+OPS = {Op.COMPUTE: 0, Op.PAGE_OUT: 1, Op.PAGE_IN: 2, Op.FREE: 3}  # the runtime's instruction codes
 
 
 def c_string(s: str) -> str:
@@ -120,7 +121,7 @@ def build_tables(kp: KernelProgram, schedule, plan: ArenaPlan, layout: ProjectLa
         v = s.node
         nd = kp.nodes[v]
         op = OPS[s.op]
-        if s.op == "compute":
+        if s.op == Op.COMPUTE:
             if nd.accumulates and v in computed:
                 raise LoweringError(
                     f"step {i} computes {nd.name} again, but it adds its share into the gradient: a second "
@@ -149,8 +150,8 @@ def build_tables(kp: KernelProgram, schedule, plan: ArenaPlan, layout: ProjectLa
                 copies.append((arg_pool.add((arg(o.src, what),)), arg_pool.add((arg(o.dst, what),))))
                 pending.remove(j)
             rows.append((op, len(ready), v, first, len(crow), c0))
-        elif s.op in ("page_out", "page_in"):
-            if s.op == "page_in":
+        elif s.op in (Op.PAGE_OUT, Op.PAGE_IN):
+            if s.op == Op.PAGE_IN:
                 where[v] = starts[(i, v)]
             if v not in pages:
                 pages[v] = pages_bytes

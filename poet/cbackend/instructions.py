@@ -30,7 +30,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..fileio import atomic_write_text
-from ..schedule.core import HEURISTIC, Budget, Schedule, Step
+from ..hardware.cost import costed_program
+from ..schedule.core import HEURISTIC, Budget, Op, Schedule, Step
 from ..schedule.validate import validate
 from . import hostlib, probe, qemu_m4
 from .arena import plan_arena
@@ -51,7 +52,7 @@ __all__ = [
 ]
 
 KINDS = ("compute", "page_out", "page_in", "free", "update")
-CALIBRATION = ("compute", "page_out", "free", "page_in", "free", "compute")  # per node, in graph order
+CALIBRATION = (Op.COMPUTE, Op.PAGE_OUT, Op.FREE, Op.PAGE_IN, Op.FREE, Op.COMPUTE)  # per node, in graph order
 WARM_UP = CALIBRATION[:5]  # node 0 once before: the first page of a run also builds the CRC table
 PROBE_CHUNK = probe.DATA_MAX * 3 // 4  # data of the calls probed by one firmware
 
@@ -99,13 +100,13 @@ class InstructionModel:
         crc_built = not first_iteration
         for s in steps:
             nd = self.nodes[s.node]
-            if s.op == "compute":
+            if s.op == Op.COMPUTE:
                 out.append(nd.kernels + (nd.again if s.node in seen else nd.first))
                 seen.add(s.node)
-            elif s.op == "page_out":
+            elif s.op == Op.PAGE_OUT:
                 out.append(nd.page_out + (0 if crc_built else self.first_page_extra))
                 crc_built = True
-            elif s.op == "page_in":
+            elif s.op == Op.PAGE_IN:
                 out.append(nd.page_in)
             else:
                 out.append(nd.free_poisoned if poison else nd.free)
@@ -286,7 +287,7 @@ def measure_program(
     kernels = [0] * len(kp.nodes)
     for c, n in zip(calls, counts):
         kernels[c.node] += n
-    g = program.costed("m4")
+    g = costed_program(program, "m4")
     steps = calibration_steps(len(g.nodes))
     budget = Budget(ram_bytes=g.fixed_ram_bytes + sum(g.ram) + 1)
     schedule = Schedule(g, budget, steps, HEURISTIC, "calibration")

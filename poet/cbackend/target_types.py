@@ -12,7 +12,11 @@ from pathlib import Path
 
 from . import hostlib
 
-__all__ = ["Build", "MemoryUse", "RunOutput", "TargetError", "project_sources"]
+__all__ = ["RUNTIME_RAM_BYTES", "Build", "MemoryUse", "RunOutput", "TargetError", "project_sources"]
+
+# RAM a compiled step holds besides its tensors: the stack (qemu-m4's default) and the runtime's
+# statics; poet train --target counts it as fixed RAM, so the plan leaves room for it
+RUNTIME_RAM_BYTES = 4096 + 512
 
 
 class TargetError(RuntimeError):

@@ -1,7 +1,7 @@
 """Executing schedules on real tensors (PyTorch): executor, paging store, reference schedules.
 
 Everything here needs torch, which is imported only when one of these names is first used
-(``poet.execute.commands``, the ``plan`` and ``train`` subcommands, imports it only when they run).
+(``poet.cli.plan`` and ``poet.cli.train``, the ``plan`` and ``train`` commands, import it only when they run).
 """
 
 from __future__ import annotations

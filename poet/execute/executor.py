@@ -31,12 +31,13 @@ import torch
 import torch.fx
 
 from ..graph.torch_export import placeholder_values, traced_constants
-from ..schedule.core import Schedule
+from ..schedule.core import Op, Schedule
+from .activation_store import ActivationStore, SeededReplay, unique_bytes
 from .run_result import InstructionRecord, RunResult
 from .store import PagingError, PagingStore
 from .timing import RunQueueClock
 
-__all__ = ["ExecutionError", "Executor", "InstructionRecord", "RunResult", "run_schedule"]
+__all__ = ["ExecutionError", "Executor", "InstructionRecord", "RunResult", "ScheduleRun", "run_schedule"]
 
 
 class ExecutionError(RuntimeError):
@@ -56,11 +57,10 @@ class Executor:
         self.swap_file = swap_file
         self.fsync = fsync
         self.drop_cache = drop_cache
-        p = program
-        self._grads = {}
-        self._bufs = {}
-        self._seeded = [u.id for u in p.units if u.seeded]
-        self._seeded_pos = {u: i for i, u in enumerate(self._seeded)}
+        # graph outputs, staged here until the whole schedule has run (reused from run to run)
+        self.staged_grads: dict[str, torch.Tensor] = {}
+        self.staged_buffers: dict[str, torch.Tensor] = {}
+        self.seeded_units = [u.id for u in program.units if u.seeded]  # in eager order
 
     # ------------------------------------------------------------------ run
     def run(self, schedule: Schedule, batch=None, *, optimizer=None, apply: bool = True, callback=None) -> RunResult:
@@ -70,8 +70,16 @@ class Executor:
         after the schedule succeeded (``.grad`` accumulates like ``backward()``),
         then ``optimizer.step()`` runs if an optimizer is given.
         """
-        p = self.program
-        g = schedule.graph
+        self._check_runnable(schedule)
+        state = ScheduleRun(self, schedule, self._fixed_values(batch))
+        state.execute(callback)
+        res = state.result()
+        if apply:
+            self.apply(res, optimizer=optimizer)
+        return res
+
+    def _check_runnable(self, schedule: Schedule) -> None:
+        p, g = self.program, schedule.graph
         if len(g) != len(p.groups):
             raise ExecutionError(
                 f"the schedule has {len(g)} nodes but the program has {len(p.groups)} "
@@ -81,278 +89,15 @@ class Executor:
             raise ExecutionError(
                 f"the schedule has no steps (status {schedule.status}): {schedule.report.message or 'nothing to run'}"
             )
-        fixed_vals = self._fixed_values(batch)
-        consts = traced_constants(p.gm)
-        fixed_keys = {t.untyped_storage()._cdata for t in fixed_vals if isinstance(t, torch.Tensor)}
-        fixed_keys.update(t.untyped_storage()._cdata for t in consts.values() if isinstance(t, torch.Tensor))
-        for t in list(self._grads.values()) + list(self._bufs.values()):
-            fixed_keys.add(t.untyped_storage()._cdata)
-        measured_fixed = (
-            _unique_bytes(fixed_vals + list(consts.values()))
-            + _unique_bytes(list(self._grads.values()))
-            + _unique_bytes(list(self._bufs.values()))
-        )
 
-        info = p.fx_info
-        store: dict[int, dict[int, object]] = {}
-        refcount: dict[int, list] = {}  # storage key -> [count, nbytes]
-        live = [0]
-        staged_loss = [None]
-        pending = list(range(len(p.bindings)))
-        rng0 = torch.get_rng_state()
-        rng_before: dict[int, torch.Tensor] = {}
-        rng_after: dict[int, torch.Tensor] = {}
-        rng_replays = [0]
-        ram = g.ram
-        pred_live = 0
-        records: list[InstructionRecord] = []
-        seconds = {"compute": 0.0, "page_out": 0.0, "page_in": 0.0, "free": 0.0}
-        cpu_seconds = dict(seconds)
-        busy = dict(seconds)
-        runq = RunQueueClock()
-        intra_peak = [0]
-        pstore = None
-
-        def account(value, sign: int) -> None:
-            for t in _flat_tensors(value):
-                st = t.untyped_storage()
-                k = st._cdata
-                if k in fixed_keys:
-                    continue
-                if sign > 0:
-                    ent = refcount.get(k)
-                    if ent is None:
-                        refcount[k] = [1, st.nbytes(), st]
-                        live[0] += st.nbytes()
-                    else:
-                        ent[0] += 1
-                else:
-                    ent = refcount[k]
-                    ent[0] -= 1
-                    if ent[0] == 0:
-                        live[0] -= ent[1]
-                        del refcount[k]
-
-        def unit_value(u: int, local: dict):
-            if u in local:
-                return local[u]
-            vals = store.get(p.owner[u])
-            if vals is None or u not in vals:
-                raise ExecutionError(f"value of aten op {p.units[u].fx_name} (poet node {p.owner[u]}) is not in RAM")
-            return vals[u]
-
-        def fetch(a, local: dict, cache: dict):
-            kind = info[a.name]
-            tag = kind[0]
-            if tag == "fixed":
-                return fixed_vals[kind[1]]
-            if tag == "const":
-                return consts[kind[1]]
-            if tag == "unit":
-                return unit_value(kind[1], local)
-            if tag == "item":
-                return unit_value(kind[1], local)[kind[2]]
-            if tag == "alias":
-                if a.name in cache:
-                    return cache[a.name]
-                args = torch.fx.node.map_arg(a.args, lambda x: fetch(x, local, cache))
-                kwargs = torch.fx.node.map_arg(a.kwargs, lambda x: fetch(x, local, cache))
-                if a.target is operator.getitem:
-                    v = args[0][args[1]]
-                else:
-                    v = a.target(*args, **kwargs)
-                cache[a.name] = v
-                return v
-            raise ExecutionError(f"{a.name} was removed as dead code but is read")
-
-        def ensure_rng(u: int) -> torch.Tensor:
-            """Generator state before seeded unit ``u`` in eager order (simulating skipped draws)."""
-            i = self._seeded_pos[u]
-            if u in rng_before:
-                return rng_before[u]
-            if i == 0:
-                rng_before[u] = rng0
-                return rng0
-            prev = self._seeded[i - 1]
-            if prev not in rng_after:  # an earlier seeded op not yet run: draw its numbers on dummies
-                st = ensure_rng(prev)
-                n = p.unit_node[prev]
-                args = torch.fx.node.map_arg(n.args, lambda x: _dummy(x.meta.get("val")))
-                kwargs = torch.fx.node.map_arg(n.kwargs, lambda x: _dummy(x.meta.get("val")))
-                torch.set_rng_state(st)
-                n.target(*args, **kwargs)
-                rng_after[prev] = torch.get_rng_state()
-            rng_before[u] = rng_after[prev]
-            return rng_before[u]
-
-        def compute(v: int):
-            local: dict = {}
-            cache: dict = {}
-            temp_peak = live[0]
-            grp = p.groups[v]
-            for u in grp:
-                n = p.unit_node[u]
-                args = torch.fx.node.map_arg(n.args, lambda x: fetch(x, local, cache))
-                kwargs = torch.fx.node.map_arg(n.kwargs, lambda x: fetch(x, local, cache))
-                if p.units[u].seeded:
-                    torch.set_rng_state(ensure_rng(u))
-                    if u in rng_after:
-                        rng_replays[0] += 1
-                    out = n.target(*args, **kwargs)
-                    if u not in rng_after:
-                        rng_after[u] = torch.get_rng_state()
-                else:
-                    out = n.target(*args, **kwargs)
-                local[u] = out
-                if len(grp) > 1:
-                    temp_peak = max(temp_peak, live[0] + _unique_bytes(list(local.values()), exclude=fixed_keys))
-            exports = p.group_outputs(v)
-            vals = {u: local[u] for u in exports}
-            store[v] = vals
-            account(list(vals.values()), +1)
-            intra_peak[0] = max(intra_peak[0], temp_peak, live[0])
-            collect(local, cache)
-
-        def collect(local: dict, cache: dict):
-            if not pending:
-                return
-            avail = set(local)
-            for vals in store.values():
-                avail.update(vals)
-            for bi in list(pending):
-                b = p.bindings[bi]
-                if all(u in avail for u in b.units):
-                    val = fetch(b.fx_node, local, cache)
-                    with torch.no_grad():
-                        if b.role == "loss":
-                            staged_loss[0] = val.detach().clone()
-                        elif b.role == "grad":
-                            dst = self._grads.get(b.name)
-                            if dst is None or dst.shape != val.shape or dst.dtype != val.dtype:
-                                dst = self._grads[b.name] = torch.empty_like(val, memory_format=torch.preserve_format)
-                            dst.copy_(val)
-                        else:
-                            dst = self._bufs.get(b.name)
-                            if dst is None or dst.shape != val.shape or dst.dtype != val.dtype:
-                                dst = self._bufs[b.name] = torch.empty_like(val)
-                            dst.copy_(val)
-                    pending.remove(bi)
-
-        need_store = any(s.op in ("page_out", "page_in") for s in schedule.steps)
-        try:
-            if need_store:
-                pstore = PagingStore(
-                    self.paging_dir, swap_file=self.swap_file, fsync=self.fsync, drop_cache=self.drop_cache
-                )
-            # grad mode as when the joint graph was traced: some kernels consult it (the CPU LSTM's
-            # mkldnn_rnn_layer returns no workspace under no_grad, and its backward then fails).
-            # Every input is detached, so no autograd graph is built.
-            with torch.enable_grad():
-                for idx, s in enumerate(schedule.steps):
-                    op, v = s.op, s.node
-                    t0 = time.perf_counter()
-                    c0 = time.process_time()
-                    q0 = runq.waited()
-                    if op == "compute":
-                        if v in store:
-                            raise ExecutionError(f"step {idx}: node {v} computed while in RAM")
-                        compute(v)
-                        pred_live += ram[v]
-                    elif op == "page_out":
-                        pstore.write(v, list(store[v].values()))
-                    elif op == "page_in":
-                        if v in store:
-                            raise ExecutionError(f"step {idx}: node {v} paged in while in RAM")
-                        vals = pstore.read(v)
-                        store[v] = dict(zip(p.group_outputs(v), vals))
-                        account(vals, +1)
-                        pred_live += ram[v]
-                    elif op == "free":
-                        vals = store.pop(v)
-                        account(list(vals.values()), -1)
-                        del vals
-                        pred_live -= ram[v]
-                    else:
-                        raise ExecutionError(f"step {idx}: unknown op {op!r}")
-                    dt = time.perf_counter() - t0
-                    dc = time.process_time() - c0
-                    db = max(0.0, dt - (runq.waited() - q0))
-                    seconds[op] += dt
-                    cpu_seconds[op] += dc
-                    busy[op] += db
-                    intra_peak[0] = max(intra_peak[0], live[0])
-                    rec = InstructionRecord(op, v, dt, live[0], pred_live, dc, db)
-                    records.append(rec)
-                    if callback is not None:
-                        callback(idx, rec)
-            if pending:
-                missing = ", ".join(p.bindings[i].role + " " + p.bindings[i].name for i in pending)
-                raise ExecutionError(f"the schedule never produced: {missing}")
-        except PagingError:
-            torch.set_rng_state(rng0)
-            raise
-        except ExecutionError:
-            torch.set_rng_state(rng0)
-            raise
-        except Exception as e:
-            torch.set_rng_state(rng0)
-            raise ExecutionError(
-                f"executing step {len(records)} "
-                f"({schedule.steps[len(records)].op} node {schedule.steps[len(records)].node}) "
-                f"failed: {type(e).__name__}: {e}"
-            ) from e
-        finally:
-            runq.close()
-            store.clear()
-            refcount.clear()
-            if pstore is not None:
-                bw, br = pstore.bytes_written, pstore.bytes_read
-                pstore.close()
-            else:
-                bw = br = 0
-        # the generator continues from where eager mode would be after the step
-        if self._seeded:
-            torch.set_rng_state(rng_after[self._seeded[-1]])
-
-        tot = schedule.totals
-        total = sum(seconds.values())
-        seconds["total"] = total
-        cpu_seconds["total"] = sum(cpu_seconds.values())
-        busy["total"] = sum(busy.values())
-        pred_secs = {}
-        if tot is not None:
-            pred_secs = {
-                "compute": tot.compute_time_s,
-                "total": tot.runtime_s,
-                "page_out": sum(g.nodes[s.node].pageout_time_s for s in schedule.steps if s.op == "page_out"),
-                "page_in": sum(g.nodes[s.node].pagein_time_s for s in schedule.steps if s.op == "page_in"),
-            }
-        res = RunResult(
-            loss=staged_loss[0],
-            grads=dict(self._grads),
-            buffer_updates=dict(self._bufs),
-            records=records,
-            fixed_ram_bytes=g.fixed_ram_bytes,
-            measured_fixed_bytes=measured_fixed,
-            peak_live_bytes=max((r.live_bytes for r in records), default=0),
-            intra_peak_live_bytes=intra_peak[0],
-            predicted_peak_bytes=tot.peak_ram_bytes
-            if tot
-            else g.fixed_ram_bytes + max(r.predicted_bytes for r in records),
-            budget_bytes=schedule.budget.ram_bytes,
-            bytes_written=bw,
-            bytes_read=br,
-            predicted_bytes_paged_out=tot.bytes_paged_out if tot else 0,
-            predicted_bytes_paged_in=tot.bytes_paged_in if tot else 0,
-            seconds=seconds,
-            predicted_seconds=pred_secs,
-            rng_replays=rng_replays[0],
-            cpu_seconds=cpu_seconds,
-            busy_seconds=busy,
-        )
-        if apply:
-            self.apply(res, optimizer=optimizer)
-        return res
+    def stage(self, binding, val) -> None:
+        """Copy a graph output (a gradient or a buffer update) into its staging buffer."""
+        staged = self.staged_grads if binding.role == "grad" else self.staged_buffers
+        dst = staged.get(binding.name)
+        if dst is None or dst.shape != val.shape or dst.dtype != val.dtype:
+            fmt = {"memory_format": torch.preserve_format} if binding.role == "grad" else {}
+            dst = staged[binding.name] = torch.empty_like(val, **fmt)
+        dst.copy_(val)
 
     # --------------------------------------------------------------- helpers
     def _fixed_values(self, batch):
@@ -388,7 +133,7 @@ class Executor:
                 prm = p.params[name]
                 if prm.grad is None:
                     prm.grad = gval  # hand the staging buffer over, as backward() would
-                    self._grads.pop(name, None)
+                    self.staged_grads.pop(name, None)
                 else:
                     prm.grad.add_(gval)
         if optimizer is not None:
@@ -396,35 +141,235 @@ class Executor:
         res.applied = True
 
 
-def _flat_tensors(value) -> list:
-    if isinstance(value, torch.Tensor):
-        return [value]
-    out = []
-    if isinstance(value, (tuple, list)):
-        for x in value:
-            out.extend(_flat_tensors(x))
-    return out
+class ScheduleRun:
+    """The state of one :meth:`Executor.run`: the activation store, the generator states, the graph
+    outputs still to stage, and what is measured per instruction.  ``execute`` runs the steps in
+    order (one ``step`` each); ``result`` turns what was measured into a :class:`RunResult`."""
 
+    def __init__(self, executor: Executor, schedule: Schedule, fixed_vals: list):
+        p = self.program = executor.program
+        self.executor = executor
+        self.schedule = schedule
+        self.graph = schedule.graph
+        self.fixed_vals = fixed_vals
+        self.consts = traced_constants(p.gm)
+        staged = list(executor.staged_grads.values()) + list(executor.staged_buffers.values())
+        fixed_tensors = [t for t in fixed_vals + list(self.consts.values()) + staged if isinstance(t, torch.Tensor)]
+        self.measured_fixed = (
+            unique_bytes(fixed_vals + list(self.consts.values()))
+            + unique_bytes(list(executor.staged_grads.values()))
+            + unique_bytes(list(executor.staged_buffers.values()))
+        )
+        self.store = ActivationStore({t.untyped_storage()._cdata for t in fixed_tensors})
+        self.rng = SeededReplay(p, executor.seeded_units)
+        self.pending = list(range(len(p.bindings)))  # graph outputs not staged yet
+        self.staged_loss = None
+        self.predicted_live = 0  # the validator's activation bytes
+        self.intra_peak = 0  # live bytes, including a multi-op node's temporaries
+        self.records: list[InstructionRecord] = []
+        self.seconds = dict.fromkeys(Op, 0.0)
+        self.cpu_seconds = dict(self.seconds)
+        self.busy_seconds = dict(self.seconds)
+        self.bytes_written = self.bytes_read = 0
 
-def _unique_bytes(values, exclude=()) -> int:
-    seen = set()
-    total = 0
-    for t in _flat_tensors(list(values)):
-        st = t.untyped_storage()
-        k = st._cdata
-        if k in seen or k in exclude:
-            continue
-        seen.add(k)
-        total += st.nbytes()
-    return total
+    # -------------------------------------------------------------- the steps
+    def execute(self, callback=None) -> None:
+        """Every step in order; on failure the generator is restored and an ExecutionError (or the
+        PagingError) raised naming the step."""
+        steps = self.schedule.steps
+        pstore = None
+        runq = RunQueueClock()
+        try:
+            if any(s.op in (Op.PAGE_OUT, Op.PAGE_IN) for s in steps):
+                ex = self.executor
+                pstore = PagingStore(ex.paging_dir, swap_file=ex.swap_file, fsync=ex.fsync, drop_cache=ex.drop_cache)
+            # grad mode as when the joint graph was traced: some kernels consult it (the CPU LSTM's
+            # mkldnn_rnn_layer returns no workspace under no_grad, and its backward then fails).
+            # Every input is detached, so no autograd graph is built.
+            with torch.enable_grad():
+                for idx, s in enumerate(steps):
+                    rec = self.timed_step(idx, s.op, s.node, pstore, runq)
+                    if callback is not None:
+                        callback(idx, rec)
+            if self.pending:
+                missing = ", ".join(
+                    self.program.bindings[i].role + " " + self.program.bindings[i].name for i in self.pending
+                )
+                raise ExecutionError(f"the schedule never produced: {missing}")
+        except (PagingError, ExecutionError):
+            self.rng.restore_initial()
+            raise
+        except Exception as e:
+            self.rng.restore_initial()
+            failed = steps[len(self.records)]
+            raise ExecutionError(
+                f"executing step {len(self.records)} ({failed.op} node {failed.node}) failed: {type(e).__name__}: {e}"
+            ) from e
+        finally:
+            runq.close()
+            self.store.clear()
+            if pstore is not None:
+                self.bytes_written, self.bytes_read = pstore.bytes_written, pstore.bytes_read
+                pstore.close()
+        self.rng.continue_as_eager()
 
+    def timed_step(
+        self, idx: int, op: Op, v: int, pstore: PagingStore | None, runq: RunQueueClock
+    ) -> InstructionRecord:
+        """One instruction, with its wall, CPU and busy seconds and the live bytes after it."""
+        t0 = time.perf_counter()
+        c0 = time.process_time()
+        q0 = runq.waited()
+        self.step(idx, op, v, pstore)
+        dt = time.perf_counter() - t0
+        dc = time.process_time() - c0
+        db = max(0.0, dt - (runq.waited() - q0))
+        self.seconds[op] += dt
+        self.cpu_seconds[op] += dc
+        self.busy_seconds[op] += db
+        live = self.store.live_bytes
+        self.intra_peak = max(self.intra_peak, live)
+        rec = InstructionRecord(op, v, dt, live, self.predicted_live, dc, db)
+        self.records.append(rec)
+        return rec
 
-def _dummy(val):
-    if isinstance(val, torch.Tensor):
-        return torch.zeros(tuple(val.shape), dtype=val.dtype)
-    if isinstance(val, (tuple, list)):
-        return type(val)(_dummy(x) for x in val)
-    return val
+    def step(self, idx: int, op: Op, v: int, pstore: PagingStore | None) -> None:
+        ram = self.graph.ram
+        if op == Op.COMPUTE:
+            if v in self.store:
+                raise ExecutionError(f"step {idx}: node {v} computed while in RAM")
+            self.compute(v)
+            self.predicted_live += ram[v]
+        elif op == Op.PAGE_OUT:
+            pstore.write(v, list(self.store.values[v].values()))
+        elif op == Op.PAGE_IN:
+            if v in self.store:
+                raise ExecutionError(f"step {idx}: node {v} paged in while in RAM")
+            self.store.add(v, dict(zip(self.program.group_outputs(v), pstore.read(v))))
+            self.predicted_live += ram[v]
+        elif op == Op.FREE:
+            self.store.pop(v)
+            self.predicted_live -= ram[v]
+        else:
+            raise ExecutionError(f"step {idx}: unknown op {op!r}")
+
+    def compute(self, v: int) -> None:
+        """Run node ``v``'s aten calls; keep its exported values; stage the outputs it completes."""
+        p = self.program
+        local: dict = {}  # this node's units' values, exported or temporary
+        cache: dict = {}  # views re-derived for this node
+        temp_peak = self.store.live_bytes
+        grp = p.groups[v]
+        for u in grp:
+            n = p.unit_node[u]
+            args = torch.fx.node.map_arg(n.args, lambda x: self.fetch(x, local, cache))
+            kwargs = torch.fx.node.map_arg(n.kwargs, lambda x: self.fetch(x, local, cache))
+            if p.units[u].seeded:
+                local[u] = self.rng.run(u, n.target, args, kwargs)
+            else:
+                local[u] = n.target(*args, **kwargs)
+            if len(grp) > 1:
+                temps = unique_bytes(list(local.values()), exclude=self.store.fixed_keys)
+                temp_peak = max(temp_peak, self.store.live_bytes + temps)
+        self.store.add(v, {u: local[u] for u in p.group_outputs(v)})
+        self.intra_peak = max(self.intra_peak, temp_peak, self.store.live_bytes)
+        self.stage_completed(local, cache)
+
+    # ------------------------------------------------------------ the values
+    def unit_value(self, u: int, local: dict):
+        if u in local:
+            return local[u]
+        p = self.program
+        vals = self.store.values.get(p.owner[u])
+        if vals is None or u not in vals:
+            raise ExecutionError(f"value of aten op {p.units[u].fx_name} (poet node {p.owner[u]}) is not in RAM")
+        return vals[u]
+
+    def fetch(self, a, local: dict, cache: dict):
+        """The value of fx node ``a`` as an argument: fixed, a constant, a unit's value (or an item of
+        it), or a view re-derived from its base."""
+        kind = self.program.fx_info[a.name]
+        tag = kind[0]
+        if tag == "fixed":
+            return self.fixed_vals[kind[1]]
+        if tag == "const":
+            return self.consts[kind[1]]
+        if tag == "unit":
+            return self.unit_value(kind[1], local)
+        if tag == "item":
+            return self.unit_value(kind[1], local)[kind[2]]
+        if tag == "alias":
+            if a.name in cache:
+                return cache[a.name]
+            args = torch.fx.node.map_arg(a.args, lambda x: self.fetch(x, local, cache))
+            kwargs = torch.fx.node.map_arg(a.kwargs, lambda x: self.fetch(x, local, cache))
+            v = args[0][args[1]] if a.target is operator.getitem else a.target(*args, **kwargs)
+            cache[a.name] = v
+            return v
+        raise ExecutionError(f"{a.name} was removed as dead code but is read")
+
+    def stage_completed(self, local: dict, cache: dict) -> None:
+        """Stage every graph output (loss, gradient, buffer update) whose units are now all in RAM."""
+        if not self.pending:
+            return
+        p = self.program
+        avail = set(local)
+        for vals in self.store.values.values():
+            avail.update(vals)
+        for bi in list(self.pending):
+            b = p.bindings[bi]
+            if all(u in avail for u in b.units):
+                val = self.fetch(b.fx_node, local, cache)
+                with torch.no_grad():
+                    if b.role == "loss":
+                        self.staged_loss = val.detach().clone()
+                    else:
+                        self.executor.stage(b, val)
+                self.pending.remove(bi)
+
+    # ------------------------------------------------------------ the result
+    def predicted_seconds(self) -> dict:
+        tot, g, steps = self.schedule.totals, self.graph, self.schedule.steps
+        if tot is None:
+            return {}
+        return {
+            "compute": tot.compute_time_s,
+            "total": tot.runtime_s,
+            "page_out": sum(g.nodes[s.node].pageout_time_s for s in steps if s.op == Op.PAGE_OUT),
+            "page_in": sum(g.nodes[s.node].pagein_time_s for s in steps if s.op == Op.PAGE_IN),
+        }
+
+    def result(self) -> RunResult:
+        tot, g, records = self.schedule.totals, self.graph, self.records
+        seconds, cpu, busy = (
+            {str(k): x for k, x in d.items()} for d in (self.seconds, self.cpu_seconds, self.busy_seconds)
+        )
+        for d in (seconds, cpu, busy):
+            d["total"] = sum(d.values())
+        ex = self.executor
+        return RunResult(
+            loss=self.staged_loss,
+            grads=dict(ex.staged_grads),
+            buffer_updates=dict(ex.staged_buffers),
+            records=records,
+            fixed_ram_bytes=g.fixed_ram_bytes,
+            measured_fixed_bytes=self.measured_fixed,
+            peak_live_bytes=max((r.live_bytes for r in records), default=0),
+            intra_peak_live_bytes=self.intra_peak,
+            predicted_peak_bytes=tot.peak_ram_bytes
+            if tot
+            else g.fixed_ram_bytes + max(r.predicted_bytes for r in records),
+            budget_bytes=self.schedule.budget.ram_bytes,
+            bytes_written=self.bytes_written,
+            bytes_read=self.bytes_read,
+            predicted_bytes_paged_out=tot.bytes_paged_out if tot else 0,
+            predicted_bytes_paged_in=tot.bytes_paged_in if tot else 0,
+            seconds=seconds,
+            predicted_seconds=self.predicted_seconds(),
+            rng_replays=self.rng.replays,
+            cpu_seconds=cpu,
+            busy_seconds=busy,
+        )
 
 
 def run_schedule(program, schedule: Schedule, batch=None, **kw) -> RunResult:

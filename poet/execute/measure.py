@@ -20,6 +20,8 @@ import statistics
 import time
 from dataclasses import dataclass
 
+from ..schedule.core import Op
+
 
 @dataclass(frozen=True)
 class ProgramTiming:
@@ -82,10 +84,11 @@ def _quartile_spread(xs: list[float]) -> float:
 
 def keep_schedule(program):
     """The keep-everything schedule of ``program`` (its prices, from ``m4``, are not used)."""
+    from ..hardware.cost import costed_program
     from ..hardware.device import load_device
     from .reference import reference_schedule
 
-    return reference_schedule(program.costed(load_device("m4")), "keep")
+    return reference_schedule(costed_program(program, load_device("m4")), "keep")
 
 
 def measure_program(
@@ -120,10 +123,10 @@ def measure_program(
             continue
         done += 1
         for rec in res.records:
-            if rec.op == "compute":
+            if rec.op == Op.COMPUTE:
                 busy[rec.node].append(rec.busy_seconds)
                 wall[rec.node].append(rec.seconds)
-            elif rec.op == "free":
+            elif rec.op == Op.FREE:
                 frees.append(rec.busy_seconds)
         it_busy.append(res.busy_seconds["total"])
         it_wall.append(res.seconds["total"])
@@ -146,15 +149,15 @@ def paging_sample(records, keep: ProgramTiming, device, graph):
     n_in = n_out = 0
     nbytes = [nd.ram_bytes for nd in graph.nodes]
     for rec in records:
-        if rec.op == "page_in":
+        if rec.op == Op.PAGE_IN:
             d_in += rec.busy_seconds - (dev.read_latency_s + nbytes[rec.node] / dev.read_bytes_per_s)
             n_in += 1
-        elif rec.op == "page_out":
+        elif rec.op == Op.PAGE_OUT:
             d_out += rec.busy_seconds - (dev.write_latency_s + nbytes[rec.node] / dev.write_bytes_per_s)
             n_out += 1
-        elif rec.op == "compute":
+        elif rec.op == Op.COMPUTE:
             other += rec.busy_seconds - keep.node_busy_s[rec.node]
-        elif rec.op == "free":
+        elif rec.op == Op.FREE:
             other += rec.busy_seconds - keep.free_busy_s
     return PagingSample(d_in, d_out, other, n_in, n_out)
 
@@ -201,12 +204,13 @@ def run_paging_schedule(
     its steps; ``between()`` is called after each block (``poet profile`` measures keep-everything
     runs there).  At least ``runs`` runs are measured, and more blocks while ``time.perf_counter()``
     is before ``until``: blocks spread over the profile average the machine's drift in speed."""
+    from ..hardware.cost import costed_program
     from ..hardware.device import load_device
     from .executor import Executor
     from .reference import reference_schedule
 
     dev = load_device(device)
-    sched = reference_schedule(program.costed(dev), "paging", every=every)
+    sched = reference_schedule(costed_program(program, dev), "paging", every=every)
     pager = Executor(program, paging_dir=paging_dir, fsync=True, drop_cache=True)
     records, totals = [], []
     said = time.perf_counter()

@@ -14,7 +14,7 @@ solver strategies (``poet.solve``) are what you plan with.
 from __future__ import annotations
 
 from ..graph.core import BACKWARD, FORWARD, CostedGraph
-from ..schedule.core import HEURISTIC, Budget, Schedule, Step
+from ..schedule.core import HEURISTIC, Budget, Op, Schedule, Step
 from ..schedule.report import SolveReport
 from ..schedule.validate import validate
 
@@ -43,11 +43,11 @@ def reference_steps(g: CostedGraph, kind: str = "keep", every: int = 4) -> list[
         if u in in_ram:
             return
         if kind == "paging" and u in paged:
-            steps.append(Step("page_in", u))
+            steps.append(Step(Op.PAGE_IN, u))
         else:
             for p in preds[u]:
                 materialize(p, temps)
-            steps.append(Step("compute", u))
+            steps.append(Step(Op.COMPUTE, u))
         in_ram.add(u)
         temps.append(u)
 
@@ -55,11 +55,11 @@ def reference_steps(g: CostedGraph, kind: str = "keep", every: int = 4) -> list[
         temps: list[int] = []
         for p in preds[v]:
             materialize(p, temps)
-        steps.append(Step("compute", v))
+        steps.append(Step(Op.COMPUTE, v))
         in_ram.add(v)
         done[v] = True
         if kind == "paging" and v in droppable:
-            steps.append(Step("page_out", v))
+            steps.append(Step(Op.PAGE_OUT, v))
             paged.add(v)
         drop_pending = any(not finished(u) for u in droppable)
         fwd_phase = g.nodes[v].kind == FORWARD
@@ -75,10 +75,10 @@ def reference_steps(g: CostedGraph, kind: str = "keep", every: int = 4) -> list[
             else:
                 free = False
             if free:
-                steps.append(Step("free", u))
+                steps.append(Step(Op.FREE, u))
                 in_ram.discard(u)
     for u in sorted(in_ram):
-        steps.append(Step("free", u))
+        steps.append(Step(Op.FREE, u))
     return steps
 
 

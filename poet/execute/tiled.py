@@ -17,6 +17,12 @@ tiles like any tensor.
 An op without a rule (or whose inputs cannot be sliced consistently) stays
 whole; if it reads a tiled tensor the tiles are assembled first (an ordinary
 node holding the whole tensor), and the report says which ops did so.
+
+This is the tiling stack that slices real tensors; :mod:`poet.graph.tiling_plan` is the one that
+costs the tiled nodes of zoo layer graphs.  They share the ``--tile`` option and its parser
+(:mod:`poet.graph.tile_option`) and the window arithmetic (:mod:`poet.graph.windows`); their count
+searches differ on purpose: :func:`tile_for_budget` tries one count for the whole program (2, 4,
+8, ...), ``plan_tiling`` doubles the count of each layer that sets an over-budget working set.
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ import torch.fx
 
 from ..graph.core import Graph, Tile
 from ..graph.torch_export import ExtractionError, TorchProgram, program_from_joint_graph
+from ..hardware.cost import costed_program
 from . import tiled_ops as K
 from .tiled_attention import Elided
 from .tiled_attention_match import find_attention
@@ -449,7 +456,7 @@ def tile_for_budget(
     When none fits, the tiling with the smallest minimum is returned: a solve
     then answers infeasible with that minimum.
     """
-    base = program.costed(device, fixed_ram_bytes)
+    base = costed_program(program, device, fixed_ram_bytes)
     untiled_min = base.min_ram_bytes()
     choice = TilingChoice(program, None, untiled_min, budget_bytes=int(budget_bytes))
     if count is None and budget_bytes >= untiled_min:
@@ -462,7 +469,7 @@ def tile_for_budget(
     for c in counts:
         for th in thresholds:
             tp, rep = tile_program(program, c, th)
-            m = tp.costed(device, fixed_ram_bytes).min_ram_bytes()
+            m = costed_program(tp, device, fixed_ram_bytes).min_ram_bytes()
             choice.tried.append((c, th, m))
             if best is None or m < best[2]:
                 best = (tp, rep, m)
@@ -472,7 +479,7 @@ def tile_for_budget(
         if last_min is not None and best[2] >= last_min:
             break  # more tiles no longer lower the minimum: an untiled op bounds it
         last_min = best[2]
-    choice.limit = minimum_setter(best[0], best[1], best[0].costed(device, fixed_ram_bytes))
+    choice.limit = minimum_setter(best[0], best[1], costed_program(best[0], device, fixed_ram_bytes))
     if count is None and best[2] >= untiled_min:
         choice.tiled_min_bytes = best[2]  # tiling does not help: plan the untiled program
         return choice

@@ -13,6 +13,7 @@ import math
 
 import torch
 
+from ..graph.windows import reach_span, window_span
 from . import tiled_ops as K
 from .tiled_emit import (
     each_tile,
@@ -29,15 +30,12 @@ from .tiled_values import Tiled, TilingError, TupleVal
 aten = torch.ops.aten
 
 
-def window_rows(a: int, b: int, k: int, s: int, p: int, d: int) -> tuple[int, int]:
-    return a * s - p, (b - 1) * s - p + d * (k - 1) + 1
-
-
 def reaching_rows(a: int, b: int, k: int, s: int, p: int, d: int, n_out: int) -> tuple[int, int]:
-    """Output rows whose windows reach input rows ``[a, b)``."""
-    lo = max(0, math.ceil((a + p - d * (k - 1)) / s))
-    hi = min(n_out, (b - 1 + p) // s + 1)
-    return lo, max(lo, hi)
+    """Output rows whose windows reach input rows ``[a, b)``, clipped to the ``n_out`` rows of the
+    output tensor (an empty range at ``lo`` when none)."""
+    first, stop = reach_span(a, b, k, s, p, d)
+    lo = max(0, first)
+    return lo, max(lo, min(n_out, stop))
 
 
 # ------------------------------------------------------------------ convolution
@@ -57,7 +55,7 @@ def convolution(rw, n):
     tiles = []
     for i in range(lay.count):
         a0, b0 = lay.rows(i)
-        lo, hi = window_rows(a0, b0, k, s, p, dl)
+        lo, hi = window_span(a0, b0, k, s, p, dl)
         ps = rw.pieces(x, 2, lo, hi)
         t = rw.tile_of(n, i, lay, halo=(hi - lo - (b0 - a0) * s + 1) // 2)
         tiles.append(
@@ -90,7 +88,7 @@ def convolution_backward(rw, n):
             a0, b0 = lay.rows(i)
             o0, o1 = reaching_rows(a0, b0, k, s, p, dl, Ho)
             ps = rw.pieces(go, 2, o0, o1)
-            rs, re = window_rows(o0, o1, k, s, p, dl) if o1 > o0 else (a0, a0)
+            rs, re = window_span(o0, o1, k, s, p, dl) if o1 > o0 else (a0, a0)
             t = rw.tile_of(n, i, lay, halo=max(0, (re - rs) - (b0 - a0)) // 2)
             tiles.append(
                 rw.emit(
@@ -108,7 +106,7 @@ def convolution_backward(rw, n):
         if wlay.dim != 2:  # the chain walks output rows; a gradient tiled otherwise is read by rows
             wlay = rw.layout_for(gos)
         for _, o0, o1, t in each_tile(rw, n, wlay, part="partial"):
-            lo, hi = window_rows(o0, o1, k, s, p, dl)
+            lo, hi = window_span(o0, o1, k, s, p, dl)
             node = rw.emit(
                 K.tile_conv_weight_grad,
                 (acc_w, acc_b, rw.rows_of(go, 2, o0, o1, n, t), rw.pieces(x, 2, lo, hi), max(0, -lo))
@@ -234,7 +232,7 @@ def max_pool(rw, n):
     outs, idxs = [], []
     for i in range(lay.count):
         a0, b0 = lay.rows(i)
-        lo, hi = window_rows(a0, b0, k, s, p, dl)
+        lo, hi = window_span(a0, b0, k, s, p, dl)
         node = rw.emit(
             K.tile_max_pool,
             (rw.pieces(x, 2, lo, hi), max(0, -lo), max(0, hi - shape[2]), lo, shape[3])
@@ -283,7 +281,7 @@ def avg_pool(rw, n):
     tiles = []
     for i in range(lay.count):
         a0, b0 = lay.rows(i)
-        lo, hi = window_rows(a0, b0, k, s, p, 1)
+        lo, hi = window_span(a0, b0, k, s, p, 1)
         tiles.append(
             rw.emit(
                 K.tile_avg_pool,
@@ -307,7 +305,7 @@ def avg_pool_backward(rw, n):
     tiles = []
     for _, a0, b0, t in each_tile(rw, n, lay):
         o0, o1 = reaching_rows(a0, b0, k, s, p, 1, gos[2])
-        rs, re = window_rows(o0, o1, k, s, p, 1) if o1 > o0 else (a0, a0)
+        rs, re = window_span(o0, o1, k, s, p, 1) if o1 > o0 else (a0, a0)
         tiles.append(
             rw.emit(
                 K.tile_avg_pool_grad,

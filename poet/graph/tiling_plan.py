@@ -12,6 +12,11 @@ two of them.  It stops when everything fits or nothing that is too
 big can be split further (the largest working set then left is the *tiled
 minimum*, and ``limit`` names the node that sets it), or at its node or time cap,
 saying which.
+
+This stack costs the tiled nodes of zoo layer graphs; :mod:`poet.execute.tiled` slices the real
+tensors of traced programs, with one count for the whole program (``tile_for_budget``).  The
+``--tile`` option and the window arithmetic are shared (:mod:`poet.graph.tile_option`,
+:mod:`poet.graph.windows`).
 """
 
 from __future__ import annotations
@@ -21,19 +26,16 @@ import time
 from dataclasses import dataclass, field
 from functools import lru_cache
 
-from ..units import SECONDS, number_option
 from .core import Graph, GraphError
+from .tile_option import MAX_NODES, MAX_PLAN_SECONDS, TILE_AUTO, TILE_OFF, parse_tile_option
 from .tiling import HEADS_KEY, build_tiled, rows_of, tileable, tiled_nodes
 from .tiling_channels import split_channels
 from .tiling_layout import CHANNELS_KEY
 from .zoo import ModelLayers, build_model, model_layers
 
-TILE_OFF = "off"
-TILE_AUTO = "auto"
 MAX_ROUNDS = 200
-MAX_NODES = 60_000  # auto tiling stops refining past this many nodes: no solver answers in minutes beyond it
-MAX_PLAN_SECONDS = 60.0  # ... or after this long
-# both are defaults: plan_tiling(max_nodes=..., max_seconds=...), poet --max-tile-nodes / --max-tile-seconds
+# MAX_NODES, MAX_PLAN_SECONDS (poet/graph/tile_option.py, beside the options that change them): the caps'
+# defaults, plan_tiling(max_nodes=..., max_seconds=...), poet --max-tile-nodes / --max-tile-seconds
 
 
 @dataclass(frozen=True)
@@ -50,35 +52,6 @@ class PlanCaps:
     @property
     def deadline(self) -> float:
         return self.t0 + self.seconds
-
-
-TILE_HELP = (
-    "operator tiling when no layer fits the RAM budget whole: auto (default: split only the layers that "
-    "must be split, as coarsely as fits), off (never; today's untiled answer), or N (split every layer "
-    "that can be split into N tiles); see docs/tiling.md"
-)
-
-
-def add_tile_option(group, caps: bool = False) -> None:
-    """The shared ``--tile`` option of solve / plan / train / sweep (an argparse parser or group); with
-    ``caps``, also ``--max-tile-nodes`` and ``--max-tile-seconds`` (auto tiling's caps)."""
-    group.add_argument("--tile", default=TILE_AUTO, metavar="auto|off|N", help=TILE_HELP)
-    if caps:
-        group.add_argument(
-            "--max-tile-nodes",
-            type=number_option("int", "a whole number of nodes, 1 or more", "3000000", minimum=1),
-            default=None,
-            metavar="N",
-            help=f"auto tiling stops refining past N nodes (default {MAX_NODES:,}: larger graphs take minutes "
-            "to plan and are scheduled by the streaming page rule alone; docs/tiling.md)",
-        )
-        group.add_argument(
-            "--max-tile-seconds",
-            type=SECONDS,
-            default=None,
-            metavar="S",
-            help=f"auto tiling stops refining after S seconds (default {MAX_PLAN_SECONDS:.0f})",
-        )
 
 
 def working_sets(g: Graph) -> list[int]:
@@ -134,23 +107,6 @@ def split_items(counts: dict[str, int]) -> list[tuple[str, int, str]]:
         if not k.endswith(CHANNELS_KEY)
     ]
     return items + [(k, g, f"x{g}ch") for k, g in ch.items() if k not in counts]
-
-
-def parse_tile_option(value) -> str:
-    """``off``, ``auto`` or a positive integer count (as a string); raises GraphError otherwise."""
-    v = str(value).strip().lower() if value is not None else TILE_AUTO
-    if v in (TILE_OFF, TILE_AUTO):
-        return v
-    try:
-        n = int(v)
-    except ValueError:
-        n = 0
-    if n < 1 or str(n) != v:
-        raise GraphError(
-            f"--tile {value!r}: give off (never tile), auto (tile only what the RAM budget needs; "
-            f"the default) or a tile count such as 4"
-        )
-    return str(n)
 
 
 def _limit_text(g: Graph, ws: list[int], fixed: int) -> str:

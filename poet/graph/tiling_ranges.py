@@ -14,6 +14,7 @@ from bisect import bisect_right
 from dataclasses import dataclass
 
 from .core import Node
+from .windows import reach_span, window_span
 from .zoo import Layer
 
 # ops whose output can be split along rows (3-D C,H,W) or tokens (2-D S,D) with 1:1 or windowed row maps
@@ -91,8 +92,7 @@ def input_rows(lay: Layer, lo: int, hi: int, in_rows: int) -> tuple[int, int]:
         return 0, in_rows
     if lay.op not in WINDOWED:
         return lo, hi
-    a = lo * lay.stride - lay.pad
-    b = (hi - 1) * lay.stride - lay.pad + lay.kernel
+    a, b = window_span(lo, hi, lay.kernel, lay.stride, lay.pad)
     return max(0, a), min(in_rows, b)
 
 
@@ -102,10 +102,8 @@ def output_rows_touching(lay: Layer, lo: int, hi: int, out_rows: int) -> tuple[i
         return 0, out_rows
     if lay.op not in WINDOWED:
         return lo, hi
-    k, s, p = lay.kernel, lay.stride, lay.pad
-    first = -((k - 1 - lo - p) // s)  # ceil((lo + p - k + 1) / s)
-    last = (hi - 1 + p) // s
-    return max(0, first), min(out_rows, last + 1)
+    first, stop = reach_span(lo, hi, lay.kernel, lay.stride, lay.pad)
+    return max(0, first), min(out_rows, stop)
 
 
 @dataclass(frozen=True)

@@ -72,19 +72,6 @@ class TorchProgram:
     def fixed_ram_bytes(self) -> int:
         return int(sum(self.fixed_breakdown.values()))
 
-    def costed(self, device="m4", fixed_ram_bytes: int | None = None):
-        """The costed graph on ``device`` (fixed RAM: params, grads, buffers, batch, optimizer state)."""
-        from ..hardware.cost import linear_cost_model
-        from ..hardware.device import load_device
-
-        fixed = self.fixed_ram_bytes if fixed_ram_bytes is None else int(fixed_ram_bytes)
-        dev = load_device(device)
-        if dev.families and dev.instructions is None:  # a measured profile prices each aten op by its family
-            from ..hardware.profile_model import price_program
-
-            return price_program(self, dev, fixed)
-        return linear_cost_model(self.graph, dev, fixed)
-
     def group_outputs(self, v: int) -> tuple[int, ...]:
         """Units of node ``v`` whose values outlive the node's instruction."""
         return self._exports[v]

@@ -13,6 +13,7 @@ from typing import Protocol
 from ..graph.core import COST_FIELDS, CostedGraph, CostedNode, Graph, GraphError
 from .device import Device, DeviceError, load_device
 from .instructions import price_by_instructions
+from .profile_model import price_program
 
 
 class CostModel(Protocol):
@@ -83,3 +84,15 @@ def linear_cost_model(graph: Graph, device: Device | str, fixed_ram_bytes: int =
                 f"finite ({e}); check the profile's speeds and powers"
             ) from None
         raise
+
+
+def costed_program(program, device: Device | str = "m4", fixed_ram_bytes: int | None = None) -> CostedGraph:
+    """The costed graph of a traced program (:class:`~poet.graph.torch_program.TorchProgram`) on
+    ``device``; fixed RAM (params, grads, buffers, batch, optimizer state) is the program's unless
+    given.  A measured profile prices each aten op by its family; any other device by its linear
+    cost model.  (Once ``TorchProgram.costed``: the pricing lives here, above the graph.)"""
+    fixed = program.fixed_ram_bytes if fixed_ram_bytes is None else int(fixed_ram_bytes)
+    dev = load_device(device)
+    if dev.families and dev.instructions is None:
+        return price_program(program, dev, fixed)
+    return linear_cost_model(program.graph, dev, fixed)

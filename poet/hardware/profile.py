@@ -1,6 +1,6 @@
 """A measured device profile: operator-family fits, the storage fit, power; written as device TOML.
 
-``poet profile`` (``poet.execute.profile_commands``) measures; this module turns measurements into
+``poet profile`` (``poet.cli.profile``) measures; this module turns measurements into
 the profile every command accepts with ``--device host.toml``: it fits each operator family's
 ``latency + FLOPs / rate`` to per-op times, reads RAPL energy counters, and writes the file.
 No torch here.

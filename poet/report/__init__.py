@@ -3,6 +3,6 @@
 Submodules are imported on demand (plots need matplotlib):
 ``poet.report.text`` (one schedule as text), ``poet.report.tables``
 (markdown/CSV tables), ``poet.report.plots`` (PNG + SVG figures),
-``poet.report.study`` (the picture of a study), ``poet.report.commands`` (the ``poet report``
-subcommand) and ``poet.report.sweep_command`` (``poet sweep``).
+``poet.report.study`` (the picture of a study).  The ``poet report`` and ``poet sweep`` commands
+are ``poet.cli.report`` and ``poet.cli.sweep``.
 """

@@ -13,6 +13,7 @@ from matplotlib.colors import ListedColormap  # noqa: E402
 from matplotlib.lines import Line2D  # noqa: E402
 from matplotlib.patches import Patch  # noqa: E402
 
+from ..schedule.core import Op  # noqa: E402
 from ..units import fmt_bytes  # noqa: E402
 
 STYLE = {  # strategy -> (colour, marker, label)
@@ -285,7 +286,7 @@ def schedule_matrix(s):
     computed = [0] * n
     last_in = {}
     for k, st in enumerate(s.steps):
-        if st.op == "page_in":
+        if st.op == Op.PAGE_IN:
             last_in[st.node] = stage_of[k]
     prev = -1
 
@@ -302,14 +303,14 @@ def schedule_matrix(s):
             paint_state(row)  # what is held when the stage begins
             prev = row
         v = st.node
-        if st.op == "compute":
+        if st.op == Op.COMPUTE:
             computed[v] += 1
             code = 3 if computed[v] == 1 else 4
             resident.add(v)
-        elif st.op == "page_out":
+        elif st.op == Op.PAGE_OUT:
             stored.add(v)
             code = 5
-        elif st.op == "page_in":
+        elif st.op == Op.PAGE_IN:
             resident.add(v)
             code = 6
         else:
@@ -376,12 +377,12 @@ def ram_plot(s, out: Path, stem: str, title: str = "") -> list[Path]:
         s.budget.ram_bytes / sc, color="#d62728", ls="--", lw=1.2, label=f"budget {fmt_bytes(s.budget.ram_bytes)}"
     )
     ax.axhline(kp / sc, color="0.4", ls=":", lw=1.0, label=f"keep-all peak {fmt_bytes(kp)}")
-    ins = [k + 1 for k, st in enumerate(s.steps) if st.op == "page_in"]
-    outs = [k + 1 for k, st in enumerate(s.steps) if st.op == "page_out"]
+    ins = [k + 1 for k, st in enumerate(s.steps) if st.op == Op.PAGE_IN]
+    outs = [k + 1 for k, st in enumerate(s.steps) if st.op == Op.PAGE_OUT]
     seen: dict[int, int] = {}
     rec = []
     for k, st in enumerate(s.steps):
-        if st.op == "compute":
+        if st.op == Op.COMPUTE:
             seen[st.node] = seen.get(st.node, 0) + 1
             if seen[st.node] > 1:
                 rec.append(k + 1)
@@ -393,7 +394,7 @@ def ram_plot(s, out: Path, stem: str, title: str = "") -> list[Path]:
     if ins:
         ax.plot(ins, [y0] * len(ins), "|", color="#31a354", ms=14, label=f"page-in ({len(ins)})")
     first_bwd = next(
-        (k + 1 for k, st in enumerate(s.steps) if st.op == "compute" and g.nodes[st.node].kind == "backward"), None
+        (k + 1 for k, st in enumerate(s.steps) if st.op == Op.COMPUTE and g.nodes[st.node].kind == "backward"), None
     )
     if first_bwd:
         ax.axvline(first_bwd, color="0.6", lw=0.8)

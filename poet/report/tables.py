@@ -6,6 +6,7 @@ import csv
 import io
 import math
 
+from ..schedule.core import Op
 from ..units import fmt_bytes, fmt_energy, fmt_seconds
 
 STRATEGY_ORDER = ("poet", "remat", "paging", "capuchin", "chen", "keep-all")
@@ -149,11 +150,11 @@ def node_rows(s) -> list[dict]:
     n = len(g.nodes)
     comp, pin, pout = [0] * n, [0] * n, [0] * n
     for st in s.steps:
-        if st.op == "compute":
+        if st.op == Op.COMPUTE:
             comp[st.node] += 1
-        elif st.op == "page_in":
+        elif st.op == Op.PAGE_IN:
             pin[st.node] += 1
-        elif st.op == "page_out":
+        elif st.op == Op.PAGE_OUT:
             pout[st.node] += 1
     return [
         {

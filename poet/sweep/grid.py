@@ -135,7 +135,7 @@ def parse_list(text: str, what: str = "list", example: str = "") -> list[str]:
 def check_grid(spec: SweepSpec, strategies) -> None:
     """Refuse unknown strategies, empty axes, a bad --tile and grids too large to finish."""
     from ..graph.core import GraphError
-    from ..graph.tiling_plan import TILE_AUTO, TILE_OFF, parse_tile_option
+    from ..graph.tile_option import TILE_AUTO, TILE_OFF, parse_tile_option
     from ..graph.zoo import MODELS
 
     try:

@@ -1,7 +1,7 @@
-"""``poet compile`` and ``poet train --target``: schedules of traced models compiled to C and run.
+"""``poet compile``: a schedule of a traced model compiled to C, and run.
 
-``register(subparsers)`` adds ``poet compile``; ``poet train`` (poet/execute/commands.py) calls
-:func:`train_on_target` when given ``--target``.  torch is imported only when a command runs.
+``register(subparsers)`` adds ``poet compile``; ``poet train --target`` (``train_target.py``) shares
+its helpers.  torch is imported only when a command runs.
 
 A schedule file carries the costed graph, not the model: ``poet compile`` traces the model again
 from ``--model`` (a built-in name, or ``module:function`` returning ``(model, loss_fn, data)`` as
@@ -12,7 +12,6 @@ whose graph is not the traced program's.
 
 from __future__ import annotations
 
-import dataclasses
 import sys
 
 EXAMPLE = (
@@ -20,25 +19,22 @@ EXAMPLE = (
     "poet compile --schedule plan.json --model cnn --target host --out cnn-c --run --check"
 )
 
-# RAM a compiled step holds besides its tensors: the stack (qemu-m4's default) and the runtime's
-# statics; poet train --target counts it as fixed RAM, so the plan leaves room for it
-RUNTIME_RAM_BYTES = 4096 + 512
 
-
-def _errors():
+def user_errors() -> tuple:
+    """The errors a compile reports as ``poet: error: ...`` (exit 2), not as a traceback."""
+    from ..cbackend.ir import LoweringError
+    from ..cbackend.targets import TargetError
     from ..graph.torch_ops import ExtractionError
     from ..schedule.validate import ScheduleError
     from ..units import BudgetError
-    from .ir import LoweringError
-    from .targets import TargetError
 
     return (LoweringError, ScheduleError, TargetError, ExtractionError, BudgetError, ValueError, OSError)
 
 
 def register(subparsers) -> None:
-    from ..execute.model_options import add_model_options
+    from ..cbackend.targets import TARGETS
     from ..units import SECONDS, number_option
-    from .targets import TARGETS
+    from .model_options import add_model_options
 
     p = subparsers.add_parser(
         "compile",
@@ -86,32 +82,18 @@ def register(subparsers) -> None:
     p.set_defaults(func=cmd_compile)
 
 
-def add_train_options(t) -> None:
-    """``poet train``'s options for running the step compiled to C."""
-    from .targets import TARGETS
-
-    g = t.add_argument_group("compiled step")
-    g.add_argument(
-        "--target",
-        choices=TARGETS,
-        default=None,
-        help="compile the plan to C and train there (host: this machine's cc; qemu-m4: an emulated Cortex-M4 "
-        "whose RAM region is the budget) instead of running it with PyTorch",
-    )
-    g.add_argument("--out", default=None, help="folder for the C project with --target (default: a temporary one)")
-    g.add_argument("--force", action="store_true", help="replace --out if it exists")
-
-
-def _progress(a):
+def progress_printer(a):
+    """Progress lines on stderr, or None with --quiet."""
     if getattr(a, "quiet", False):
         return None
     return lambda text: print(f"poet: {text}", file=sys.stderr, flush=True)
 
 
-def _check_out_dir(out: str, force: bool) -> None:
+def check_out_dir(out: str, force: bool) -> None:
+    """Refuse an --out folder that is a file, or one not empty without --force, before any work."""
     from pathlib import Path
 
-    from .project import ProjectExists
+    from ..cbackend.project import ProjectExists
 
     p = Path(out)
     if p.exists() and not p.is_dir():
@@ -122,7 +104,7 @@ def _check_out_dir(out: str, force: bool) -> None:
 
 def traced_program(a, schedule):
     """The traced program (and its untiled form) of ``--model``, tiled again as the schedule records."""
-    from ..execute.models import load
+    from ..demo_models import load
     from ..graph.torch_export import export_training_graph
 
     model, loss_fn, data = load(a.model, batch_size=a.batch_size, seed=a.seed, dropout=a.dropout)
@@ -144,7 +126,8 @@ def traced_program(a, schedule):
     return prog, untiled, data, (tuple(inputs) + tuple(targets))
 
 
-def _batches(data, first, steps: int) -> list:
+def batches(data, first, steps: int) -> list:
+    """``steps`` batches: the first one traced with, then the data's next ones."""
     out = [first]
     while len(out) < steps:
         x, y = data.batch()
@@ -153,31 +136,32 @@ def _batches(data, first, steps: int) -> list:
 
 
 def cmd_compile(a) -> int:
+    from ..cbackend.target_types import RUNTIME_RAM_BYTES
     from ..schedule.io import load_schedule
 
     try:
-        _check_out_dir(a.out, a.force)
+        check_out_dir(a.out, a.force)
         schedule = load_schedule(a.schedule)  # replayed by the validator
         fixed = (schedule.graph.meta or {}).get("fixed_ram") or {}
         if a.target == "qemu-m4" and schedule.graph.fixed_ram_bytes and "runtime" not in fixed:
-            say = _progress(a) or (lambda text: None)
+            say = progress_printer(a) or (lambda text: None)
             say(
                 f"note: {a.schedule} keeps no RAM for the compiled step's stack and statics ({RUNTIME_RAM_BYTES:,} B): "
                 f"if they do not fit beside it, plan with poet plan --target qemu-m4"
             )
-        from .compiler import compile_program
-        from .lower_zoo import is_zoo_graph, zoo_program
+        from ..cbackend.compiler import compile_program
+        from ..cbackend.lower_zoo import is_zoo_graph, zoo_program
 
         if not a.model and is_zoo_graph(schedule.graph):  # a zoo layer graph: built again from its meta
             prog = untiled = zoo_program(schedule.graph, seed=a.seed)
-            batches = [prog.example_batch] * a.steps
+            steps_batches = [prog.example_batch] * a.steps
         elif not a.model:
             raise ValueError(
                 f"{a.schedule} is not a schedule of a zoo network: give --model, the model it was planned for"
             )
         else:
             prog, untiled, data, first = traced_program(a, schedule)
-            batches = _batches(data, first, a.steps)
+            steps_batches = batches(data, first, a.steps)
 
         res = compile_program(
             prog,
@@ -186,16 +170,16 @@ def cmd_compile(a) -> int:
             out=a.out,
             run=a.run or a.check,
             check=a.check,
-            batches=batches,
+            batches=steps_batches,
             lr=a.lr,
             momentum=a.momentum,
             force=a.force,
-            progress=_progress(a),
+            progress=progress_printer(a),
             timeout_s=a.timeout,
             fit_time_limit_s=a.fit_time_limit,
             reference_program=untiled if untiled is not prog else None,
         )
-    except _errors() as e:
+    except user_errors() as e:
         print(f"poet: error: {e}", file=sys.stderr)
         return 2
     print(f"C project written to {res.project.path} ({res.project.layout.instructions} instructions)")
@@ -208,87 +192,3 @@ def cmd_compile(a) -> int:
         print(f"poet: error: {res.not_run}{instead}", file=sys.stderr)
         return 2
     return 0 if res.ok else 1
-
-
-def _report(a, plan, res) -> dict:
-    """``poet train --target --json``: what was compiled, where it lived, what it ran and how close."""
-    t = res.schedule.totals
-    report = {
-        "model": a.model,
-        "target": a.target,
-        "budget_bytes": res.schedule.budget.ram_bytes,
-        "status": res.schedule.status,
-        "nodes": len(res.schedule.graph),
-        "tiled": bool(plan.tiling is not None and plan.tiling.tiled),
-        "arena_bytes": res.arena_bytes,
-        "schedule_peak_bytes": res.peak_bytes,
-        "fixed_bytes": res.schedule.graph.fixed_ram_bytes,
-        "bytes_paged_out": t.bytes_paged_out,
-        "bytes_paged_in": t.bytes_paged_in,
-        "memory": None if res.build is None else dataclasses.asdict(res.build.memory),
-        "losses": list(res.results.losses) if res.results else None,
-        "ok": res.ok,
-    }
-    ins = res.instructions
-    if ins is not None:  # per iteration, the mean of the steps run
-        report["instructions"] = {
-            "predicted": {k: ins.mean_predicted(k) for k in ins.counts},
-            "measured": {k: ins.mean_measured(k) for k in ins.counts},
-            "total_error": ins.total_error,
-        }
-    if res.check is not None:
-        worst = {k: res.check.worst(k) for k in ("loss", "grad", "param", "buffer")}
-        report["check"] = {
-            "ok": res.check.ok,
-            **{f"worst_{k}": None if w is None else w.relative for k, w in worst.items()},
-            "lines": res.check.lines(),
-        }
-    return report
-
-
-def train_on_target(a, plan, data, first) -> int:
-    """``poet train --target``: the plan compiled to C, ``--steps`` steps run there, checked if asked."""
-    import json
-    import tempfile
-    from pathlib import Path
-
-    if a.optimizer != "sgd":
-        print(
-            f"poet: error: the compiled step updates with SGD; --optimizer {a.optimizer} is not compiled",
-            file=sys.stderr,
-        )
-        return 2
-    tmp = None
-    try:
-        if a.out:
-            _check_out_dir(a.out, a.force)
-            out = Path(a.out)
-        else:
-            tmp = tempfile.TemporaryDirectory(prefix="poet-train-")
-            out = Path(tmp.name) / "project"
-        res = plan.compile(
-            a.target,
-            out,
-            run=True,
-            check=a.check,
-            batches=_batches(data, first, a.steps),
-            lr=a.lr,
-            momentum=0.9,  # poet train's optimizer: torch.optim.SGD(lr, momentum=0.9)
-            force=a.force,
-            progress=_progress(a),
-        )
-        report = _report(a, plan, res)
-        if a.json:
-            print(json.dumps(report, indent=1))
-        else:
-            print("\n".join(res.lines()))
-            if res.results is not None:
-                for s, loss in enumerate(res.results.losses):
-                    print(f"step {s + 1:4d}/{a.steps}  loss {loss:.6f}  ({a.target})")
-        return 0 if res.ok else 1
-    except _errors() as e:
-        print(f"poet: error: {e}", file=sys.stderr)
-        return 2
-    finally:
-        if tmp is not None:
-            tmp.cleanup()

@@ -1,6 +1,7 @@
-"""The ``poet report`` subcommand, and the tables and plots of a sweep.
+"""``poet report``: the tables and plots of a sweep (``render_sweep``, which ``poet sweep`` uses
+too) or the summary of one schedule.
 
-``poet sweep`` itself lives in :mod:`.sweep_command`.
+``poet sweep`` itself lives in :mod:`.sweep`.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from ..units import BudgetError
 
 
 def register(subparsers) -> None:
-    """Add ``report`` to an argparse subparsers object (``sweep``: :mod:`.sweep_command`)."""
+    """Add ``report`` to an argparse subparsers object (``sweep``: :mod:`.sweep`)."""
     r = subparsers.add_parser(
         "report",
         help="tables and plots of a saved schedule (or re-plot a sweep directory)",
@@ -35,7 +36,7 @@ def render_sweep(
     ``out``).  ``--point`` is checked (and its schedule loaded) before anything is written: a bad point
     changes no file."""
     from ..fileio import atomic_write_text
-    from . import tables
+    from ..report import tables
 
     sched, key = None, None
     if plots:
@@ -59,7 +60,7 @@ def render_sweep(
     md = tables.sweep_markdown(doc)
     written.append(atomic_write_text(out / "summary.md", md))
     if plots:
-        from . import plots as P
+        from ..report import plots as P
 
         written += P.sweep_plots(doc, out)
         if sched is not None:
@@ -111,7 +112,7 @@ def cmd_report(a) -> int:
 
             if (src / "schedules").is_dir() and not (out / "schedules").exists():
                 shutil.copytree(src / "schedules", out / "schedules")
-        from .tables import sweep_markdown
+        from ..report.tables import sweep_markdown
 
         print(sweep_markdown(doc))
         for w in written:
@@ -121,8 +122,8 @@ def cmd_report(a) -> int:
     out = Path(a.out) if a.out else p.with_name(p.stem + "-report")
     _check_out(out, a.force, marker="report.md")
     out.mkdir(parents=True, exist_ok=True)
-    from . import plots as P
-    from . import tables
+    from ..report import plots as P
+    from ..report import tables
 
     md = tables.schedule_markdown(sched, source=str(p))
     from ..fileio import atomic_write_text

@@ -90,7 +90,7 @@ def register(subparsers) -> None:
 
 def build_model(spec: str, batch_size: int):
     """(model, loss_fn, data) for a built-in name or ``module:function``."""
-    from .models import load
+    from ..demo_models import load
 
     return load(spec, batch_size=batch_size, seed=0, dropout=0.1)
 
@@ -111,8 +111,8 @@ def measure_ops(specs, batch_size: int, runs: int, warmup: int, say):
     """Each model's traced aten-level program and the timing of its keep-everything runs."""
     import torch
 
+    from ..execute.measure import measure_program
     from ..graph.torch_export import export_training_graph
-    from .measure import measure_program
 
     programs, timings = [], []
     for spec in specs:
@@ -172,12 +172,13 @@ def _qemu(a, say) -> int:
     import torch
 
     from ..cbackend import qemu_m4
-    from ..cbackend.commands import RUNTIME_RAM_BYTES
     from ..cbackend.instruction_profile import default_declared, profile_programs, profile_toml
+    from ..cbackend.target_types import RUNTIME_RAM_BYTES
+    from ..execute.tiled import tile_for_budget
     from ..fileio import atomic_write_text
     from ..graph.torch_export import export_training_graph
+    from ..hardware.cost import costed_program
     from ..solve.api import make_budget
-    from .tiled import tile_for_budget
 
     if not a.out:
         raise ValueError("give --out m4-cnn.toml (where to write the profile)")
@@ -204,7 +205,7 @@ def _qemu(a, say) -> int:
         prog.fixed_breakdown["runtime"] = RUNTIME_RAM_BYTES
         programs.append((spec, prog))
         if a.memory is not None:
-            cg = prog.costed("m4")
+            cg = costed_program(prog, "m4")
             budget = make_budget(cg, a.memory, None, "serial")
             tiling = tile_for_budget(prog, "m4", budget.ram_bytes) if budget.ram_bytes < cg.min_ram_bytes() else None
             if tiling is not None and tiling.tiled:
@@ -231,6 +232,8 @@ def _qemu(a, say) -> int:
 def _measure(a, say) -> int:
     import torch
 
+    from ..execute.executor import Executor
+    from ..execute.measure import calibrate_paging, keep_schedule, measure_program, merge_timings, run_paging_schedule
     from ..fileio import atomic_write_text
     from ..hardware.device import load_device
     from ..hardware.profile import (
@@ -242,8 +245,6 @@ def _measure(a, say) -> int:
         rapl_energy_j,
     )
     from ..hardware.profile_storage import FULL_SIZES, QUICK_SIZES, profile_storage
-    from .executor import Executor
-    from .measure import calibrate_paging, keep_schedule, measure_program, merge_timings, run_paging_schedule
 
     t0 = time.perf_counter()
     specs = [s.strip() for s in a.model.split(",") if s.strip()] if a.model else list(STANDARD_MODELS)

@@ -1,47 +1,22 @@
-"""The ``poet`` command line."""
+"""``poet solve``: the minimum-energy schedule of a zoo network or a costed graph file, within
+RAM and runtime budgets, through the front door ``poet.solve.api.plan_and_solve``."""
 
 from __future__ import annotations
 
-import argparse
-import sys
-
-from .cbackend import commands as cbackend_commands
-from .console import OutputPathError, Progress, check_out_path, ctrl_c_stops_the_solve, warn_uncached
-from .execute import commands as execute_commands
-from .execute import profile_commands
-from .graph.core import GraphError
-from .hardware.device import DeviceError
-from .report import commands as report_commands
-from .report import sweep_command
-from .schedule.validate import ScheduleError
-from .units import BATCH, GAP, SECONDS, THREADS, BudgetError, fmt_energy
-
-__all__ = [
-    "OutputPathError",
-    "Progress",
-    "USER_ERRORS",
-    "build_parser",
-    "check_out_path",
-    "ctrl_c_stops_the_solve",
-    "main",
-    "warn_uncached",
-]
-
-
-# OSError: a file that could not be read or written (disk full, no such directory)
-USER_ERRORS = (BudgetError, GraphError, DeviceError, ScheduleError, OutputPathError, OSError)
+from ..console import Progress, check_out_path, ctrl_c_stops_the_solve, warn_uncached
+from ..units import BATCH, GAP, SECONDS, THREADS, BudgetError
 
 EXAMPLE = "poet solve --model resnet18_cifar --device a72 --memory 3MB --runtime 7.6x"
 
 
 def cmd_solve(a) -> int:
-    from .report.text import summary_text
-    from .report.tiling import tiling_text
-    from .schedule.io import save_schedule
-    from .solve.api import plan_and_solve
-    from .solve.policy import DEFAULT_POLICY
-    from .solve.problem import PARAMETER_MULTIPLES, tiling_costs
-    from .units import parse_bytes
+    from ..report.text import summary_text
+    from ..report.tiling import tiling_text
+    from ..schedule.io import save_schedule
+    from ..solve.api import plan_and_solve
+    from ..solve.policy import DEFAULT_POLICY
+    from ..solve.problem import PARAMETER_MULTIPLES, tiling_costs
+    from ..units import parse_bytes
 
     if (a.graph is None) == (a.model is None):
         raise BudgetError("give either --model NAME --device DEVICE or --graph FILE.json")
@@ -90,14 +65,14 @@ def cmd_solve(a) -> int:
     warn_uncached(s)
     costs = None
     if problem.tiled and s.totals is not None:
-        from .hardware.device import load_device
+        from ..hardware.device import load_device
 
         dev = load_device(a.device)
         costs = tiling_costs(problem, s, dev.read_latency_s, dev.write_latency_s, dev.storage_power_w)
     if a.out and s.feasible:
         save_schedule(s, a.out)
     if a.json:
-        from .schedule.io import schedule_to_dict
+        from ..schedule.io import schedule_to_dict
 
         d = schedule_to_dict(s)
         d.pop("graph")
@@ -108,10 +83,10 @@ def cmd_solve(a) -> int:
 
             d["solver"]["tiling"]["costs"] = dataclasses.asdict(costs)
         if problem.plan is not None:
-            from .report.tiling import accounting_lines
+            from ..report.tiling import accounting_lines
 
             d["solver"]["tiling"]["ram_accounting"] = " ".join(accounting_lines(problem, s))
-        from .fileio import json_text
+        from ..fileio import json_text
 
         print(json_text(d, "the summary"))
     else:
@@ -134,68 +109,8 @@ def cmd_solve(a) -> int:
     return 0 if s.feasible else 2
 
 
-def cmd_models(a) -> int:
-    from .graph.zoo import MODELS, build_model
-
-    print(f"{'model':<16}{'nodes':>7}{'params':>14}  description")
-    for name, desc in MODELS.items():
-        g = build_model(name)
-        print(f"{name:<16}{len(g.nodes):>7}{g.param_bytes // 4:>14,}  {desc}")
-    return 0
-
-
-def cmd_devices(a) -> int:
-    from .hardware.device import list_devices, load_device
-    from .units import fmt_bytes
-
-    print(f"{'device':<12}{'RAM':>10}{'GFLOP/s':>10}{'nJ/FLOP':>10}{'read MB/s':>11}{'write MB/s':>11}  part")
-    for name in list_devices():
-        d = load_device(name)
-        print(
-            f"{name:<12}{fmt_bytes(d.ram_bytes):>10}{d.flops_per_s / 1e9:>10.4g}{d.joules_per_flop * 1e9:>10.3g}"
-            f"{d.read_bytes_per_s / 1e6:>11.4g}{d.write_bytes_per_s / 1e6:>11.4g}  {d.part}"
-        )
-    print("Profiles are TOML files; pass --device PATH.toml for your own (see docs/devices.md).")
-    return 0
-
-
-def cmd_export(a) -> int:
-    from .graph.io import save_graph
-    from .solve.api import costed_graph
-
-    check_out_path(a.out, a.force)
-    g = costed_graph(a.model, a.device, batch_size=a.batch_size)
-    save_graph(g, a.out)
-    print(f"Wrote {a.out}: {g.name} on {a.device}, {len(g)} nodes, {len(g.edges)} edges (poet-graph/1)")
-    return 0
-
-
-def cmd_validate(a) -> int:
-    from .schedule.io import load_schedule
-    from .units import fmt_bytes, fmt_seconds
-
-    s = load_schedule(a.schedule)  # parsing re-validates; raises with the step at fault
-    t = s.totals
-    if t is None:
-        print(f"{a.schedule}: no steps (status {s.status})")
-        return 2
-    print(
-        f"{a.schedule}: valid. {len(s.steps)} steps, energy {fmt_energy(t.energy_j)}, runtime "
-        f"{fmt_seconds(t.runtime_s)}, peak RAM {fmt_bytes(t.peak_ram_bytes)} <= budget "
-        f"{fmt_bytes(s.budget.ram_bytes)}"
-    )
-    return 0
-
-
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="poet",
-        description="Energy-optimal rematerialization + paging schedules for on-device training.",
-        epilog=f"Example: {EXAMPLE}",
-    )
-    sub = p.add_subparsers(dest="command", metavar="COMMAND")
-
-    s = sub.add_parser(
+def register(subparsers) -> None:
+    s = subparsers.add_parser(
         "solve", help="find the minimum-energy schedule within RAM and runtime budgets", epilog=f"Example: {EXAMPLE}"
     )
     src = s.add_argument_group("what to schedule")
@@ -233,8 +148,8 @@ def build_parser() -> argparse.ArgumentParser:
         "adam (params+grads+2 moments) from the model's parameter count; default 0 "
         "(the paper's setting: only activations count)",
     )
-    from .graph.tiling_plan import add_tile_option
-    from .graph.weights import add_weights_option
+    from ..graph.tile_option import add_tile_option
+    from ..graph.weights import add_weights_option
 
     add_tile_option(bud, caps=True)
     add_weights_option(bud)
@@ -265,66 +180,3 @@ def build_parser() -> argparse.ArgumentParser:
     out.add_argument("--quiet", action="store_true", help="no progress line")
     out.add_argument("--verbose", action="store_true", help="show the solver's own log")
     s.set_defaults(func=cmd_solve)
-
-    sub.add_parser("models", help="list the built-in networks").set_defaults(func=cmd_models)
-    sub.add_parser("devices", help="list the built-in device profiles").set_defaults(func=cmd_devices)
-
-    e = sub.add_parser("export-graph", help="write a zoo network's costed graph as poet-graph/1 JSON")
-    e.add_argument("--model", required=True)
-    e.add_argument("--device", required=True)
-    e.add_argument("--batch-size", type=BATCH, default=1)
-    e.add_argument("--out", required=True)
-    e.add_argument("--force", action="store_true")
-    e.set_defaults(func=cmd_export)
-
-    v = sub.add_parser("validate", help="replay a saved schedule and check it against its budgets")
-    v.add_argument("schedule")
-    v.set_defaults(func=cmd_validate)
-
-    for module in (sweep_command, report_commands, execute_commands, profile_commands, cbackend_commands):
-        module.register(sub)
-    return p
-
-
-def _default_ctrl_c() -> None:
-    """Ctrl-C raises KeyboardInterrupt again (poet/__init__ quiets it while the modules load)."""
-    import signal
-    import threading
-
-    from . import interrupted_while_loading
-
-    if (
-        threading.current_thread() is threading.main_thread()
-        and signal.getsignal(signal.SIGINT) is interrupted_while_loading
-    ):
-        signal.signal(signal.SIGINT, signal.default_int_handler)
-
-
-def main(argv=None) -> int:
-    try:
-        # a Ctrl-C while the modules load ends quietly (poet/__init__), as any other
-        p = build_parser()
-        try:
-            a = p.parse_args(argv)
-        except SystemExit as e:  # --help, or argparse's error (already printed, naming the option)
-            return e.code if isinstance(e.code, int) else 2
-    except KeyboardInterrupt:
-        print("\npoet: interrupted", file=sys.stderr)
-        return 130
-    finally:
-        _default_ctrl_c()
-    if not getattr(a, "func", None):
-        p.print_help()
-        return 1
-    try:
-        return a.func(a)
-    except USER_ERRORS as e:
-        print(f"poet: error: {e}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print("\npoet: interrupted", file=sys.stderr)
-        return 130
-
-
-if __name__ == "__main__":
-    sys.exit(main())

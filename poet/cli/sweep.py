@@ -19,6 +19,7 @@ STUDY_EXAMPLE = (
 
 def register(subparsers) -> None:
     """Add ``sweep`` to an argparse subparsers object."""
+    from ..graph.tile_option import add_tile_option
     from ..schedule.core import PAGING_MODES
     from ..sweep import DEFAULT_STRATEGIES
 
@@ -98,13 +99,7 @@ def register(subparsers) -> None:
         help="how paging time counts against the deadline (default %(default)s)",
     )
     s.add_argument("--batch-size", type=int, default=1)
-    s.add_argument(
-        "--tile",
-        default="auto",
-        metavar="auto|off|N",
-        help="operator tiling (docs/tiling.md): auto tiles the points whose RAM budget is below the untiled "
-        "minimum (default), off never tiles, N splits every layer that can be split into N tiles at every point",
-    )
+    add_tile_option(s)
     s.add_argument("--gap", type=float, default=1e-3, help="relative MIP gap counted as optimal")
     s.add_argument(
         "--method",
@@ -132,7 +127,7 @@ def register(subparsers) -> None:
 def cmd_sweep(a) -> int:
     from ..sweep import make_backend, parse_list, run_study, run_sweep
     from ..sweep.study import load_study, spec_from, study_from_lists
-    from .commands import render_sweep
+    from .report import render_sweep
 
     if a.study and (a.model or a.device):
         raise BudgetError(
@@ -186,14 +181,14 @@ def cmd_sweep(a) -> int:
 def render_study(out: Path, sweeps, docs: list[dict], plots: bool = True) -> int:
     from ..sweep import write_study_summary
     from ..sweep.study import saving_rows, study_markdown
-    from .commands import render_sweep
+    from .report import render_sweep
 
     written = []
     for s, doc in zip(sweeps, docs):
         written += render_sweep(out / s.name, doc, plots=plots)
     written += write_study_summary(out, docs)
     if plots:
-        from .study import saving_plot
+        from ..report.study import saving_plot
 
         written += saving_plot(saving_rows(docs), out)
     print(study_markdown(docs))
