@@ -214,7 +214,7 @@ def test_resume_on_ray_skips_finished_points(ray_local, tmp_path):
     spec = SweepSpec(
         model="vgg16_cifar",
         device="m4",
-        memories=["40%", "100%"],
+        memories=["80%", "100%"],  # both proven optimal in about a second: the re-solved energies are exact
         runtimes=["1.5x"],
         strategies=["poet", "paging", "keep-all", "capuchin"],
         gap=1e-6,
