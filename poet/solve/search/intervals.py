@@ -407,6 +407,11 @@ def interval_plan(
     found = model.plan(solver) if status in (cp_model.OPTIMAL, cp_model.FEASIBLE) else None
     if found is not None and not fits(g, found, budget):
         found = None
+    if found is not None and start is not None:
+        # the model rounds each term, so a plan it prices no higher than the start can cost a few parts in
+        # 1e8 more once priced exactly: the search never hands back a plan dearer than the one it began from
+        if plan_costs(g, found, budget.paging_time)[0] > plan_costs(g, start, budget.paging_time)[0]:
+            found = start
     return IntervalResult(found, len(proto.variables), len(proto.constraints), solver.StatusName(status), seconds)
 
 
