@@ -4,8 +4,6 @@ scalars; the kernel writes fresh outputs, which the tests compare with what torc
 
 from __future__ import annotations
 
-import ctypes
-
 import torch
 from torch.fx.experimental.proxy_tensor import make_fx
 
@@ -53,6 +51,4 @@ def run_kernel(node, values):
 
 def set_step_seed(seed: int) -> None:
     """What the runtime does before each step: the seed dropout's masks are drawn from."""
-    lib = hostlib.library()
-    lib.pk_rng_set_seed.argtypes = [ctypes.c_uint64]
-    lib.pk_rng_set_seed(ctypes.c_uint64(seed))
+    hostlib.set_rng_seed(seed)

@@ -72,7 +72,15 @@ def library() -> ctypes.CDLL:
         return _LIB
     out = shared_library("libpk", kernel_sources(), sorted(RUNTIME.glob("*.h")), CFLAGS, "the kernel library")
     _LIB = ctypes.CDLL(str(out))
+    _LIB.pk_rng_set_seed.argtypes = [ctypes.c_uint64]
     return _LIB
+
+
+def set_rng_seed(seed: int) -> None:
+    """The step seed dropout draws with (``pk_rng.h``).  It is the library's one piece of state, and it
+    lives as long as the process: set it before a dropout call whose mask must be reproduced elsewhere
+    (a probe firmware starts from 0)."""
+    library().pk_rng_set_seed(ctypes.c_uint64(seed & 0xFFFFFFFFFFFFFFFF))
 
 
 def content_hash(files, flags) -> str:

@@ -11,7 +11,6 @@ models; ``bench/dense_kernels.py`` to measure accuracy and, on the emulator, ins
 
 from __future__ import annotations
 
-import ctypes
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -88,9 +87,7 @@ def run_beside(program, visit: Callable[[SpecCall], None]) -> None:
 def run_host(call: SpecCall) -> None:
     """``call`` on the host kernel library: its outputs are written."""
     if call.kernel == "native_dropout":
-        lib = hostlib.library()
-        lib.pk_rng_set_seed.argtypes = [ctypes.c_uint64]
-        lib.pk_rng_set_seed(ctypes.c_uint64(DROPOUT_SEED))
+        hostlib.set_rng_seed(DROPOUT_SEED)
     hostlib.call(call.kernel, list(call.inputs), list(call.outputs), call.scalars)
 
 
