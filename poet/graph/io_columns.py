@@ -60,13 +60,11 @@ def _columns(raw: dict, encoding: str, names, what: str) -> int:
 def decode_nodes(raw: dict) -> Iterator[dict]:
     """The plain node rows of a columns object, one at a time (GraphError at once when its columns are
     wrong; each row is then checked as a plain one)."""
-    return _rows(raw, _columns(raw, NODES_ENCODING, NODE_COLUMNS, '"nodes"'))
+    names = NODE_COLUMNS + tuple(c for c in OPTIONAL_COLUMNS if c in raw)
+    return _rows(raw, names, _columns(raw, NODES_ENCODING, names, '"nodes"'))
 
 
-def _rows(raw: dict, n: int) -> Iterator[dict]:
-    names = NODE_COLUMNS + (OPTIONAL_COLUMNS if OPTIONAL_COLUMNS[0] in raw else ())
-    if len(names) > len(NODE_COLUMNS) and (not isinstance(raw[names[-1]], list) or len(raw[names[-1]]) != n):
-        raise GraphError(f'"nodes".{names[-1]} must be a list of {n} values, one per row')
+def _rows(raw: dict, names: tuple, n: int) -> Iterator[dict]:
     cols = [raw[c] for c in names]
     for i in range(n):
         row = {c: col[i] for c, col in zip(names, cols, strict=True)}
