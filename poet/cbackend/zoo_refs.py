@@ -80,6 +80,7 @@ class ZooRefs:
         for u, v in zp.graph.edges:
             self.preds[v].append(u)
         self.pindex = {k: i for i, k in enumerate(zp.params)}
+        self.ws = None  # the streamed weights (lower_zoo_ws.StreamedWeights) when the schedule streams them
 
     # --- shapes and refs
     def shape(self, x: int):
