@@ -1,5 +1,5 @@
 """Compiled zoo steps under ``--weights stream``: the weights in ``weights.bin``, the gradients in
-``grads.bin``, every convolution and linear node streaming its block through the staging buffer
+``grads.bin``, every convolution, linear and BatchNorm node streaming its records through the staging buffer
 (runtime/pk_wstream_zoo.c).  Each run's gradients and updated weights are checked against PyTorch's
 zoo_module, and the bytes and transfers the step moved against the schedule's priced weight traffic."""
 
@@ -30,8 +30,7 @@ def _cc():
 
 
 def _plain_net() -> ModelLayers:
-    """Convolutions (3x3, strided, a 1x1 downsample, a residual add), pooling and two linear layers;
-    no BatchNorm (whose parameters are not streamed yet)."""
+    """Convolutions (3x3, strided, a 1x1 downsample, a residual add), pooling and two linear layers."""
     n = NetBuilder((3, 8, 8))
     x = n.relu("relu1", n.conv("conv1", DATA, 4, 3, 1, 1))
     x = n.maxpool("pool", x, 2, 2)
@@ -50,7 +49,7 @@ ROW_TILES = {"conv1": 4, "relu1": 2, "b.conv1": 2, "b.conv2": 2, "fc1": 2}
 
 
 def _stream_schedule(graph, memory, staging: int):
-    s = solve(graph, "m4", memory=memory, time_limit=20, find_min_budgets=False, weights="stream", staging=staging)
+    s = solve(graph, "m4", memory=memory, time_limit=5, find_min_budgets=False, weights="stream", staging=staging)
     assert s.feasible and s.graph.placement == "stream", s.status
     return s
 
@@ -127,18 +126,39 @@ def test_weight_files_hold_one_record_per_output_channel():
         weight_files(params, ["c", "f"], 64, priced={"c": 4 * 57, "f": 4})
 
 
+@pytest.mark.parametrize(
+    "tiles",
+    [
+        {"conv1": 4, "bn1": 4, "relu1": 4, "b.conv1": 2, "b.conv2": 4, "b.add": 2, "b.relu2": 2},
+        {"conv1:channels": 2, "bn1:channels": 2, "relu1:channels": 2},
+    ],
+    ids=["rows", "channels"],
+)
+def test_batchnorm_streams_its_records_and_its_chain_adds_the_gradient(tmp_path, tiles):
+    """A ResNet in miniature (BatchNorm, a strided downsample, pooling): BatchNorm's [gamma, beta] records
+    are read by its forward and grad-input tiles, its backward statistics chain adds each tile's share
+    of the parameter gradients in storage (a read-modify-write after the first)."""
+    from tests.test_cbackend_zoo import _small_resnet
+
+    L = _small_resnet()
+    s = _stream_schedule(build_tiled(L, tiles, 2).graph, "100%", 64)
+    r = _run(s, tmp_path, layers=L)
+    assert {"zoo_ws_bn", "zoo_ws_bn_grad"} <= set(r.project.tables.kernels)
+    assert r.check.worst("grad").relative < 1e-5
+
+
 def test_what_is_not_streamed_yet_is_refused_with_what_would_work():
-    n = NetBuilder((3, 8, 8))
-    x = n.relu("relu1", n.batchnorm("bn1", n.conv("conv1", DATA, 4, 3, 1, 1)))
-    x = n.flatten("flatten", n.avgpool("avgpool", x, 8))
-    n.linear("fc", x, 3)
-    bn = ModelLayers("bn_net", n.input_shape, tuple(n.layers))
-    s = _stream_schedule(build_tiled(bn, {}, 2).graph, "100%", 256)
-    with pytest.raises(LoweringError, match=r"bn1 have parameters .* --weights flash"):
-        lower_zoo(zoo_program(s.graph, layers=bn), s)
     # a grad-input tile of a group of input channels would read a strided share of the block
     L = _plain_net()
     g = build_tiled(L, {"b.relu1:channels": 2}, 2).graph
     s = _stream_schedule(g, "100%", 256)
     with pytest.raises(LoweringError, match="input channels"):
         lower_zoo(zoo_program(s.graph, layers=L), s)
+    # BatchNorm's records of 8 B must not be split between chunks
+    n = NetBuilder((3, 8, 8))
+    x = n.relu("relu1", n.batchnorm("bn1", n.conv("conv1", DATA, 4, 3, 1, 1)))
+    n.linear("fc", n.flatten("flatten", n.avgpool("avgpool", x, 8)), 3)
+    bn = ModelLayers("bn_net", n.input_shape, tuple(n.layers))
+    s = _stream_schedule(build_tiled(bn, {}, 2).graph, "100%", 260)
+    with pytest.raises(LoweringError, match="multiple of 8 B"):
+        lower_zoo(zoo_program(s.graph, layers=bn), s)

@@ -30,11 +30,10 @@ from ..graph.tiling_ranges import input_rows, output_rows_touching
 from ..graph.zoo import DATA, MODELS, ModelLayers, model_layers
 from .ir import DataItem, KernelCall, KernelProgram, LoweringError, NodeCode, TensorRef
 from .lower_zoo_ws import STREAMED_OPS, streamed_weights
-from .zoo_refs import ZooRefs, ref, zoo_call
+from .zoo_refs import BN_EPS, ZooRefs, ref, zoo_call
 
 __all__ = ["BN_EPS", "ZooProgram", "is_zoo_graph", "lower_zoo", "zoo_program"]
 
-BN_EPS = 1e-5  # torch.nn.BatchNorm2d's default, as zoo_torch builds it
 SUPPORTED_OPS = ("conv2d", "batchnorm", "relu", "add", "maxpool", "avgpool", "flatten", "linear", "dropout")
 
 
@@ -218,7 +217,7 @@ def _weight_grad(lw: ZooRefs, v: int, r: NodeRole, accumulate: bool) -> list[Ker
     layer, lo, hi, ch = r.layer, r.lo, r.hi, (r.clo, r.chi)
     lay, name = lw.L[layer], lw.zp.graph.nodes[v].name
     x = lay.inputs[0]
-    if lw.ws is not None and lay.op in STREAMED_OPS:
+    if lw.ws is not None and lay.op in ("conv2d", "linear"):
         return lw.ws.weight_grad(lw, v, r, lo, hi)
     dw, db = lw.param(layer, "weight", "grad", *ch), lw.param(layer, "bias", "grad", *ch)
     if lay.op == "conv2d":
@@ -320,6 +319,8 @@ def _node_calls(lw: ZooRefs, v: int) -> tuple[list[KernelCall], TensorRef | None
         gs = [lw.param(i, "weight", "grad"), lw.param(i, "bias", "grad")] if last else [None, None]
         srcs = [lw.grad_groups(v, i, r.lo, r.hi), [lw.pieces_of(v, lay.inputs[0], r.lo, r.hi)]]
         sc = [r.lo, r.hi, lw.rows(i), BN_EPS]
+        if lw.ws is not None:  # the chain step, then its share of the gradient added in storage
+            return [lw.ws.grad_stats(lw, v, r, [prev, fst], srcs, out, sc)], out, True
         return [zoo_call("zoo_bn_grad_stats", name, [prev, fst], srcs, [out, *gs], sc)], out, False
     if r.kind == "weight_grad":
         acc = r.count > 1
@@ -340,6 +341,7 @@ def lower_zoo(zp: ZooProgram, schedule=None) -> KernelProgram:
         except LoweringError as e:
             problems.append(str(e))
             continue
+        acc = acc or (lw.ws is not None and v in lw.ws.makers)  # it adds its share to the gradient in storage
         nbytes = 0 if out is None else out.extent_bytes()
         if nbytes != nd.output_bytes:
             problems.append(f"{lw.what(v)}: its tensor takes {nbytes} B but the graph counts {nd.output_bytes} B")

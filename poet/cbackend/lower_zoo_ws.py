@@ -6,9 +6,11 @@ Under ``--weights stream`` a layer's parameters and gradient live in the weight 
 its block, or reads, adds to and writes it back (``runtime/pk_wstream_zoo.c``).  Which maker of a
 gradient writes first is decided by the schedule's order of computation (the priced rule counts one
 write and read-modify-writes for the rest per share, whatever the order; makers are computed once).
-Built: row tiles, whole layers and groups of output channels (forward, weight gradient).  Refused with
-a message: a grad-input tile of a group of input channels, and layers of other kinds with parameters
-(BatchNorm).
+Built: row tiles, whole layers and groups of output channels (forward, weight gradient), for
+convolutions, linear layers and BatchNorm (a record [gamma, beta] per channel: its forward and grad-input
+read their channels' records; the node that makes the gradient -- the backward statistics chain's steps,
+else the grad-input tiles -- adds its rows' share to it).  Every maker is computed once (``accumulates``).
+Refused with a message: a grad-input tile of a group of input channels of a convolution.
 """
 
 from __future__ import annotations
@@ -17,19 +19,26 @@ from ..graph.tiling_ranges import input_rows, output_rows_touching
 from ..schedule.core import Op
 from .ir import KernelCall, LoweringError
 from .wstore import WeightFiles, weight_files
-from .zoo_refs import zoo_call
+from .zoo_refs import BN_EPS, zoo_call
 
 __all__ = ["StreamedWeights", "streamed_weights"]
 
-STREAMED_OPS = ("conv2d", "linear")
+STREAMED_OPS = ("conv2d", "linear", "batchnorm")
 
 
 class StreamedWeights:
     """The weight files of a streamed zoo program, and which gradient makers write first."""
 
-    def __init__(self, files: WeightFiles, first: frozenset[int]):
+    def __init__(self, files: WeightFiles, first: frozenset[int], makers: frozenset[int]):
         self.files = files
-        self.first = first
+        self.first = first  # the makers that write their gradient share (the first of it computed)
+        self.makers = makers  # every node that writes or adds to a gradient share
+
+    def _records(self, lw, layer: int, clo, chi) -> tuple[int, int]:
+        """Byte offset and count of the records of channels [clo, chi) (all when None)."""
+        b = self.files.block(lw.L[layer].name)
+        a = 0 if clo is None else clo
+        return b.offset + 4 * a * b.record_floats, (b.cout if chi is None else chi) - a
 
     def _geometry(self, lw, layer: int, clo, chi) -> list[int]:
         lay = lw.L[layer]
@@ -43,6 +52,13 @@ class StreamedWeights:
     def forward(self, lw, v: int, r, y) -> list[KernelCall]:
         i, lay, name = r.layer, lw.L[r.layer], lw.zp.graph.nodes[v].name
         x = lay.inputs[0]
+        if lay.op == "batchnorm":
+            ch = (r.clo, r.chi)
+            st = lw.stats_ref(lw.pred_role(v, "stats", i), i, *ch)
+            h = lw.rows(i)
+            a, z = (r.lo, r.hi) if st is not None else (0, h)
+            sc = [*self._records(lw, i, *ch), r.lo, h, BN_EPS]
+            return [zoo_call("zoo_ws_bn", name, [st], [[lw.pieces_of(v, x, a, z, *ch)]], [y], sc)]
         if lay.op == "conv2d":
             a, z = input_rows(lay, r.lo, r.hi, lw.rows(x))
             sc = [*self._geometry(lw, i, r.clo, r.chi), lay.stride, lay.pad, r.lo, lw.rows(x)]
@@ -52,6 +68,8 @@ class StreamedWeights:
 
     def grad_input(self, lw, v: int, r, dx, touched: bool) -> list[KernelCall]:
         i, lay, name = r.layer, lw.L[r.layer], lw.zp.graph.nodes[v].name
+        if lay.op == "batchnorm":
+            return [self._bn_grad(lw, v, r, dx)]
         geo = self._geometry(lw, i, None, None)
         if r.clo is not None:
             raise LoweringError(
@@ -69,6 +87,24 @@ class StreamedWeights:
             return [zoo_call("zoo_ws_conv_grad_input", name, [], [lw.grad_groups(v, i, dlo, dhi)], [dx], sc)]
         srcs = [lw.grad_groups(v, i, 0, lw.rows(i))]
         return [zoo_call("zoo_ws_linear_grad_input", name, [], srcs, [dx], [*geo, r.lo])]
+
+    def _bn_grad(self, lw, v: int, r, dx) -> KernelCall:
+        i, lay, name = r.layer, lw.L[r.layer], lw.zp.graph.nodes[v].name
+        x, R, lo, hi, ch = lay.inputs[0], lw.rows(r.layer), r.lo, r.hi, (r.clo, r.chi)
+        fst = lw.stats_ref(lw.pred_role(v, "stats", i), i, *ch)
+        bst = lw.stats_ref(lw.pred_role(v, "grad_stats", i), i, *ch)
+        a, z = (lo, hi) if fst is not None and bst is not None else (0, R)
+        srcs = [lw.grad_groups(v, i, a, z, *ch), [lw.pieces_of(v, x, a, z, *ch)]]
+        makes = v in self.makers
+        if makes != (bst is None):
+            raise LoweringError(f"{lw.what(v)}: its gradient sums and the priced gradient maker disagree")
+        sc = [*self._records(lw, i, *ch), int(makes), int(v in self.first), lo, hi, R, BN_EPS]
+        return zoo_call("zoo_ws_bn_grad", name, [fst, bst], srcs, [dx], sc)
+
+    def grad_stats(self, lw, v: int, r, ins, srcs, out, scalars) -> KernelCall:
+        off, n = self._records(lw, r.layer, None, None)
+        sc = [off, n, int(v in self.first), *scalars]
+        return zoo_call("zoo_ws_bn_grad_stats", lw.zp.graph.nodes[v].name, ins, srcs, [out, None, None], sc)
 
     def weight_grad(self, lw, v: int, r, lo: int, hi: int) -> list[KernelCall]:
         i, lay, name = r.layer, lw.L[r.layer], lw.zp.graph.nodes[v].name
@@ -97,14 +133,31 @@ def streamed_weights(zp, schedule) -> StreamedWeights | None:
             f"{', '.join(STREAMED_OPS)} layers do): compile this model with --weights flash or ram"
         )
     files = weight_files(zp.params, names, store.staging_bytes, dict(store.layers))
-    # the first maker of each gradient share in the order the schedule computes them writes it
+    if store.staging_bytes % 8 and any(lay.op == "batchnorm" and lay.params for lay in zp.layers.layers):
+        raise LoweringError(
+            f"the staging buffer is {store.staging_bytes} B; BatchNorm's streamed records [gamma, beta] need "
+            f"whole records per chunk: solve again with --staging a multiple of 8 B"
+        )
+    # who makes each gradient share (poet.graph.weight_traffic's rule): a layer's weight-gradient nodes,
+    # else its backward statistics chain, else its backward nodes; the first computed writes it
+    ops = [lay.op for lay in zp.layers.layers]
+    kinds: dict[int, set] = {}
+    for r in zp.roles:
+        if r is not None and r.kind in ("weight_grad", "grad_stats", "grad_input", "backward"):
+            kinds.setdefault(r.layer, set()).add(r.kind)
+
+    def maker(r) -> bool:
+        if r is None or r.layer not in kinds or ops[r.layer] not in STREAMED_OPS:
+            return False
+        have = kinds[r.layer]
+        want = "weight_grad" if "weight_grad" in have else "grad_stats" if "grad_stats" in have else None
+        return r.kind == want if want else r.kind in ("grad_input", "backward")
+
     makers: dict[tuple, int] = {}
+    every: set[int] = set()
     for s in schedule.steps:
-        if s.op != Op.COMPUTE:
-            continue
         r = zp.roles[s.node]
-        if r is None or not r.layer >= 0 or zp.layers.layers[r.layer].op not in STREAMED_OPS:
-            continue
-        if r.kind == "weight_grad" or r.kind == "backward":
+        if s.op == Op.COMPUTE and maker(r):
             makers.setdefault((r.layer, r.clo, r.chi), s.node)
-    return StreamedWeights(files, frozenset(makers.values()))
+            every.add(s.node)
+    return StreamedWeights(files, frozenset(makers.values()), frozenset(every))

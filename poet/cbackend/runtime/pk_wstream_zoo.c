@@ -19,12 +19,23 @@
    zoo_ws_linear_grad_input dy src, dx          | off, out, in, 1, bias, lo, <dy>
    zoo_ws_linear_weight_grad x src, dy src      | off, out, in, 1, bias, first, lo, hi, <x>, <dy>
    zoo_ws_read_zero         dx                  | off, floats     (a grad-input tile no output row reaches:
-                                                                   it reads its weights as priced, dx = 0) */
+                                                                   it reads its weights as priced, dx = 0)
+   BatchNorm: a record per channel is [gamma, beta] (its gradient [dgamma, dbeta]); chunks hold whole records
+   (the staging buffer is a multiple of 8 B); each channel is computed by kernels_zoo_norm.c's own code:
+   zoo_ws_bn                stats|NONE, x src, y                  | off, C, lo, H, eps, <x>
+   zoo_ws_bn_grad           fstats|NONE, bstats|NONE, dy src, x src, dx
+                                                                  | off, C, makes, first, lo, hi, H, eps, <dy>, <x>
+                            (makes: it also adds rows [lo, hi)'s share of the parameter gradients, a second pass)
+   zoo_ws_bn_grad_stats     as zoo_bn_grad_stats (its dgamma, dbeta NONE) | off, C, first, then its scalars:
+                            the chain step, then rows [lo, hi)'s share added to the gradient in storage */
 #include <string.h>
 
 #include "pk.h"
 #include "pk_wstream.h"
 #include "pk_zoo.h"
+#include "pk_zoo_norm.h"
+
+PK_KERNEL(zoo_bn_grad_stats);
 
 #define TAKE(expr)                     \
     do {                               \
@@ -350,4 +361,106 @@ PK_KERNEL(zoo_ws_read_zero) {
     }
     zero4(&t[0]);
     return PK_OK;
+}
+
+/* ------------------------------------------------------------------ BatchNorm */
+
+static int bn_staging(float **buf, uint32_t *per) {
+    *buf = staging(per);
+    return (*buf && *per % 2 == 0) ? PK_OK : PK_EARGS;
+}
+
+/* rows [lo, hi)'s share of channels [0, C)'s parameter gradients added to records at off (first: written) */
+static int bn_add_grads(const pk_tensor *fst, const pkz_src *dy, const pkz_src *x, uint32_t off, int32_t nch, int first,
+                        int32_t lo, int32_t hi, int32_t h, double eps) {
+    uint32_t per;
+    float *buf;
+    TAKE(bn_staging(&buf, &per));
+    const uint32_t total = 2u * (uint32_t)nch;
+    const int gf = pk_ws_gfile();
+    for (uint32_t c0 = 0, c1; c0 < total; c0 = c1) {
+        c1 = chunk_end(c0, per, total);
+        if (first)
+            memset(buf, 0, 4u * (c1 - c0));
+        else
+            TAKE(pk_ws_read(gf, off + 4u * c0, buf, 4u * (c1 - c0)));
+        for (uint32_t e = c0; e < c1; e += 2) {
+            double sdy, sdyx;
+            TAKE(pkz_bn_tile_sums(fst, dy, x, (int32_t)(e / 2), lo, hi, h, eps, &sdy, &sdyx));
+            buf[e - c0] += (float)sdyx;
+            buf[e - c0 + 1] += (float)sdy;
+        }
+        TAKE(pk_ws_write(gf, off + 4u * c0, buf, 4u * (c1 - c0)));
+    }
+    return PK_OK;
+}
+
+PK_KERNEL(zoo_ws_bn) {
+    if (nt < 3 || ns < 6 || s[0].i < 0) return PK_EARGS;
+    const uint32_t off = (uint32_t)s[0].i;
+    const int32_t nch = (int32_t)s[1].i, lo = (int32_t)s[2].i, h = (int32_t)s[3].i;
+    const double eps = s[4].f;
+    const pk_tensor *st = &t[0];
+    int ti = 1, si = 5;
+    pkz_src x;
+    TAKE(pkz_src_parse(&x, t, nt, &ti, s, ns, &si));
+    if (ti != nt - 1 || si != ns || x.ng != 1 || h < 1 || x.c != nch) return PK_EARGS;
+    const pk_tensor *y = &t[ti];
+    TAKE(pkz_bn_check(st, &x, y));
+    uint32_t per;
+    float *buf;
+    TAKE(bn_staging(&buf, &per));
+    const uint32_t total = 2u * (uint32_t)nch;
+    for (uint32_t c0 = 0, c1; c0 < total; c0 = c1) {
+        c1 = chunk_end(c0, per, total);
+        TAKE(pk_ws_read(pk_ws_wfile(), off + 4u * c0, buf, 4u * (c1 - c0)));
+        for (uint32_t e = c0; e < c1; e += 2)
+            TAKE(pkz_bn_forward_channel(st, &x, y, (int32_t)(e / 2), lo, h, eps, buf[e - c0], buf[e - c0 + 1]));
+    }
+    return PK_OK;
+}
+
+PK_KERNEL(zoo_ws_bn_grad) {
+    if (nt < 5 || ns < 10 || s[0].i < 0) return PK_EARGS;
+    const uint32_t off = (uint32_t)s[0].i;
+    const int32_t nch = (int32_t)s[1].i, lo = (int32_t)s[4].i, hi = (int32_t)s[5].i, h = (int32_t)s[6].i;
+    const int makes = s[2].i != 0, first = s[3].i != 0;
+    const double eps = s[7].f;
+    const pk_tensor *fst = &t[0], *bst = &t[1];
+    int ti = 2, si = 8;
+    pkz_src dy, x;
+    TAKE(pkz_src_parse(&dy, t, nt, &ti, s, ns, &si));
+    TAKE(pkz_src_parse(&x, t, nt, &ti, s, ns, &si));
+    if (ti != nt - 1 || si != ns || x.ng != 1 || h < 1 || x.c != nch) return PK_EARGS;
+    const pk_tensor *dx = &t[ti];
+    TAKE(pkz_bn_grad_check(fst, bst, &dy, &x, dx));
+    uint32_t per;
+    float *buf;
+    TAKE(bn_staging(&buf, &per));
+    const uint32_t total = 2u * (uint32_t)nch;
+    for (uint32_t c0 = 0, c1; c0 < total; c0 = c1) {
+        c1 = chunk_end(c0, per, total);
+        TAKE(pk_ws_read(pk_ws_wfile(), off + 4u * c0, buf, 4u * (c1 - c0)));
+        for (uint32_t e = c0; e < c1; e += 2) {
+            double sdy, sdyx;
+            TAKE(pkz_bn_grad_channel(fst, bst, &dy, &x, dx, (int32_t)(e / 2), lo, h, eps, buf[e - c0], &sdy, &sdyx));
+        }
+    }
+    return makes ? bn_add_grads(fst, &dy, &x, off, nch, first, lo, hi, h, eps) : PK_OK;
+}
+
+PK_KERNEL(zoo_ws_bn_grad_stats) {
+    if (nt < 7 || ns < 10 || s[0].i < 0) return PK_EARGS;
+    const uint32_t off = (uint32_t)s[0].i;
+    const int32_t nch = (int32_t)s[1].i;
+    const int first = s[2].i != 0;
+    const pk_scalar *cs = s + 3; /* zoo_bn_grad_stats' own scalars: lo, hi, H, eps, <dy>, <x> */
+    if (t[nt - 2].dtype != PK_NONE || t[nt - 1].dtype != PK_NONE) return PK_EARGS;
+    TAKE(pk_zoo_bn_grad_stats(t, nt, cs, ns - 3));
+    int ti = 2, si = 4;
+    pkz_src dy, x;
+    TAKE(pkz_src_parse(&dy, t, nt, &ti, cs, ns - 3, &si));
+    TAKE(pkz_src_parse(&x, t, nt, &ti, cs, ns - 3, &si));
+    if (x.c != nch) return PK_EARGS;
+    return bn_add_grads(&t[1], &dy, &x, off, nch, first, (int32_t)cs[0].i, (int32_t)cs[1].i, (int32_t)cs[2].i, cs[3].f);
 }
