@@ -20,7 +20,7 @@ from ..schedule.validate import validate
 from .check import CheckReport, compare, dropout_reference, reference_run
 from .check_zoo import zoo_reference
 from .fit import ArenaFit
-from .instructions import InstructionComparison, InstructionModel, measure_program
+from .instructions import InstructionComparison, InstructionModel, measure_program, measured_per_kind
 from .ir import LoweringError
 from .layout import StepResults, read_out, write_batches
 from .lower import lower_program
@@ -54,6 +54,8 @@ class CompileResult:
     ram_region: FirmwareNeeds | None = None  # qemu-m4: what its RAM region holds besides the arena, measured
     not_run: str = ""  # why a run that was asked for did not happen (an image the board cannot hold)
     weight_traffic: WeightTraffic | None = None  # --weights stream runs: what the step moved beside the price
+    # qemu-m4 runs of zoo programs: instructions per kind, measured (no per-node prediction is built for them)
+    measured_instructions: dict | None = None
 
     @property
     def arena_bytes(self) -> int:
@@ -100,6 +102,13 @@ class CompileResult:
             out += self.weight_traffic.lines()
         if self.instructions is not None:
             out += self.instructions.lines()
+        elif self.measured_instructions is not None:
+            m = self.measured_instructions
+            out.append(
+                "instructions on qemu-m4, measured (a zoo program's per-node prediction is not built): "
+                + ", ".join(f"{k} {v:,}" for k, v in m.items())
+                + f"; total {sum(m.values()):,}"
+            )
         if self.check is not None:
             out.append("against PyTorch: " + ("match within the bounds" if self.check.ok else "MISMATCH"))
             out += ["  " + x for x in self.check.lines()]
@@ -224,7 +233,7 @@ def compile_program(
         f"wrote {project.path}: {len(project.tables.steps)} instructions, {len(project.tables.calls)} calls, "
         f"arena {fit.plan.arena_bytes:,} B (schedule peak {schedule.totals.peak_ram_bytes - fixed:,} B)",
     )
-    build = run_out = results = report = comparison = traffic = None
+    build = run_out = results = report = comparison = traffic = measured = None
     not_run = ""
     if run or check or target != "host":
         tgt = get_target(target)
@@ -268,6 +277,8 @@ def compile_program(
                 params, grads = kp.stream.read(rd)
                 results = StepResults(results.losses, (grads,), params, {})
                 traffic = WeightTraffic(priced_traffic(schedule), moved_traffic(run_out.text))
+        if counting and run_out.ok and zoo and run_out.marks:
+            measured = dict(measured_per_kind(schedule.steps, run_out.marks)[0])
         if counting and run_out.ok and not zoo:  # per-node predictions are measured for traced programs
             t1 = time.monotonic()
             m = momentum if project.layout.params_in_ram else 0.0
@@ -293,5 +304,18 @@ def compile_program(
         report = compare(results, ref)
         secs["check"] = time.monotonic() - t1
     return CompileResult(
-        project, schedule, fit, target, build, run_out, results, report, secs, comparison, needs, not_run, traffic
+        project,
+        schedule,
+        fit,
+        target,
+        build,
+        run_out,
+        results,
+        report,
+        secs,
+        comparison,
+        needs,
+        not_run,
+        traffic,
+        measured,
     )
