@@ -8,7 +8,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from poet.cbackend import hostlib
 from poet.cbackend.compiler import compile_program
 from poet.cbackend.ir import LoweringError
 from poet.cbackend.lower_zoo import lower_zoo, zoo_program
@@ -18,15 +17,12 @@ from poet.graph.zoo import DATA, ModelLayers, build_model
 from poet.graph.zoo_layers import NetBuilder
 from poet.schedule.core import Op, Step
 from poet.solve.api import solve
-from tests.toolchain import require
+from tests.toolchain import require_cc
 
 
 @pytest.fixture(scope="module", autouse=True)
 def _cc():
-    try:
-        hostlib.compiler()
-    except hostlib.KernelError as e:
-        require(str(e))
+    require_cc()
 
 
 def _plain_net() -> ModelLayers:

@@ -58,14 +58,40 @@ static int block_of(const pk_scalar *s, ws_block *b) {
     return PK_OK;
 }
 
-static float *staging(uint32_t *per) {
+/* The chunks of a range of `total` floats at byte `off` of a file, each in the staging buffer in turn. */
+typedef struct {
+    int file; /* where each chunk is read from; -1: zeroed instead (a gradient written first) */
+    uint32_t off, total, per, c0, c1;
+    float *buf;
+} ws_chunks;
+
+/* per: whole multiples of `multiple` floats a chunk (BatchNorm's records of 2) */
+static int chunks_start(ws_chunks *it, int file, uint32_t off, uint32_t total, uint32_t multiple) {
     uint32_t bytes;
-    float *buf = pk_ws_staging(&bytes);
-    *per = bytes / 4;
-    return (buf && *per > 0) ? buf : 0;
+    it->buf = pk_ws_staging(&bytes);
+    it->per = bytes / 4;
+    it->file = file, it->off = off, it->total = total, it->c0 = it->c1 = 0;
+    return (it->buf && it->per > 0 && it->per % multiple == 0) ? PK_OK : PK_EARGS;
 }
 
-static uint32_t chunk_end(uint32_t c0, uint32_t per, uint32_t total) { return c0 + per < total ? c0 + per : total; }
+/* the next chunk, floats [c0, c1) of the range, in buf: 1; 0 after the last; minus an error code */
+static int chunks_next(ws_chunks *it) {
+    it->c0 = it->c1;
+    if (it->c0 >= it->total) return 0;
+    it->c1 = it->c0 + it->per < it->total ? it->c0 + it->per : it->total;
+    const uint32_t n = 4u * (it->c1 - it->c0);
+    if (it->file < 0) {
+        memset(it->buf, 0, n);
+        return 1;
+    }
+    const int rc = pk_ws_read(it->file, it->off + 4u * it->c0, it->buf, n);
+    return rc ? -rc : 1;
+}
+
+/* the current chunk written back to file f */
+static int chunks_put(const ws_chunks *it, int f) {
+    return pk_ws_write(f, it->off + 4u * it->c0, it->buf, 4u * (it->c1 - it->c0));
+}
 
 static void zero4(const pk_tensor *y) {
     for (int32_t b = 0; b < y->size[0]; b++)
@@ -87,15 +113,13 @@ PK_KERNEL(zoo_ws_conv) {
     const pk_tensor *y = &t[ti];
     const int32_t win = x.w, wo = (win + 2 * pad - B.k) / st + 1, k = B.k;
     TAKE(pkz_out4(y, x.b, B.cout, wo));
-    uint32_t per;
-    float *buf = staging(&per);
-    if (!buf) return PK_EARGS;
+    ws_chunks it;
+    TAKE(chunks_start(&it, pk_ws_wfile(), B.off, B.total, 1));
     zero4(y);
-    for (uint32_t c0 = 0, c1; c0 < B.total; c0 = c1) {
-        c1 = chunk_end(c0, per, B.total);
-        TAKE(pk_ws_read(pk_ws_wfile(), B.off + 4u * c0, buf, 4u * (c1 - c0)));
-        for (uint32_t e = c0; e < c1; e++) {
-            const float w = buf[e - c0];
+    int more;
+    while ((more = chunks_next(&it)) > 0)
+        for (uint32_t e = it.c0; e < it.c1; e++) {
+            const float w = it.buf[e - it.c0];
             const int32_t co = (int32_t)(e / B.rec);
             const uint32_t j = e % B.rec;
             if (j == (uint32_t)B.cin * B.kk) { /* the bias, after the channel's weights */
@@ -120,7 +144,7 @@ PK_KERNEL(zoo_ws_conv) {
                     }
                 }
         }
-    }
+    if (more < 0) return -more;
     return PK_OK;
 }
 
@@ -138,17 +162,15 @@ PK_KERNEL(zoo_ws_conv_grad_input) {
     const int32_t win = dx->size[3], wo = dy.w, k = B.k;
     TAKE(pkz_out4(dx, dy.b, B.cin, win));
     if ((win + 2 * pad - k) / st + 1 != wo) return PK_EARGS;
-    uint32_t per;
-    float *buf = staging(&per);
-    if (!buf) return PK_EARGS;
+    ws_chunks it;
+    TAKE(chunks_start(&it, pk_ws_wfile(), B.off, B.total, 1));
     zero4(dx);
-    for (uint32_t c0 = 0, c1; c0 < B.total; c0 = c1) {
-        c1 = chunk_end(c0, per, B.total);
-        TAKE(pk_ws_read(pk_ws_wfile(), B.off + 4u * c0, buf, 4u * (c1 - c0)));
-        for (uint32_t e = c0; e < c1; e++) {
+    int more;
+    while ((more = chunks_next(&it)) > 0)
+        for (uint32_t e = it.c0; e < it.c1; e++) {
             const uint32_t j = e % B.rec;
             if (j == (uint32_t)B.cin * B.kk) continue; /* the bias takes no part */
-            const float w = buf[e - c0];
+            const float w = it.buf[e - it.c0];
             const int32_t co = (int32_t)(e / B.rec);
             const int32_t ci = (int32_t)(j / B.kk), kh = (int32_t)((j % B.kk) / (uint32_t)k), kw = (int32_t)(j % (uint32_t)k);
             for (int g = 0; g < dy.ng; g++)
@@ -167,7 +189,7 @@ PK_KERNEL(zoo_ws_conv_grad_input) {
                         }
                     }
         }
-    }
+    if (more < 0) return -more;
     return PK_OK;
 }
 
@@ -186,17 +208,11 @@ PK_KERNEL(zoo_ws_conv_weight_grad) {
     if (ti != nt || si != ns || st < 1 || x.ng != 1 || x.b != dy.b || x.c != B.cin || dy.c != B.cout) return PK_EARGS;
     if ((x.w + 2 * pad - k) / st + 1 != dy.w || lo < 0 || hi < lo) return PK_EARGS;
     const int32_t win = x.w, wo = dy.w;
-    uint32_t per;
-    float *buf = staging(&per);
-    if (!buf) return PK_EARGS;
     const int gf = pk_ws_gfile();
-    for (uint32_t c0 = 0, c1; c0 < B.total; c0 = c1) {
-        c1 = chunk_end(c0, per, B.total);
-        if (first)
-            memset(buf, 0, 4u * (c1 - c0));
-        else
-            TAKE(pk_ws_read(gf, B.off + 4u * c0, buf, 4u * (c1 - c0)));
-        for (uint32_t e = c0; e < c1; e++) {
+    ws_chunks it;
+    TAKE(chunks_start(&it, first ? -1 : gf, B.off, B.total, 1));
+    int more;
+    while ((more = chunks_next(&it)) > 0) {        for (uint32_t e = it.c0; e < it.c1; e++) {
             const int32_t co = (int32_t)(e / B.rec);
             const uint32_t j = e % B.rec;
             const int is_bias = j == (uint32_t)B.cin * B.kk;
@@ -220,11 +236,11 @@ PK_KERNEL(zoo_ws_conv_weight_grad) {
                             if (iw >= 0 && iw < win) acc += dyr[ow] * xr[iw];
                         }
                     }
-            buf[e - c0] += acc;
+            it.buf[e - it.c0] += acc;
         }
-        TAKE(pk_ws_write(gf, B.off + 4u * c0, buf, 4u * (c1 - c0)));
+        TAKE(chunks_put(&it, gf));
     }
-    return PK_OK;
+    return more < 0 ? -more : PK_OK;
 }
 
 /* ------------------------------------------------------------------ linear (flat vectors: (B, 1, F, 1)) */
@@ -244,17 +260,15 @@ PK_KERNEL(zoo_ws_linear) {
     TAKE(pkz_out4(y, x.b, 1, 1));
     const int32_t rows = y->size[2];
     if (lo < 0 || lo + rows > B.cout) return PK_EARGS;
-    uint32_t per;
-    float *buf = staging(&per);
-    if (!buf) return PK_EARGS;
+    ws_chunks it;
+    TAKE(chunks_start(&it, pk_ws_wfile(), B.off, B.total, 1));
     zero4(y);
-    for (uint32_t c0 = 0, c1; c0 < B.total; c0 = c1) {
-        c1 = chunk_end(c0, per, B.total);
-        TAKE(pk_ws_read(pk_ws_wfile(), B.off + 4u * c0, buf, 4u * (c1 - c0)));
-        for (uint32_t e = c0; e < c1; e++) {
+    int more;
+    while ((more = chunks_next(&it)) > 0)
+        for (uint32_t e = it.c0; e < it.c1; e++) {
             const int32_t o = (int32_t)(e / B.rec), i = (int32_t)(e % B.rec);
             if (o < lo || o >= lo + rows) continue; /* read as priced (a row tile reads the block), not used */
-            const float w = buf[e - c0];
+            const float w = it.buf[e - it.c0];
             for (int32_t b = 0; b < x.b; b++) {
                 float *yo = pkz_at(y, b, 0, o - lo);
                 if (i == B.cin) {
@@ -266,7 +280,7 @@ PK_KERNEL(zoo_ws_linear) {
                 }
             }
         }
-    }
+    if (more < 0) return -more;
     return PK_OK;
 }
 
@@ -283,17 +297,15 @@ PK_KERNEL(zoo_ws_linear_grad_input) {
     TAKE(pkz_out4(dx, dy.b, 1, 1));
     const int32_t rows = dx->size[2];
     if (lo < 0 || lo + rows > B.cin) return PK_EARGS;
-    uint32_t per;
-    float *buf = staging(&per);
-    if (!buf) return PK_EARGS;
+    ws_chunks it;
+    TAKE(chunks_start(&it, pk_ws_wfile(), B.off, B.total, 1));
     zero4(dx);
-    for (uint32_t c0 = 0, c1; c0 < B.total; c0 = c1) {
-        c1 = chunk_end(c0, per, B.total);
-        TAKE(pk_ws_read(pk_ws_wfile(), B.off + 4u * c0, buf, 4u * (c1 - c0)));
-        for (uint32_t e = c0; e < c1; e++) {
+    int more;
+    while ((more = chunks_next(&it)) > 0)
+        for (uint32_t e = it.c0; e < it.c1; e++) {
             const int32_t o = (int32_t)(e / B.rec), i = (int32_t)(e % B.rec);
             if (i == B.cin || i < lo || i >= lo + rows) continue;
-            const float w = buf[e - c0];
+            const float w = it.buf[e - it.c0];
             for (int g = 0; g < dy.ng; g++)
                 for (int32_t b = 0; b < dy.b; b++) {
                     const float *d = flat(&dy, g, b, o);
@@ -301,7 +313,7 @@ PK_KERNEL(zoo_ws_linear_grad_input) {
                     *pkz_at(dx, b, 0, i - lo) += w * *d;
                 }
         }
-    }
+    if (more < 0) return -more;
     return PK_OK;
 }
 
@@ -316,17 +328,11 @@ PK_KERNEL(zoo_ws_linear_weight_grad) {
     TAKE(pkz_src_parse(&x, t, nt, &ti, s, ns, &si));
     TAKE(pkz_src_parse(&dy, t, nt, &ti, s, ns, &si));
     if (ti != nt || si != ns || B.k != 1 || x.ng != 1 || x.b != dy.b || lo < 0 || hi < lo || hi > B.cout) return PK_EARGS;
-    uint32_t per;
-    float *buf = staging(&per);
-    if (!buf) return PK_EARGS;
     const int gf = pk_ws_gfile();
-    for (uint32_t c0 = 0, c1; c0 < B.total; c0 = c1) {
-        c1 = chunk_end(c0, per, B.total);
-        if (first)
-            memset(buf, 0, 4u * (c1 - c0));
-        else
-            TAKE(pk_ws_read(gf, B.off + 4u * c0, buf, 4u * (c1 - c0)));
-        for (uint32_t e = c0; e < c1; e++) {
+    ws_chunks it;
+    TAKE(chunks_start(&it, first ? -1 : gf, B.off, B.total, 1));
+    int more;
+    while ((more = chunks_next(&it)) > 0) {        for (uint32_t e = it.c0; e < it.c1; e++) {
             const int32_t o = (int32_t)(e / B.rec), i = (int32_t)(e % B.rec);
             if (o < lo || o >= hi) continue; /* another tile's rows: written back as they are */
             float acc = 0.0f;
@@ -342,57 +348,42 @@ PK_KERNEL(zoo_ws_linear_weight_grad) {
                         acc += *d * *xi;
                     }
                 }
-            buf[e - c0] += acc;
+            it.buf[e - it.c0] += acc;
         }
-        TAKE(pk_ws_write(gf, B.off + 4u * c0, buf, 4u * (c1 - c0)));
+        TAKE(chunks_put(&it, gf));
     }
-    return PK_OK;
+    return more < 0 ? -more : PK_OK;
 }
 
 PK_KERNEL(zoo_ws_read_zero) {
     if (nt != 1 || ns != 2 || s[0].i < 0 || s[1].i < 0 || t[0].ndim != 4 || t[0].dtype != PK_F32) return PK_EARGS;
-    uint32_t per;
-    float *buf = staging(&per);
-    if (!buf) return PK_EARGS;
-    const uint32_t off = (uint32_t)s[0].i, total = (uint32_t)s[1].i;
-    for (uint32_t c0 = 0, c1; c0 < total; c0 = c1) {
-        c1 = chunk_end(c0, per, total);
-        TAKE(pk_ws_read(pk_ws_wfile(), off + 4u * c0, buf, 4u * (c1 - c0)));
-    }
+    ws_chunks it;
+    TAKE(chunks_start(&it, pk_ws_wfile(), (uint32_t)s[0].i, (uint32_t)s[1].i, 1));
+    int more;
+    while ((more = chunks_next(&it)) > 0) continue;
     zero4(&t[0]);
-    return PK_OK;
+    return more < 0 ? -more : PK_OK;
 }
 
 /* ------------------------------------------------------------------ BatchNorm */
 
-static int bn_staging(float **buf, uint32_t *per) {
-    *buf = staging(per);
-    return (*buf && *per % 2 == 0) ? PK_OK : PK_EARGS;
-}
-
 /* rows [lo, hi)'s share of channels [0, C)'s parameter gradients added to records at off (first: written) */
 static int bn_add_grads(const pk_tensor *fst, const pkz_src *dy, const pkz_src *x, uint32_t off, int32_t nch, int first,
                         int32_t lo, int32_t hi, int32_t h, double eps) {
-    uint32_t per;
-    float *buf;
-    TAKE(bn_staging(&buf, &per));
-    const uint32_t total = 2u * (uint32_t)nch;
     const int gf = pk_ws_gfile();
-    for (uint32_t c0 = 0, c1; c0 < total; c0 = c1) {
-        c1 = chunk_end(c0, per, total);
-        if (first)
-            memset(buf, 0, 4u * (c1 - c0));
-        else
-            TAKE(pk_ws_read(gf, off + 4u * c0, buf, 4u * (c1 - c0)));
-        for (uint32_t e = c0; e < c1; e += 2) {
+    ws_chunks it;
+    TAKE(chunks_start(&it, first ? -1 : gf, off, 2u * (uint32_t)nch, 2));
+    int more;
+    while ((more = chunks_next(&it)) > 0) {
+        for (uint32_t e = it.c0; e < it.c1; e += 2) {
             double sdy, sdyx;
             TAKE(pkz_bn_tile_sums(fst, dy, x, (int32_t)(e / 2), lo, hi, h, eps, &sdy, &sdyx));
-            buf[e - c0] += (float)sdyx;
-            buf[e - c0 + 1] += (float)sdy;
+            it.buf[e - it.c0] += (float)sdyx;
+            it.buf[e - it.c0 + 1] += (float)sdy;
         }
-        TAKE(pk_ws_write(gf, off + 4u * c0, buf, 4u * (c1 - c0)));
+        TAKE(chunks_put(&it, gf));
     }
-    return PK_OK;
+    return more < 0 ? -more : PK_OK;
 }
 
 PK_KERNEL(zoo_ws_bn) {
@@ -407,17 +398,15 @@ PK_KERNEL(zoo_ws_bn) {
     if (ti != nt - 1 || si != ns || x.ng != 1 || h < 1 || x.c != nch) return PK_EARGS;
     const pk_tensor *y = &t[ti];
     TAKE(pkz_bn_check(st, &x, y));
-    uint32_t per;
-    float *buf;
-    TAKE(bn_staging(&buf, &per));
-    const uint32_t total = 2u * (uint32_t)nch;
-    for (uint32_t c0 = 0, c1; c0 < total; c0 = c1) {
-        c1 = chunk_end(c0, per, total);
-        TAKE(pk_ws_read(pk_ws_wfile(), off + 4u * c0, buf, 4u * (c1 - c0)));
-        for (uint32_t e = c0; e < c1; e += 2)
-            TAKE(pkz_bn_forward_channel(st, &x, y, (int32_t)(e / 2), lo, h, eps, buf[e - c0], buf[e - c0 + 1]));
-    }
-    return PK_OK;
+    ws_chunks it;
+    TAKE(chunks_start(&it, pk_ws_wfile(), off, 2u * (uint32_t)nch, 2));
+    int more;
+    while ((more = chunks_next(&it)) > 0)
+        for (uint32_t e = it.c0; e < it.c1; e += 2) {
+            const float *rec = it.buf + (e - it.c0);
+            TAKE(pkz_bn_forward_channel(st, &x, y, (int32_t)(e / 2), lo, h, eps, rec[0], rec[1]));
+        }
+    return more < 0 ? -more : PK_OK;
 }
 
 PK_KERNEL(zoo_ws_bn_grad) {
@@ -434,18 +423,15 @@ PK_KERNEL(zoo_ws_bn_grad) {
     if (ti != nt - 1 || si != ns || x.ng != 1 || h < 1 || x.c != nch) return PK_EARGS;
     const pk_tensor *dx = &t[ti];
     TAKE(pkz_bn_grad_check(fst, bst, &dy, &x, dx));
-    uint32_t per;
-    float *buf;
-    TAKE(bn_staging(&buf, &per));
-    const uint32_t total = 2u * (uint32_t)nch;
-    for (uint32_t c0 = 0, c1; c0 < total; c0 = c1) {
-        c1 = chunk_end(c0, per, total);
-        TAKE(pk_ws_read(pk_ws_wfile(), off + 4u * c0, buf, 4u * (c1 - c0)));
-        for (uint32_t e = c0; e < c1; e += 2) {
+    ws_chunks it;
+    TAKE(chunks_start(&it, pk_ws_wfile(), off, 2u * (uint32_t)nch, 2));
+    int more;
+    while ((more = chunks_next(&it)) > 0)
+        for (uint32_t e = it.c0; e < it.c1; e += 2) {
             double sdy, sdyx;
-            TAKE(pkz_bn_grad_channel(fst, bst, &dy, &x, dx, (int32_t)(e / 2), lo, h, eps, buf[e - c0], &sdy, &sdyx));
+            TAKE(pkz_bn_grad_channel(fst, bst, &dy, &x, dx, (int32_t)(e / 2), lo, h, eps, it.buf[e - it.c0], &sdy, &sdyx));
         }
-    }
+    if (more < 0) return -more;
     return makes ? bn_add_grads(fst, &dy, &x, off, nch, first, lo, hi, h, eps) : PK_OK;
 }
 
