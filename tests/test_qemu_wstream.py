@@ -37,6 +37,14 @@ def test_the_mlp_streams_its_weights_on_qemu_m4(tmp_path):
     assert r.weight_traffic.moved.reads > 5000  # 256-B chunks: every layer read many times over
 
 
+def test_a_stream_schedule_solved_again_to_fit_the_region_is_still_streamed(tmp_path):
+    # at 4,096 B the schedule's arena does not fit beside the stack: the re-solve prices the weights as
+    # the schedule did (it used to solve a graph with the weights in flash)
+    r = _stream_on_qemu(build_model("linear", 2), 4096, 256, tmp_path)
+    assert len(r.fit.attempts) > 1 and r.schedule.graph.placement == "stream"
+    assert r.schedule.graph.weights.staging_bytes == 256
+
+
 def test_a_row_tiled_conv_net_streams_its_weights_on_qemu_m4(tmp_path):
     L = _plain_net()
     r = _stream_on_qemu(build_tiled(L, ROW_TILES, 2).graph, 8192, 100, tmp_path, layers=L)

@@ -224,6 +224,11 @@ def compile_program(
     )
     program, kp, fit, project, needs = placed.program, placed.kernel_program, placed.fit, placed.project, placed.needs
     schedule = fit.schedule
+    if schedule.graph.placement != placed_from.graph.placement:  # a re-solve must price the weights the same way
+        raise LoweringError(
+            f"the schedule solved again to fit places the weights in {schedule.graph.placement}, the one given in "
+            f"{placed_from.graph.placement}: it would run another step than the one planned"
+        )
     fixed = schedule.graph.fixed_ram_bytes
     if schedule is not placed_from:  # re-solved: keep the schedule compiled beside its project
         save_schedule(schedule, project.path / "schedule.json")
