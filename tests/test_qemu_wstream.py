@@ -27,8 +27,9 @@ def _stream_on_qemu(graph, region: int, staging: int, tmp_path, layers=None):
     assert m.bss >= staging  # the staging buffer is in the RAM region
     assert r.project.layout.param_bytes == 0 and m.external <= 8  # no weight or gradient in the image
     assert r.run.instructions and r.run.stack_used <= r.ram_region.stack.bytes
-    mi = r.measured_instructions  # measured per kind; a zoo program's per-node prediction is not built
+    mi = r.measured_instructions  # measured per kind, and predicted from each node measured in a calibration run
     assert mi is not None and mi["compute"] > mi["update"] > 0 and sum(mi.values()) <= r.run.instructions
+    assert r.instructions is not None and abs(r.instructions.total_error) < 0.01, "\n".join(r.instructions.lines())
     return r
 
 

@@ -21,6 +21,7 @@ from .check import CheckReport, compare, dropout_reference, reference_run
 from .check_zoo import zoo_reference
 from .fit import ArenaFit
 from .instructions import InstructionComparison, InstructionModel, measure_program, measured_per_kind
+from .instructions_zoo import measure_zoo
 from .ir import LoweringError
 from .layout import StepResults, read_out, write_batches
 from .lower import lower_program
@@ -54,7 +55,7 @@ class CompileResult:
     ram_region: FirmwareNeeds | None = None  # qemu-m4: what its RAM region holds besides the arena, measured
     not_run: str = ""  # why a run that was asked for did not happen (an image the board cannot hold)
     weight_traffic: WeightTraffic | None = None  # --weights stream runs: what the step moved beside the price
-    # qemu-m4 runs of zoo programs: instructions per kind, measured (no per-node prediction is built for them)
+    # qemu-m4 runs of zoo programs: instructions per kind, measured (streamed ones are predicted too: instructions)
     measured_instructions: dict | None = None
 
     @property
@@ -105,7 +106,7 @@ class CompileResult:
         elif self.measured_instructions is not None:
             m = self.measured_instructions
             out.append(
-                "instructions on qemu-m4, measured (a zoo program's per-node prediction is not built): "
+                "instructions on qemu-m4, measured (a zoo program's prediction is built with --weights stream only): "
                 + ", ".join(f"{k} {v:,}" for k, v in m.items())
                 + f"; total {sum(m.values()):,}"
             )
@@ -284,6 +285,14 @@ def compile_program(
                 traffic = WeightTraffic(priced_traffic(schedule), moved_traffic(run_out.text))
         if counting and run_out.ok and zoo and run_out.marks:
             measured = dict(measured_per_kind(schedule.steps, run_out.marks)[0])
+            if kp.stream is not None:  # each node measured in place under a calibration schedule of its graph
+                t1 = time.monotonic()
+                _say(progress, "measuring every node's instructions under a calibration schedule ...")
+                model = instruction_model or measure_zoo(program, schedule, poison=check, timeout_s=timeout_s)
+                comparison = InstructionComparison.of(
+                    model, schedule.steps, run_out.marks, params_in_ram=False, poison=check
+                )
+                secs["instructions"] = time.monotonic() - t1
         if counting and run_out.ok and not zoo:  # per-node predictions are measured for traced programs
             t1 = time.monotonic()
             m = momentum if project.layout.params_in_ram else 0.0
