@@ -161,15 +161,19 @@ def test_cli_reports_the_split_and_the_placement(tmp_path, capsys):
     assert "Weights: flash (the paper's setting)" in capsys.readouterr().out
 
 
-def test_compile_refuses_a_stream_schedule_it_cannot_run_as_priced(tmp_path, capsys):
+def test_compile_runs_a_stream_schedule_moving_the_priced_weight_traffic(tmp_path, capsys):
     out = tmp_path / "s.json"
     argv = ["solve", "--model", "linear", "--device", "m0", "--memory", "60%", "--quiet", "--time-limit", "5"]
     assert main(argv + ["--weights", "stream", "--out", str(out)]) == 0
     capsys.readouterr()
-    assert main(["compile", "--schedule", str(out), "--out", str(tmp_path / "c"), "--target", "host"]) == 2
-    err = capsys.readouterr().err
-    assert "--weights stream" in err and "do not stream weights" in err
-    assert not (tmp_path / "c").exists()
+    argv = ["compile", "--schedule", str(out), "--out", str(tmp_path / "c"), "--target", "host", "--run", "--check"]
+    assert main(argv) == 0
+    text = capsys.readouterr().out
+    assert "streamed from weights.bin" in text and "MISMATCH" not in text
+    moved = [ln for ln in text.splitlines() if ln.strip().startswith(("read ", "written "))]
+    assert len(moved) == 2 and all("moved" in ln for ln in moved)
+    sizes = [(784, 128), (128, 128), (128, 64), (64, 32), (32, 10)]  # the MLP's layers, each with a bias
+    assert (tmp_path / "c" / "run" / "weights.bin").stat().st_size == 4 * sum(i * o + o for i, o in sizes)
 
 
 def test_the_solver_pages_instead_of_recomputing_when_a_recompute_must_read_weights_again():

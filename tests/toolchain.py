@@ -17,6 +17,16 @@ def require(missing: str | None) -> None:
     pytest.skip(missing)
 
 
+def require_cc() -> None:
+    """The host's C compiler (the host target and the kernel library)."""
+    from poet.cbackend import hostlib
+
+    try:
+        hostlib.compiler()
+    except hostlib.KernelError as e:
+        require(str(e))
+
+
 def require_qemu_m4() -> None:
     """The qemu-m4 target's toolchain (arm-none-eabi-gcc, newlib, qemu-system-arm) and the host's cc."""
     from poet.cbackend import hostlib, qemu_m4

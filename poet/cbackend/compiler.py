@@ -20,7 +20,8 @@ from ..schedule.validate import validate
 from .check import CheckReport, compare, dropout_reference, reference_run
 from .check_zoo import zoo_reference
 from .fit import ArenaFit
-from .instructions import InstructionComparison, InstructionModel, measure_program
+from .instructions import InstructionComparison, InstructionModel, measure_program, measured_per_kind
+from .instructions_zoo import measure_zoo
 from .ir import LoweringError
 from .layout import StepResults, read_out, write_batches
 from .lower import lower_program
@@ -31,6 +32,7 @@ from .qemu_m4 import board_misfit
 from .ram_region import FirmwareNeeds, build_within
 from .target_table import get_target
 from .targets import Build, RunOutput, TargetError
+from .wstore import WeightTraffic, moved_traffic, priced_traffic
 
 __all__ = ["ArenaTooLarge", "CompileResult", "compile_program"]
 
@@ -52,6 +54,9 @@ class CompileResult:
     instructions: InstructionComparison | None = None
     ram_region: FirmwareNeeds | None = None  # qemu-m4: what its RAM region holds besides the arena, measured
     not_run: str = ""  # why a run that was asked for did not happen (an image the board cannot hold)
+    weight_traffic: WeightTraffic | None = None  # --weights stream runs: what the step moved beside the price
+    # qemu-m4 runs of zoo programs: instructions per kind, measured (streamed ones are predicted too: instructions)
+    measured_instructions: dict | None = None
 
     @property
     def arena_bytes(self) -> int:
@@ -64,11 +69,15 @@ class CompileResult:
 
     @property
     def ok(self) -> bool:
-        return (self.run is None or self.run.ok) and (self.check is None or self.check.ok) and not self.not_run
+        moved_ok = self.weight_traffic is None or self.weight_traffic.equal
+        ran_ok = (self.run is None or self.run.ok) and not self.not_run
+        return ran_ok and (self.check is None or self.check.ok) and moved_ok
 
     def lines(self) -> list[str]:
         lay = self.project.layout
         where = "in RAM" if lay.params_in_ram else "in flash (const), gradients outside the RAM budget"
+        if self.schedule.graph.placement == "stream":
+            where = "streamed from weights.bin, gradients to grads.bin (storage; a staging buffer in RAM)"
         out = [
             f"arena {self.arena_bytes:,} B for a schedule peak of {self.peak_bytes:,} B of activations "
             f"({self.fit.available:,} B available after {self.schedule.graph.fixed_ram_bytes:,} B fixed); "
@@ -90,8 +99,17 @@ class CompileResult:
         if self.run is not None:
             why = self.run.problem()
             out.append(f"ran on {'host' if self.not_run else self.target}: " + (why or "ok"))
+        if self.weight_traffic is not None:
+            out += self.weight_traffic.lines()
         if self.instructions is not None:
             out += self.instructions.lines()
+        elif self.measured_instructions is not None:
+            m = self.measured_instructions
+            out.append(
+                "instructions on qemu-m4, measured (a zoo program's prediction is built with --weights stream only): "
+                + ", ".join(f"{k} {v:,}" for k, v in m.items())
+                + f"; total {sum(m.values()):,}"
+            )
         if self.check is not None:
             out.append("against PyTorch: " + ("match within the bounds" if self.check.ok else "MISMATCH"))
             out += ["  " + x for x in self.check.lines()]
@@ -150,12 +168,14 @@ def compile_program(
         raise LoweringError(f"the schedule has no steps to compile (status {schedule.status})")
     totals = validate(schedule.graph, schedule.steps, schedule.budget)  # never compile an unchecked schedule
     schedule = schedule.with_(totals=totals)
-    if schedule.graph.placement == "stream":
+    streamed = schedule.graph.placement == "stream"
+    if streamed and not isinstance(program, ZooProgram):
         raise LoweringError(
-            "this schedule was planned with --weights stream, and the C kernels do not stream weights from "
-            "storage yet (docs/weights.md, Not built yet): compiling it would run a different step than the "
-            "one priced; solve it again with --weights flash or --weights ram to compile it"
+            "this schedule was planned with --weights stream; the C backend streams the weights of zoo "
+            "layer graphs (poet solve --model NAME) only: plan a traced program with --weights flash or ram"
         )
+    if streamed:  # the weights and gradients are in files: the image holds neither, and a run is one step
+        params_in_ram = False
     if params_in_ram is None:
         params_in_ram = schedule.graph.fixed_ram_bytes > 0
     if batches is None:
@@ -205,6 +225,11 @@ def compile_program(
     )
     program, kp, fit, project, needs = placed.program, placed.kernel_program, placed.fit, placed.project, placed.needs
     schedule = fit.schedule
+    if schedule.graph.placement != placed_from.graph.placement:  # a re-solve must price the weights the same way
+        raise LoweringError(
+            f"the schedule solved again to fit places the weights in {schedule.graph.placement}, the one given in "
+            f"{placed_from.graph.placement}: it would run another step than the one planned"
+        )
     fixed = schedule.graph.fixed_ram_bytes
     if schedule is not placed_from:  # re-solved: keep the schedule compiled beside its project
         save_schedule(schedule, project.path / "schedule.json")
@@ -214,7 +239,7 @@ def compile_program(
         f"wrote {project.path}: {len(project.tables.steps)} instructions, {len(project.tables.calls)} calls, "
         f"arena {fit.plan.arena_bytes:,} B (schedule peak {schedule.totals.peak_ram_bytes - fixed:,} B)",
     )
-    build = run_out = results = report = comparison = None
+    build = run_out = results = report = comparison = traffic = measured = None
     not_run = ""
     if run or check or target != "host":
         tgt = get_target(target)
@@ -243,6 +268,8 @@ def compile_program(
             (rd / stale).unlink(missing_ok=True)
         if not project.layout.batch_in_flash:
             write_batches(project.layout, [tuple(b) for b in batches], rd / "batch.bin")
+        if kp.stream is not None:  # the weights file the step streams from; its gradients go to grads.bin
+            kp.stream.write(rd, program.params)
         t1 = time.monotonic()
         _say(progress, f"running {len(batches)} step(s) on {run_on} in {rd} ...")
         counting = run_on == "qemu-m4"  # the emulator counts instructions exactly: every run compares them
@@ -252,6 +279,20 @@ def compile_program(
         _say(progress, f"ran in {secs['run']:.2f} s: " + (why or "ok"))
         if run_out.ok:
             results = read_out(project.layout, rd / "out.bin")
+            if kp.stream is not None:  # the step's gradients and updated weights are in its files
+                params, grads = kp.stream.read(rd)
+                results = StepResults(results.losses, (grads,), params, {})
+                traffic = WeightTraffic(priced_traffic(schedule), moved_traffic(run_out.text))
+        if counting and run_out.ok and zoo and run_out.marks:
+            measured = dict(measured_per_kind(schedule.steps, run_out.marks)[0])
+            if kp.stream is not None:  # each node measured in place under a calibration schedule of its graph
+                t1 = time.monotonic()
+                _say(progress, "measuring every node's instructions under a calibration schedule ...")
+                model = instruction_model or measure_zoo(program, schedule, poison=check, timeout_s=timeout_s)
+                comparison = InstructionComparison.of(
+                    model, schedule.steps, run_out.marks, params_in_ram=False, poison=check
+                )
+                secs["instructions"] = time.monotonic() - t1
         if counting and run_out.ok and not zoo:  # per-node predictions are measured for traced programs
             t1 = time.monotonic()
             m = momentum if project.layout.params_in_ram else 0.0
@@ -277,5 +318,18 @@ def compile_program(
         report = compare(results, ref)
         secs["check"] = time.monotonic() - t1
     return CompileResult(
-        project, schedule, fit, target, build, run_out, results, report, secs, comparison, needs, not_run
+        project,
+        schedule,
+        fit,
+        target,
+        build,
+        run_out,
+        results,
+        report,
+        secs,
+        comparison,
+        needs,
+        not_run,
+        traffic,
+        measured,
     )

@@ -269,7 +269,11 @@ def model_source(
     trained = [p for p in layout.params if p.name in layout.trained]
     upd = [(p.offset, p.offset, p.nbytes // 4) for p in trained]
     bupd = [(b.offset, b.offset, b.nbytes) for b in layout.buffers if b.name in layout.updated_buffers]
+    ws = kp.stream
+    wsb = [(b.offset, b.nbytes) for b in ws.layers] if ws is not None else []
     out += [
+        "static const pkr_ws_block ws_blocks[] = {\n" + _rows(wsb, lambda r: f"{{{r[0]}u, {r[1]}u}}") + "};",
+        *([f"static float ws_staging[{ws.staging_bytes // 4}];"] if ws is not None else []),
         "static const pkr_update updates[] = {\n" + _rows(upd, lambda r: f"{{{r[0]}u, {r[1]}u, {r[2]}u}}") + "};",
         "static const pkr_buffer_update buffer_updates[] = {\n"
         + _rows(bupd, lambda r: f"{{{r[0]}u, {r[1]}u, {r[2]}u}}")
@@ -326,6 +330,8 @@ def model_source(
         f"    .loss_bytes = {8 if layout.loss_dtype == 'float64' else 4},",
         f"    .grad_bytes = {layout.param_bytes}u, .param_bytes = {layout.param_bytes}u,",
         f"    .buffer_bytes = {layout.buffer_bytes}u,",
+        f"    .ws_nblocks = {len(wsb)}u, .ws_blocks = ws_blocks, .ws_staging = {'ws_staging' if ws else 'NULL'},",
+        f"    .ws_staging_bytes = {ws.staging_bytes if ws else 0}u,",
         "};",
     ]
     return "\n".join(out) + "\n"

@@ -31,6 +31,7 @@ def zoo_resolver(program, progress: Callable[[str], None] | None = None):
     ``ram_bytes`` (no schedule when the schedule's graph does not name its device: it cannot be priced
     again)."""
     from ..hardware.cost import linear_cost_model
+    from ..hardware.weights_cost import place_weights
     from ..solve.api import SolveOptions
     from ..solve.tiled import TiledProblem, solve_tiled
 
@@ -50,12 +51,21 @@ def zoo_resolver(program, progress: Callable[[str], None] | None = None):
                 + (f", {n_ch} layers split into channel groups" if n_ch else "")
                 + f", tiled minimum {plan.tiled_min_bytes:,} B"
             )
-        g = linear_cost_model(plan.graph, device, fixed)
+        store = schedule.graph.weights
+        placed = store is not None and store.placement != "flash"
+        # the parameters or the staging buffer are in the fixed RAM already; place_weights adds them again
+        own = (store.param_bytes if store.placement == "ram" else store.staging_bytes) if placed else 0
+
+        def price(graph):
+            c = linear_cost_model(graph, device, fixed - own)
+            return place_weights(c, graph, store) if placed else linear_cost_model(graph, device, fixed)
+
+        g = price(plan.graph)
         if not plan.fits:
             report = SolveReport(method="tiling", message=f"below the tiled minimum: {plan.limit}")
             return Schedule(g, budget, (), NO_SOLUTION, schedule.strategy, report=report)
         plain = build_model(program.name, program.batch_size) if program.name in MODELS else None
-        untiled = linear_cost_model(plain, device, fixed) if plain is not None else g
+        untiled = price(plain) if plain is not None else g
         problem = TiledProblem(g, budget, untiled, plan, device)
         opts = SolveOptions(time_limit_s=max(1.0, min(left, MAX_SOLVE_SECONDS)))
         s = solve_tiled(problem, schedule.strategy, opts)

@@ -143,6 +143,9 @@ class KernelProgram:
     notes: tuple[str, ...] = field(default=())
     direct_grads: tuple[str, ...] = ()  # parameters whose gradient the kernels write into the grad space
     zero_grads: bool = False  # the grad space is zeroed before each step (some kernels accumulate into it)
+    # --weights stream: the weight and gradient files' blocks (poet.cbackend.wstore.WeightFiles); the
+    # parameters are then not in the image (params is empty) and the update streams through the files
+    stream: object | None = None
 
     def kernels(self) -> tuple[str, ...]:
         """Every distinct kernel the program calls, sorted."""

@@ -29,11 +29,11 @@ from ..graph.tiling import NodeRole, build_tiled
 from ..graph.tiling_ranges import input_rows, output_rows_touching
 from ..graph.zoo import DATA, MODELS, ModelLayers, model_layers
 from .ir import DataItem, KernelCall, KernelProgram, LoweringError, NodeCode, TensorRef
-from .zoo_refs import ZooRefs, ref, zoo_call
+from .lower_zoo_ws import STREAMED_OPS, streamed_weights
+from .zoo_refs import BN_EPS, ZooRefs, ref, zoo_call
 
 __all__ = ["BN_EPS", "ZooProgram", "is_zoo_graph", "lower_zoo", "zoo_program"]
 
-BN_EPS = 1e-5  # torch.nn.BatchNorm2d's default, as zoo_torch builds it
 SUPPORTED_OPS = ("conv2d", "batchnorm", "relu", "add", "maxpool", "avgpool", "flatten", "linear", "dropout")
 
 
@@ -125,6 +125,8 @@ def _forward(lw: ZooRefs, v: int, r: NodeRole) -> list[KernelCall]:
     op, x = lay.op, lay.inputs[0]
     ch = (r.clo, r.chi)
     y = lw.block(v, i, r.lo, r.hi, *ch)
+    if lw.ws is not None and op in STREAMED_OPS:
+        return lw.ws.forward(lw, v, r, y)
     if op == "conv2d":  # a group of output channels reads every input channel
         a, z = input_rows(lay, r.lo, r.hi, lw.rows(x))
         ins = [lw.param(i, "weight", "param", *ch), lw.param(i, "bias", "param", *ch)]
@@ -160,6 +162,8 @@ def _grad_input(lw: ZooRefs, v: int, r: NodeRole, x: int, dx: TensorRef) -> list
     output)."""
     i, lay, name = r.layer, lw.L[r.layer], lw.zp.graph.nodes[v].name
     op, R, lo, hi, ch = lay.op, lw.rows(i), r.lo, r.hi, (r.clo, r.chi)
+    if lw.ws is not None and op in STREAMED_OPS:
+        return lw.ws.grad_input(lw, v, r, dx, op != "conv2d" or _touched(lay, lo, hi, R))
     if op in ("conv2d", "maxpool") and not _touched(lay, lo, hi, R):
         return [KernelCall("zoo_zero", "zoo.zoo_zero", name, (dx,), 0, ())]  # a strided window skips these rows
     if op == "conv2d":  # a group of input channels reads the gradient of every output channel
@@ -213,6 +217,8 @@ def _weight_grad(lw: ZooRefs, v: int, r: NodeRole, accumulate: bool) -> list[Ker
     layer, lo, hi, ch = r.layer, r.lo, r.hi, (r.clo, r.chi)
     lay, name = lw.L[layer], lw.zp.graph.nodes[v].name
     x = lay.inputs[0]
+    if lw.ws is not None and lay.op in ("conv2d", "linear"):
+        return lw.ws.weight_grad(lw, v, r, lo, hi)
     dw, db = lw.param(layer, "weight", "grad", *ch), lw.param(layer, "bias", "grad", *ch)
     if lay.op == "conv2d":
         a, z = input_rows(lay, lo, hi, lw.rows(x))
@@ -313,6 +319,8 @@ def _node_calls(lw: ZooRefs, v: int) -> tuple[list[KernelCall], TensorRef | None
         gs = [lw.param(i, "weight", "grad"), lw.param(i, "bias", "grad")] if last else [None, None]
         srcs = [lw.grad_groups(v, i, r.lo, r.hi), [lw.pieces_of(v, lay.inputs[0], r.lo, r.hi)]]
         sc = [r.lo, r.hi, lw.rows(i), BN_EPS]
+        if lw.ws is not None:  # the chain step, then its share of the gradient added in storage
+            return [lw.ws.grad_stats(lw, v, r, [prev, fst], srcs, out, sc)], out, True
         return [zoo_call("zoo_bn_grad_stats", name, [prev, fst], srcs, [out, *gs], sc)], out, False
     if r.kind == "weight_grad":
         acc = r.count > 1
@@ -325,6 +333,7 @@ def lower_zoo(zp: ZooProgram, schedule=None) -> KernelProgram:
     if schedule is not None:
         _check_same(schedule.graph, zp.graph, f"{zp.name} at batch {zp.batch_size}")
     lw = ZooRefs(zp)
+    lw.ws = streamed_weights(zp, schedule)
     nodes, problems = [], []
     for v, nd in enumerate(zp.graph.nodes):
         try:
@@ -332,6 +341,7 @@ def lower_zoo(zp: ZooProgram, schedule=None) -> KernelProgram:
         except LoweringError as e:
             problems.append(str(e))
             continue
+        acc = acc or (lw.ws is not None and v in lw.ws.makers)  # it adds its share to the gradient in storage
         nbytes = 0 if out is None else out.extent_bytes()
         if nbytes != nd.output_bytes:
             problems.append(f"{lw.what(v)}: its tensor takes {nbytes} B but the graph counts {nd.output_bytes} B")
@@ -340,6 +350,8 @@ def lower_zoo(zp: ZooProgram, schedule=None) -> KernelProgram:
         shown = "; ".join(problems[:6]) + (f"; and {len(problems) - 6} more" if len(problems) > 6 else "")
         raise LoweringError(f"the C backend cannot compile {len(problems)} node(s) of {zp.name}: {shown}")
     params = tuple(DataItem(k, "float32", tuple(a.shape), a.tobytes()) for k, a in zp.params.items())
+    if lw.ws is not None:  # in the weight and gradient files, not in the image
+        params = ()
     x, _ = zp.example_batch
     batch = (
         DataItem("input", "float32", tuple(x.shape)),
@@ -358,6 +370,7 @@ def lower_zoo(zp: ZooProgram, schedule=None) -> KernelProgram:
             "zoo graph: BatchNorm running statistics are not updated (they do not enter the step's gradients)",
             "zoo graph: dropout is compiled as the identity (the reference zoo_module uses p = 0)",
         ),
-        direct_grads=tuple(zp.params),
-        zero_grads=any(nd.accumulates for nd in nodes),
+        direct_grads=() if lw.ws is not None else tuple(zp.params),
+        zero_grads=lw.ws is None and any(nd.accumulates for nd in nodes),
+        stream=None if lw.ws is None else lw.ws.files,
     )

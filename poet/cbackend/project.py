@@ -31,7 +31,7 @@ def _portable(name: str) -> bool:
     """Runtime files every target compiles (the rest belong to one target or tool: platform/)."""
     return (
         name.endswith(".h")
-        or name in ("pk_runtime.c", "pk_main.c")
+        or name in ("pk_runtime.c", "pk_main.c", "pk_wstream.c", "pk_wstream_zoo.c")
         or (name.endswith(".c") and name.startswith(("kernels_", "pk_math")))
     )
 

@@ -15,9 +15,10 @@ from ..graph.tiling_ranges import rows_of
 from ..graph.zoo import DATA
 from .ir import KernelCall, LoweringError, TensorRef, contiguous_strides
 
-__all__ = ["ZooRefs", "ref", "zoo_call"]
+__all__ = ["BN_EPS", "ZooRefs", "ref", "zoo_call"]
 
 F32 = 4
+BN_EPS = 1e-5  # torch.nn.BatchNorm2d's default, as zoo_torch builds it
 
 
 def canon(shape, b: int, lo: int, hi: int, what: str, clo=None, chi=None) -> tuple[int, ...]:
@@ -80,6 +81,7 @@ class ZooRefs:
         for u, v in zp.graph.edges:
             self.preds[v].append(u)
         self.pindex = {k: i for i, k in enumerate(zp.params)}
+        self.ws = None  # the streamed weights (lower_zoo_ws.StreamedWeights) when the schedule streams them
 
     # --- shapes and refs
     def shape(self, x: int):

@@ -30,12 +30,25 @@ from .weights import NO_TRAFFIC, Traffic, WeightStore
 CHANNELS = "channels"
 
 
+WGRAD = ".wgrad"  # the tiling builder's one weight-gradient node of a layer whose grad-input is tiled
+
+
 def layer_of(name: str, kind: str, tile: Tile | None) -> str:
     """The layer a node computes for (the untiled forward node's name)."""
     base = tile.of if tile is not None else name
     if kind == BACKWARD and base.startswith("bwd."):
         base = base[4:]
+        if tile is None and base.endswith(WGRAD):
+            base = base[: -len(WGRAD)]
     return base
+
+
+def part_of(name: str, kind: str, tile: Tile | None) -> str:
+    """What part of its layer's work a node does: its tile's part, ``weight_grad`` for the builder's one
+    weight-gradient node beside tiled grad-input nodes, else ``output``."""
+    if tile is not None:
+        return tile.part
+    return "weight_grad" if kind == BACKWARD and name.endswith(WGRAD) else "output"
 
 
 def _channel_range(tile: Tile | None) -> tuple[int, int] | None:
@@ -64,9 +77,10 @@ def derive_traffic(nodes: Sequence[tuple[str, str, Tile | None, int]], store: We
             key = (tile.of, tile.part)
             width[key] = max(width.get(key, 0), r[1])
     parts: dict[str, set[str]] = {}
-    for (_, kind, tile, _), lay in zip(nodes, layer):
+    part = [part_of(nm, kind, tile) for nm, kind, tile, _ in nodes]
+    for (_, kind, _, _), lay, pt in zip(nodes, layer, part):
         if kind == BACKWARD and lay in params:
-            parts.setdefault(lay, set()).add(tile.part if tile is not None else "output")
+            parts.setdefault(lay, set()).add(pt)
 
     def share(i: int) -> int:
         tile, p = nodes[i][2], params[layer[i]]
@@ -76,13 +90,11 @@ def derive_traffic(nodes: Sequence[tuple[str, str, Tile | None, int]], store: We
         return p * (r[1] - r[0]) // width[(tile.of, tile.part)]
 
     def makes_gradient(i: int) -> bool:
-        kind, tile = nodes[i][1], nodes[i][2]
-        if kind != BACKWARD:
+        if nodes[i][1] != BACKWARD:
             return False
-        part = tile.part if tile is not None else "output"
         have = parts[layer[i]]
         maker = "weight_grad" if "weight_grad" in have else "stats" if "stats" in have else None
-        return part == maker if maker is not None else True
+        return part[i] == maker if maker is not None else True
 
     out: list[Traffic] = []
     written: set[tuple[str, tuple[int, int] | None]] = set()
@@ -91,10 +103,9 @@ def derive_traffic(nodes: Sequence[tuple[str, str, Tile | None, int]], store: We
             out.append(NO_TRAFFIC)
             continue
         b = share(i)
-        part = tile.part if tile is not None else "output"
         t = NO_TRAFFIC
-        reads_weights = (kind == FORWARD and part != "stats") or (
-            kind == BACKWARD and part not in ("weight_grad", "stats") and out_bytes > 0
+        reads_weights = (kind == FORWARD and part[i] != "stats") or (
+            kind == BACKWARD and part[i] not in ("weight_grad", "stats") and out_bytes > 0
         )
         if reads_weights:
             t = t + Traffic(read_bytes=b, reads=_chunks(b, stage))

@@ -27,6 +27,7 @@
 #include "pk.h"
 #include "pk_math.h"
 #include "pk_zoo.h"
+#include "pk_zoo_norm.h"
 
 #define TAKE(expr)                     \
     do {                               \
@@ -137,6 +138,26 @@ static int channel_norm(const pk_tensor *st, const pkz_src *x, int32_t c, int32_
     return PK_OK;
 }
 
+int pkz_bn_forward_channel(const pk_tensor *st, const pkz_src *x, const pk_tensor *y, int32_t c, int32_t lo,
+                           int32_t h, double eps, float gamma, float beta) {
+    double mean, invstd;
+    TAKE(channel_norm(st, x, c, h, eps, &mean, &invstd));
+    const float m = (float)mean, is = (float)invstd;
+    for (int32_t b = 0; b < x->b; b++)
+        for (int32_t r = 0; r < y->size[2]; r++) {
+            const float *xr = pkz_row(x, 0, b, c, lo + r);
+            if (!xr) return PK_EARGS;
+            float *yr = pkz_at(y, b, c, r);
+            for (int32_t w = 0; w < x->w; w++) yr[w] = (xr[w] - m) * is * gamma + beta;
+        }
+    return PK_OK;
+}
+
+int pkz_bn_check(const pk_tensor *st, const pkz_src *x, const pk_tensor *y) {
+    TAKE(stats_of(st, x->c, 1));
+    return pkz_out4(y, x->b, x->c, x->w);
+}
+
 PK_KERNEL(zoo_bn) {
     if (nt < 5 || ns < 5) return PK_EARGS;
     const pk_tensor *gamma = &t[0], *beta = &t[1], *st = &t[2];
@@ -149,21 +170,9 @@ PK_KERNEL(zoo_bn) {
     const pk_tensor *y = &t[ti];
     TAKE(pkz_vec(gamma, x.c, 0));
     TAKE(pkz_vec(beta, x.c, 0));
-    TAKE(stats_of(st, x.c, 1));
-    TAKE(pkz_out4(y, x.b, x.c, x.w));
+    TAKE(pkz_bn_check(st, &x, y));
     const float *gv = (const float *)gamma->data, *bv = (const float *)beta->data;
-    for (int32_t c = 0; c < x.c; c++) {
-        double mean, invstd;
-        TAKE(channel_norm(st, &x, c, h, eps, &mean, &invstd));
-        const float m = (float)mean, is = (float)invstd;
-        for (int32_t b = 0; b < x.b; b++)
-            for (int32_t r = 0; r < y->size[2]; r++) {
-                const float *xr = pkz_row(&x, 0, b, c, lo + r);
-                if (!xr) return PK_EARGS;
-                float *yr = pkz_at(y, b, c, r);
-                for (int32_t w = 0; w < x.w; w++) yr[w] = (xr[w] - m) * is * gv[c] + bv[c];
-            }
-    }
+    for (int32_t c = 0; c < x.c; c++) TAKE(pkz_bn_forward_channel(st, &x, y, c, lo, h, eps, gv[c], bv[c]));
     return PK_OK;
 }
 
@@ -171,6 +180,13 @@ static int param_grads(const pk_tensor *dgamma, const pk_tensor *dbeta, int32_t 
     TAKE(pkz_vec(dgamma, c, 1));
     TAKE(pkz_vec(dbeta, c, 1));
     return (dgamma->dtype == PK_NONE) == (dbeta->dtype == PK_NONE) ? PK_OK : PK_EARGS;
+}
+
+int pkz_bn_tile_sums(const pk_tensor *fst, const pkz_src *dy, const pkz_src *x, int32_t c, int32_t lo, int32_t hi,
+                     int32_t h, double eps, double *sdy, double *sdyx) {
+    double mean, invstd;
+    TAKE(channel_norm(fst, x, c, h, eps, &mean, &invstd));
+    return channel_grad_sums(dy, x, c, lo, hi, (float)mean, (float)invstd, sdy, sdyx);
 }
 
 PK_KERNEL(zoo_bn_grad_stats) {
@@ -192,9 +208,8 @@ PK_KERNEL(zoo_bn_grad_stats) {
     if ((p == 0) != (lo == 0)) return PK_EARGS;
     float *o = (float *)out->data;
     for (int32_t c = 0; c < x.c; c++) {
-        double mean, invstd, sdy, sdyx;
-        TAKE(channel_norm(fst, &x, c, h, eps, &mean, &invstd));
-        TAKE(channel_grad_sums(&dy, &x, c, lo, hi, (float)mean, (float)invstd, &sdy, &sdyx));
+        double sdy, sdyx;
+        TAKE(pkz_bn_tile_sums(fst, &dy, &x, c, lo, hi, h, eps, &sdy, &sdyx));
         const float a = p ? (float)(p[2 * c] + sdy) : (float)sdy;
         const float b = p ? (float)(p[2 * c + 1] + sdyx) : (float)sdyx;
         o[2 * c] = a;
@@ -205,6 +220,44 @@ PK_KERNEL(zoo_bn_grad_stats) {
         }
     }
     return PK_OK;
+}
+
+int pkz_bn_grad_channel(const pk_tensor *fst, const pk_tensor *bst, const pkz_src *dy, const pkz_src *x,
+                        const pk_tensor *dx, int32_t c, int32_t lo, int32_t h, double eps, float gamma, double *sdy,
+                        double *sdyx) {
+    double mean, invstd;
+    TAKE(channel_norm(fst, x, c, h, eps, &mean, &invstd));
+    const float m = (float)mean, is = (float)invstd;
+    if (bst->dtype != PK_NONE) {
+        *sdy = ((const float *)bst->data)[2 * c];
+        *sdyx = ((const float *)bst->data)[2 * c + 1];
+    } else {
+        TAKE(channel_grad_sums(dy, x, c, 0, h, m, is, sdy, sdyx));
+    }
+    if (dx->dtype == PK_NONE) return PK_OK;
+    const double n = (double)x->b * h * x->w;
+    const float k = gamma * is, mdy = (float)(*sdy / n), mdyx = (float)(*sdyx / n);
+    for (int32_t b = 0; b < x->b; b++)
+        for (int32_t r = 0; r < dx->size[2]; r++) {
+            const float *xr = pkz_row(x, 0, b, c, lo + r);
+            if (!xr) return PK_EARGS;
+            float *dxr = pkz_at(dx, b, c, r);
+            for (int g = 0; g < dy->ng; g++) { /* dx holds dy (the sum of the groups) first */
+                const float *dr = pkz_row(dy, g, b, c, lo + r);
+                if (!dr) return PK_EARGS;
+                for (int32_t w = 0; w < x->w; w++) dxr[w] = g ? dxr[w] + dr[w] : dr[w];
+            }
+            for (int32_t w = 0; w < x->w; w++) dxr[w] = k * (dxr[w] - mdy - (xr[w] - m) * is * mdyx);
+        }
+    return PK_OK;
+}
+
+int pkz_bn_grad_check(const pk_tensor *fst, const pk_tensor *bst, const pkz_src *dy, const pkz_src *x,
+                      const pk_tensor *dx) {
+    TAKE(stats_of(fst, x->c, 1));
+    TAKE(stats_of(bst, x->c, 1));
+    if (dy->c != x->c || dy->b != x->b || dy->w != x->w) return PK_EARGS;
+    return dx->dtype != PK_NONE ? pkz_out4(dx, x->b, x->c, x->w) : PK_OK;
 }
 
 PK_KERNEL(zoo_bn_grad) {
@@ -219,40 +272,16 @@ PK_KERNEL(zoo_bn_grad) {
     if (ti != nt - 3 || si != ns || x.ng != 1 || dy.c != x.c || dy.b != x.b || dy.w != x.w || h < 1) return PK_EARGS;
     const pk_tensor *dx = &t[ti], *dgamma = &t[ti + 1], *dbeta = &t[ti + 2];
     TAKE(pkz_vec(gamma, x.c, 0));
-    TAKE(stats_of(fst, x.c, 1));
-    TAKE(stats_of(bst, x.c, 1));
+    TAKE(pkz_bn_grad_check(fst, bst, &dy, &x, dx));
     TAKE(param_grads(dgamma, dbeta, x.c));
-    if (dx->dtype != PK_NONE) TAKE(pkz_out4(dx, x.b, x.c, x.w));
     const float *gv = (const float *)gamma->data;
-    const double n = (double)x.b * h * x.w;
     for (int32_t c = 0; c < x.c; c++) {
-        double mean, invstd, sdy, sdyx;
-        TAKE(channel_norm(fst, &x, c, h, eps, &mean, &invstd));
-        const float m = (float)mean, is = (float)invstd;
-        if (bst->dtype != PK_NONE) {
-            sdy = ((const float *)bst->data)[2 * c];
-            sdyx = ((const float *)bst->data)[2 * c + 1];
-        } else {
-            TAKE(channel_grad_sums(&dy, &x, c, 0, h, m, is, &sdy, &sdyx));
-        }
+        double sdy, sdyx;
+        TAKE(pkz_bn_grad_channel(fst, bst, &dy, &x, dx, c, lo, h, eps, gv[c], &sdy, &sdyx));
         if (dgamma->dtype != PK_NONE) {
             ((float *)dgamma->data)[c] = (float)sdyx;
             ((float *)dbeta->data)[c] = (float)sdy;
         }
-        if (dx->dtype == PK_NONE) continue;
-        const float k = gv[c] * is, mdy = (float)(sdy / n), mdyx = (float)(sdyx / n);
-        for (int32_t b = 0; b < x.b; b++)
-            for (int32_t r = 0; r < dx->size[2]; r++) {
-                const float *xr = pkz_row(&x, 0, b, c, lo + r);
-                if (!xr) return PK_EARGS;
-                float *dxr = pkz_at(dx, b, c, r);
-                for (int g = 0; g < dy.ng; g++) { /* dx holds dy (the sum of the groups) first */
-                    const float *dr = pkz_row(&dy, g, b, c, lo + r);
-                    if (!dr) return PK_EARGS;
-                    for (int32_t w = 0; w < x.w; w++) dxr[w] = g ? dxr[w] + dr[w] : dr[w];
-                }
-                for (int32_t w = 0; w < x.w; w++) dxr[w] = k * (dxr[w] - mdy - (xr[w] - m) * is * mdyx);
-            }
     }
     return PK_OK;
 }

@@ -8,6 +8,11 @@
                 parameters after the last update and the buffers (the PK_SP_PARAM and PK_SP_BUFFER
                 spaces).
 
+   --weights stream: the parameters are in weights.bin and their gradients go to grads.bin (the
+   layers' blocks, pk_wstream_zoo.c), both moved through the staging buffer; after the update the
+   weight traffic is printed ("pk-ws: read_bytes N" ...), what the Python side compares with the
+   schedule's priced traffic.
+
    Dropout draws from a counter-based hash (pk_rng.h) seeded per step: step s of a run draws with
    pk_rng_step_seed(rng_seed, s), as poet/cbackend/rng.py does for the check against PyTorch.
 
@@ -19,6 +24,7 @@
 #include "pk_platform.h"
 #include "pk_rng.h"
 #include "pk_runtime.h"
+#include "pk_wstream.h"
 
 #define PK_MARK_BEGIN 0xFFFFFFF0u
 #define PK_MARK_UPDATE 0xFFFFFFF1u
@@ -51,6 +57,14 @@ int main(void) {
     if (m->pages_bytes) {
         fp = pk_file_open("pages.bin", PK_RW);
         if (fp < 0) return fail("pk-error: cannot open pages.bin", PK_EXIT_IO);
+    }
+    int fw = -1, fg = -1;
+    if (m->ws_nblocks) {
+        fw = pk_file_open("weights.bin", PK_RW);
+        fg = pk_file_open("grads.bin", PK_RW);
+        if (fw < 0 || fg < 0) return fail("pk-error: cannot open weights.bin and grads.bin", PK_EXIT_IO);
+        pk_ws_bind(fw, fg, m->ws_staging, m->ws_staging_bytes);
+        pk_ws_reset();
     }
     int fo = pk_file_open("out.bin", PK_WRITE);
     if (fo < 0) return fail("pk-error: cannot create out.bin", PK_EXIT_IO);
@@ -89,6 +103,16 @@ int main(void) {
         return fail("pk-error: cannot write out.bin", PK_EXIT_IO);
     if (m->buffer_bytes && pk_file_write(fo, final_at + m->param_bytes, m->space[PK_SP_BUFFER], m->buffer_bytes) != 0)
         return fail("pk-error: cannot write out.bin", PK_EXIT_IO);
+    if (m->ws_nblocks) {
+        uint64_t moved[4];
+        pk_ws_counters(moved);
+        pkr_print_kv("pk-ws:", "read_bytes", (int64_t)moved[0], 0, 0.0);
+        pkr_print_kv("pk-ws:", "write_bytes", (int64_t)moved[1], 0, 0.0);
+        pkr_print_kv("pk-ws:", "reads", (int64_t)moved[2], 0, 0.0);
+        pkr_print_kv("pk-ws:", "writes", (int64_t)moved[3], 0, 0.0);
+        pk_file_close(fg);
+        pk_file_close(fw);
+    }
     pk_file_close(fo);
     if (fp >= 0) pk_file_close(fp);
     if (fb >= 0) pk_file_close(fb);

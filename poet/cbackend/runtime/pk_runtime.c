@@ -7,6 +7,7 @@
 
 #include "pk_config.h"
 #include "pk_platform.h"
+#include "pk_wstream.h"
 
 /* ------------------------------------------------------------------ text without printf */
 
@@ -284,6 +285,11 @@ int pkr_apply_update(const pkr_model *m, uint32_t step, int out, uint32_t offset
         memcpy(m->space[PK_SP_BUFFER] + u->buffer, m->space[PK_SP_STAGING] + u->staging, u->nbytes);
     }
     const float lr = m->lr, mom = m->momentum;
+    for (uint32_t k = 0; k < m->ws_nblocks; k++) {
+        const pkr_ws_block *b = &m->ws_blocks[k];
+        if (pk_ws_sgd(pk_ws_wfile(), pk_ws_gfile(), b->offset, b->nbytes, lr, m->ws_staging, m->ws_staging_bytes) != 0)
+            return PK_EXIT_IO;
+    }
     for (uint32_t k = 0; k < m->nupdates; k++) {
         const pkr_update *u = &m->updates[k];
         const float *g = (const float *)(const void *)(m->space[PK_SP_GRAD] + u->grad);

@@ -82,6 +82,10 @@ typedef struct {
 } pkr_buffer_update;
 
 typedef struct {
+    uint32_t offset, nbytes; /* --weights stream: a layer's block in the weight and gradient files */
+} pkr_ws_block;
+
+typedef struct {
     const char *name;
     uint32_t nsteps, ncalls, nargs;
     const pkr_step *steps;
@@ -110,6 +114,12 @@ typedef struct {
     uint8_t batch_const;           /* 1: the batch is constant data in the image (one step); batch.bin is not read */
     uint8_t loss_bytes;
     uint32_t grad_bytes, param_bytes, buffer_bytes;
+    /* --weights stream: the parameters live in weights.bin, their gradients in grads.bin (pk_wstream.h),
+       moved through the staging buffer; the update streams through both (ws_nblocks 0: not streamed) */
+    uint32_t ws_nblocks;
+    const pkr_ws_block *ws_blocks;
+    float *ws_staging;
+    uint32_t ws_staging_bytes;
 } pkr_model;
 
 extern const pkr_model pkr_the_model;
@@ -119,7 +129,8 @@ extern const pkr_model pkr_the_model;
 int pkr_run_schedule(const pkr_model *m, int pages);
 
 /* Buffer updates over the buffers, then the SGD step (step: 0 for the first, for momentum).
-   With const parameters, the updated parameters are written to file `out` at `offset` instead. */
+   With const parameters, the updated parameters are written to file `out` at `offset` instead; with
+   streamed weights the update reads weights and gradients from their files and writes the weights. */
 int pkr_apply_update(const pkr_model *m, uint32_t step, int out, uint32_t offset);
 
 uint32_t pkr_crc32(uint32_t crc, const uint8_t *p, uint32_t n);

@@ -13,6 +13,22 @@ void pk_ws_reset(void) {
     for (int k = 0; k < 4; k++) moved[k] = 0;
 }
 
+static int store_w = -1, store_g = -1;
+static float *store_buf;
+static uint32_t store_bytes;
+
+void pk_ws_bind(int wfile, int gfile, float *staging, uint32_t staging_bytes) {
+    store_w = wfile, store_g = gfile, store_buf = staging, store_bytes = staging_bytes;
+}
+
+int pk_ws_wfile(void) { return store_w; }
+int pk_ws_gfile(void) { return store_g; }
+
+float *pk_ws_staging(uint32_t *staging_bytes) {
+    *staging_bytes = store_bytes;
+    return store_buf;
+}
+
 static int rd(int f, uint32_t off, void *dst, uint32_t n) {
     moved[0] += n;
     moved[2] += 1;
@@ -24,6 +40,9 @@ static int wr(int f, uint32_t off, const void *src, uint32_t n) {
     moved[3] += 1;
     return pk_file_write(f, off, src, n) == 0 ? 0 : 4;
 }
+
+int pk_ws_read(int f, uint32_t off, void *dst, uint32_t n) { return rd(f, off, dst, n); }
+int pk_ws_write(int f, uint32_t off, const void *src, uint32_t n) { return wr(f, off, src, n); }
 
 /* the chunk of a block of `total` floats that starts at float s: its end (at most `per` floats on), and,
    with a file f >= 0, its read into staging */

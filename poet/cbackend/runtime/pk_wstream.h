@@ -31,6 +31,15 @@ int pk_ws_conv2d_input_grad(int wfile, uint32_t offset, const int32_t *geometry,
                             float *dx, float *staging, uint32_t staging_bytes);
 int pk_ws_conv2d_weight_grad(int gfile, uint32_t offset, const int32_t *geometry, int r0, int r1, const float *x,
                              const float *dy, int first, float *staging, uint32_t staging_bytes);
+/* The compiled step's store (pk_main.c binds it; the zoo kernels of pk_wstream_zoo.c stream through it):
+   the weight file, the gradient file and the staging buffer, whose bytes are the schedule's fixed RAM. */
+void pk_ws_bind(int wfile, int gfile, float *staging, uint32_t staging_bytes);
+int pk_ws_wfile(void);
+int pk_ws_gfile(void);
+float *pk_ws_staging(uint32_t *staging_bytes);
+/* one counted transfer of n bytes at byte off of file f: 0, or PK_EIO */
+int pk_ws_read(int f, uint32_t off, void *dst, uint32_t n);
+int pk_ws_write(int f, uint32_t off, const void *src, uint32_t n);
 void pk_ws_counters(uint64_t out[4]); /* read bytes, written bytes, reads, writes since the last reset */
 void pk_ws_reset(void);
 
