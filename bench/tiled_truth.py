@@ -111,6 +111,11 @@ def _solve(g, memory, **kw):
     return poet.solve(g, DEVICE, memory=memory, runtime=RUNTIME, **kw)
 
 
+def solve_row(name: str, **kw):
+    """``poet.solve`` on an instance, at its RAM budget (the tests' way in)."""
+    return _solve(instance_graph(name), INSTANCES[name][2], **kw)
+
+
 def _energy(s) -> float | None:
     return s.totals.energy_j if s.steps else None
 
