@@ -170,7 +170,8 @@ class SolvePolicy:
     # The residency bound (residency_bound.py: the restorations' RAM, forced paging) runs after the
     # eviction cover on tiled graphs of at most this many nodes and nonzeros (it grows with nodes times
     # tensors alive at once), for ``residency_share`` of the cover's time; the larger bound is used.  On
-    # bench/tiled_truth.py's cnn2-t2 (41 nodes) it raises the bound from 0.179 to 0.222 mJ in 0.2 s.
+    # bench/tiled_truth.py's cnn2-t2 (41 nodes) it raises the bound from 0.179 to 0.283 mJ in 0.6 s, and
+    # on cnn1-t4 (43 nodes) to the best schedule known (proving it).
     residency_max_nodes: int = 400
     residency_max_nonzeros: int = 300_000
     residency_share: float = 0.5

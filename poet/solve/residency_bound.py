@@ -33,11 +33,15 @@ Rows, each true of every stage-form schedule with the columns read off it:
   in the gap, or was in RAM at moment t: ``y[p, t] <= a[p, t] + r[p, t] + 1 - r[v, t]`` for p alive at t,
   and ``a[p, t] + r[p, t] + k[p, t] >= r[v, t]`` for p past its last reader (recursively up to
   ``max_depth`` links: cutting there drops rows, so the bound only falls);
+* *a kept tensor was kept before*: p past its last reader and in RAM at moment t was in RAM at moment
+  t - 1 or came back in gap t - 1: ``k[p, t] <= k[p, t - 1] + a[p, t - 1] + r[p, t - 1]`` (at its last
+  reader it is an input, in RAM anyway), and it takes RAM at each of those moments -- a chain held
+  for a late recomputation costs RAM all along, as the cover's chains do;
 * a deadline caps the restorations' time (serial paging: page-ins and page-outs too).
 
 The least cost of an assignment meeting every row is a lower bound on the extra energy over plain
-backprop; the ILP's proven dual bound is used, so a time limit keeps it valid.  It does not let a
-recomputation's chain cancel RAM over many moments as the cover does, so the portfolio uses the larger
+backprop; the ILP's proven dual bound is used, so a time limit keeps it valid.  Neither it nor the cover
+implies the other (the cover's LP is solved to optimality more often), so the portfolio uses the larger
 of the two.  Its size grows with nodes times tensors alive at once: it is built only on graphs of at
 most ``max_nodes`` nodes and ``max_nonzeros`` nonzeros.
 """
@@ -112,6 +116,8 @@ class ResidencyILP:
         self.pageout: dict[int, int] = {}
         self.timed: list[tuple[int, float]] = []
         self.kept_at: dict[int, dict[int, float]] = {}  # moment -> {keep column: bytes}
+        self.done: set[tuple[int, int]] = set()  # events whose rows are built
+        self.across: list[list[int]] = []
 
     def alive(self) -> list[list[int]]:
         """Per moment t: the tensors computed before t and read after t (some may be inputs of t)."""
@@ -159,7 +165,7 @@ class ResidencyILP:
                 if q not in ins:
                     self.y[(q, t)] = self.var(0.0)
         # alive across gap t: computed by t, read after it
-        across = [alive[t] + ([t] if m[t] > 0 and self.last[t] > t else []) for t in range(n - 1)]
+        self.across = across = [alive[t] + ([t] if m[t] > 0 and self.last[t] > t else []) for t in range(n - 1)]
         for t in range(n - 1):
             for q in across[t]:
                 a, r = self.event(q, t)
@@ -172,7 +178,7 @@ class ResidencyILP:
                 return False
         for t in range(n - 1):
             for q in across[t]:
-                self.restore_rows(q, t, across[t], 0)
+                self.restore_rows(q, t, 0)
             if self.nonzeros > max_nonzeros:
                 return False
         for t in range(n):
@@ -186,12 +192,16 @@ class ResidencyILP:
         self.deadline_row()
         return self.nonzeros <= max_nonzeros
 
-    def restore_rows(self, v: int, t: int, across: list[int], depth: int) -> None:
-        """The RAM rows of v's page-in and recomputation in gap t, and its recomputation's inputs."""
+    def restore_rows(self, v: int, t: int, depth: int) -> None:
+        """The RAM rows of v's page-in and recomputation in gap t, and its recomputation's inputs (once
+        per event)."""
+        if (v, t) in self.done:
+            return
+        self.done.add((v, t))
         m = self.m
         a, r = self.event(v, t)
         ins = set(self.inputs[v])
-        others = [q for q in across if q != v]
+        others = [q for q in self.across[t] if q != v]
         held = sum(m[q] for q in others)
         for col, free, need in (
             (a, others, m[v] + held - self.cap),
@@ -209,15 +219,22 @@ class ResidencyILP:
             pa, pr = self.event(p, t)
             if (p, t) in self.y:  # alive at moment t: absent then means restored in the gap
                 self.row({self.y[(p, t)]: 1.0, pa: -1.0, pr: -1.0, r: 1.0}, -math.inf, 1.0)
-            elif self.last[p] <= t:  # past its last reader: restored in the gap, or kept since moment t
-                fresh = (p, t) not in self.keep
-                if fresh:
-                    self.keep[(p, t)] = self.var(0.0)
-                    if self.last[p] < t:  # not an input of t: it takes RAM at moment t
-                        self.kept_at.setdefault(t, {})[self.keep[(p, t)]] = float(m[p])
-                self.row({pa: 1.0, pr: 1.0, self.keep[(p, t)]: 1.0, r: -1.0}, 0.0, math.inf)
-                if fresh:
-                    self.restore_rows(p, t, across, depth + 1)
+            elif self.last[p] <= t:  # past its last reader: restored in the gap, or in RAM at moment t
+                self.row({pa: 1.0, pr: 1.0, self.kept(p, t, depth): 1.0, r: -1.0}, 0.0, math.inf)
+                self.restore_rows(p, t, depth + 1)
+
+    def kept(self, p: int, t: int, depth: int) -> int:
+        """``k[p, t]``: p, past its last reader, in RAM at moment t.  It takes RAM there (unless t is its
+        last reader), and it was in RAM at moment t - 1 too unless restored in gap t - 1."""
+        if (p, t) in self.keep:
+            return self.keep[(p, t)]
+        col = self.keep[(p, t)] = self.var(0.0)
+        if self.last[p] < t:
+            self.kept_at.setdefault(t, {})[col] = float(self.m[p])
+            pa, pr = self.event(p, t - 1)
+            self.row({col: 1.0, pa: -1.0, pr: -1.0, self.kept(p, t - 1, depth): -1.0}, -math.inf, 0.0)
+            self.restore_rows(p, t - 1, depth + 1)
+        return col
 
     def deadline_row(self) -> None:
         rt = self.budget.runtime_s
