@@ -101,6 +101,10 @@ INSTANCES = {
     "resnet-t4": (lambda: resnet(), 4, "50%"),
     "transformer-t2": (lambda: transformer(), 2, "60%"),
     "cnn2-t8": (lambda: cnn(2), 8, "40%"),
+    "cnn2-t2-70": (lambda: cnn(2), 2, "70%"),
+    "cnn2-t2-80": (lambda: cnn(2), 2, "80%"),
+    "cnn1-t8": (lambda: cnn(1), 8, "50%"),
+    "transformer-t2-80": (lambda: transformer(), 2, "80%"),
 }
 
 
