@@ -167,6 +167,14 @@ class SolvePolicy:
     # resnet18_cifar at 256 KiB (380 nodes): 16 stages -0.47% in 27 s (all 48 windows), 32 stages -0.33%
     # in 100 s, 48 stages none within 10 s per window; on the one-pass schedule of the transformer at
     # 256 KiB (2,496 nodes) 16 stages -0.01% in 60 s; 200 stages (215k columns) reach no solution in 30 s.
+    # The residency bound (residency_bound.py: the restorations' RAM, forced paging) runs after the
+    # eviction cover on tiled graphs of at most this many nodes and nonzeros (it grows with nodes times
+    # tensors alive at once), for ``residency_share`` of the cover's time; the larger bound is used.  On
+    # bench/tiled_truth.py's cnn2-t2 (41 nodes) it raises the bound from 0.179 to 0.283 mJ in 0.6 s, and
+    # on cnn1-t4 (43 nodes) to the best schedule known (proving it).
+    residency_max_nodes: int = 400
+    residency_max_nonzeros: int = 300_000
+    residency_share: float = 0.5
     window_stages: int = 16
     window_seconds: float = 5.0
     window_share: float = 0.5

@@ -1,14 +1,18 @@
 """The eviction cover (:mod:`poet.solve.bounds`): the proven bound every gap is measured against, and
 the guide the greedy rules follow first.  When no eviction set meets the deadline the answer is
-``infeasible`` at once, with the shortest runtime any schedule needs (the runtime cover)."""
+``infeasible`` at once, with the shortest runtime any schedule needs (the runtime cover).  On a small
+tiled graph the residency bound (:mod:`poet.solve.residency_bound`, which sees paging forced by the RAM
+a restoration needs) follows, and the larger of the two bounds is the one held."""
 
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 from ...schedule.report import PhaseRecord
 from ..bounds import eviction_cover
 from ..policy import SolvePolicy
+from ..residency_bound import residency_bound
 from .state import SolveState
 
 
@@ -30,11 +34,35 @@ class LowerBound:
             stop=state.opts.stop,
             policy=state.policy,
         )
-        rec = state.phase_record(
-            self.name, since, bound_energy_j=cover.bound, evictions=len(cover.guide), **cover.facts()
-        )
+        facts = {"evictions": len(cover.guide), **cover.facts()}
+        if math.isfinite(cover.bound) and residency_applies(state):
+            res = residency_bound(
+                state.g,
+                state.budget,
+                remat=state.remat,
+                paging=state.paging,
+                time_limit=state.cover_seconds(state.policy.residency_share),
+                max_nodes=state.policy.residency_max_nodes,
+                max_nonzeros=state.policy.residency_max_nonzeros,
+                stop=state.opts.stop,
+            )
+            facts.update(cover_bound_energy_j=cover.bound, residency_bound_energy_j=res.bound)
+            if res.reason:
+                facts["residency_skipped"] = res.reason
+            # a finite bound only: the cover's answer on whether the deadline is reachable stands
+            if res.bound is not None and math.isfinite(res.bound) and res.bound > cover.bound:
+                state.cover = cover = replace(cover, bound=res.bound)
+        rec = state.phase_record(self.name, since, bound_energy_j=cover.bound, **facts)
         if math.isfinite(cover.bound):
             state.note(structural_bound_energy_j=cover.bound)
         else:
             state.runtime_cover()  # the answer says how short a deadline any schedule needs
         return rec
+
+
+def residency_applies(state: SolveState) -> bool:
+    """The residency bound runs on tiled graphs (the planner's, or any whose nodes are tiles) small
+    enough for it (``policy.residency_max_nodes``)."""
+    g = state.g
+    tiled = state.opts.tiled or any(nd.tile is not None for nd in g.nodes)
+    return tiled and len(g.nodes) <= state.policy.residency_max_nodes and not state.stopped()
