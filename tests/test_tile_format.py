@@ -82,9 +82,22 @@ def test_cost_model_keeps_tiles():
         ({"of": "a", "index": 0, "count": 1, "axis": "rows", "part": "bogus"}, "'part'"),
         ({"of": "a", "index": 0, "count": 1, "axis": "rows", "start": (3,), "stop": (2,)}, "start < stop"),
         ({"of": "a", "index": 0, "count": 1, "axis": "rows", "start": (0, 1), "stop": (2, 3)}, "names 1"),
+        ({"of": "a", "index": 0, "count": True, "axis": "rows"}, "'count'"),
+        ({"of": "a", "index": False, "count": 2, "axis": "rows"}, "'index'"),
+        ({"of": "a", "index": 0, "count": 1, "axis": "rows", "halo": 1.0}, "'halo'"),
+        ({"of": "a", "index": 0, "count": 1, "axis": "rows", "start": (True,), "stop": (2,)}, "start < stop"),
+        ({"of": "a", "index": 0, "count": 1, "axis": "rows", "start": (0,), "stop": (2.0,)}, "start < stop"),
+        ({"of": "a", "index": 0, "count": 1, "axis": "rows", "start": (0,), "stop": ()}, "one entry per axis"),
+        ({"of": "a", "index": 0, "count": 1, "axis": "rows", "start": (), "stop": (1,)}, "one entry per axis"),
+        ({"of": "a", "index": 0, "count": 1, "axis": "heads,queries", "start": (0,), "stop": (1,)}, "names 2"),
+        ({"of": "a", "index": 0, "count": 1, "axis": "heads, ", "start": (0, 0), "stop": (1, 1)}, "'axis'"),
     ],
 )
 def test_bad_tile_raises(kwargs, msg):
+    # well-formed tiles of the same axes first: the quick check for what the builders make (millions of
+    # tiles) must refuse exactly what the full check refuses, whatever it has seen
+    Tile("ok", 0, 1, "rows", start=(0,), stop=(1,))
+    Tile("ok", 0, 1, "heads,queries", start=(0, 0), stop=(1, 1))
     with pytest.raises(GraphError, match=msg):
         Tile(**kwargs)
 
