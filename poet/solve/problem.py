@@ -171,6 +171,8 @@ def tiled_problem(
     )
     g = g0
     if plan.tiled:
+        if progress is not None:
+            progress(f"pricing the tiled graph ({plan.nodes_after:,} nodes)")
         g = linear_cost_model(plan.graph, device, g0.fixed_ram_bytes)
         if placed is not None:  # the staging buffer / parameters are in g0's fixed RAM already
             g = place_weights(g.with_fixed_ram(g0.fixed_ram_bytes - _placed_ram(placed)), plan.graph, placed)
