@@ -131,3 +131,17 @@ def test_tile_not_an_object(tmp_path):
     p.write_text(json.dumps(d))
     with pytest.raises(GraphError, match="must be an object"):
         load_graph(p)
+
+
+def test_edges_given_any_way_make_the_same_graph_and_bad_ones_are_named():
+    nodes = tuple(Node(f"n{i}", "forward", 4, 1.0) for i in range(4))
+    want = Graph("g", nodes, ((0, 1), (1, 2), (0, 2), (2, 3))).edges
+    assert want == ((0, 1), (0, 2), (1, 2), (2, 3))
+    assert Graph("g", nodes, [[2, 3], [0, 1], [1, 2], [0, 2], (0, 1)]).edges == want  # lists, a repeat
+    assert Graph("g", nodes, (e for e in [(2, 3), (0, 1), (1, 2), (0, 2)])).edges == want  # a generator
+    with pytest.raises(GraphError, match="goes backwards"):
+        Graph("g", nodes, ((0, 1), (2, 1)))
+    with pytest.raises(GraphError, match="outside 0..3"):
+        Graph("g", nodes, ((0, 1), (2, 4)))
+    with pytest.raises(GraphError, match="must be a pair"):
+        Graph("g", nodes, ((0, 1), (0, 1, 2)))
