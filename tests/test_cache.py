@@ -161,3 +161,23 @@ def test_the_command_line_caches_unless_told_not_to(capsys):
     assert first.splitlines()[3:] == second.splitlines()[3:]  # the same schedule, replayed
     assert main(argv + ["--no-cache"]) == 0
     assert "from the cache" not in capsys.readouterr().out
+
+
+def test_the_key_is_the_hash_of_the_whole_text_computed_a_piece_at_a_time():
+    import hashlib
+    import json
+
+    from poet.graph.io import graph_to_dict
+    from poet.solve.api import costed_graph
+    from poet.solve.cache import json_sha256
+
+    g = graph_to_dict(costed_graph("resnet18_cifar", "m4"))
+    for value in (
+        {"graph": g, "budget": [1, 2.5, "serial"], "gap": None, "z": {}, "a": {"b": {"c": {"d": [1, {"e": 2}]}}}},
+        {"x": {2: "int keys", 1: "sorted as json.dumps does"}},
+        [1, 2],
+        "text",
+        {},
+    ):
+        want = hashlib.sha256(json.dumps(value, sort_keys=True).encode()).hexdigest()
+        assert json_sha256(value) == want and json_sha256(value, depth=0) == want

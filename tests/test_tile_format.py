@@ -82,9 +82,22 @@ def test_cost_model_keeps_tiles():
         ({"of": "a", "index": 0, "count": 1, "axis": "rows", "part": "bogus"}, "'part'"),
         ({"of": "a", "index": 0, "count": 1, "axis": "rows", "start": (3,), "stop": (2,)}, "start < stop"),
         ({"of": "a", "index": 0, "count": 1, "axis": "rows", "start": (0, 1), "stop": (2, 3)}, "names 1"),
+        ({"of": "a", "index": 0, "count": True, "axis": "rows"}, "'count'"),
+        ({"of": "a", "index": False, "count": 2, "axis": "rows"}, "'index'"),
+        ({"of": "a", "index": 0, "count": 1, "axis": "rows", "halo": 1.0}, "'halo'"),
+        ({"of": "a", "index": 0, "count": 1, "axis": "rows", "start": (True,), "stop": (2,)}, "start < stop"),
+        ({"of": "a", "index": 0, "count": 1, "axis": "rows", "start": (0,), "stop": (2.0,)}, "start < stop"),
+        ({"of": "a", "index": 0, "count": 1, "axis": "rows", "start": (0,), "stop": ()}, "one entry per axis"),
+        ({"of": "a", "index": 0, "count": 1, "axis": "rows", "start": (), "stop": (1,)}, "one entry per axis"),
+        ({"of": "a", "index": 0, "count": 1, "axis": "heads,queries", "start": (0,), "stop": (1,)}, "names 2"),
+        ({"of": "a", "index": 0, "count": 1, "axis": "heads, ", "start": (0, 0), "stop": (1, 1)}, "'axis'"),
     ],
 )
 def test_bad_tile_raises(kwargs, msg):
+    # well-formed tiles of the same axes first: the quick check for what the builders make (millions of
+    # tiles) must refuse exactly what the full check refuses, whatever it has seen
+    Tile("ok", 0, 1, "rows", start=(0,), stop=(1,))
+    Tile("ok", 0, 1, "heads,queries", start=(0, 0), stop=(1, 1))
     with pytest.raises(GraphError, match=msg):
         Tile(**kwargs)
 
@@ -118,3 +131,17 @@ def test_tile_not_an_object(tmp_path):
     p.write_text(json.dumps(d))
     with pytest.raises(GraphError, match="must be an object"):
         load_graph(p)
+
+
+def test_edges_given_any_way_make_the_same_graph_and_bad_ones_are_named():
+    nodes = tuple(Node(f"n{i}", "forward", 4, 1.0) for i in range(4))
+    want = Graph("g", nodes, ((0, 1), (1, 2), (0, 2), (2, 3))).edges
+    assert want == ((0, 1), (0, 2), (1, 2), (2, 3))
+    assert Graph("g", nodes, [[2, 3], [0, 1], [1, 2], [0, 2], (0, 1)]).edges == want  # lists, a repeat
+    assert Graph("g", nodes, (e for e in [(2, 3), (0, 1), (1, 2), (0, 2)])).edges == want  # a generator
+    with pytest.raises(GraphError, match="goes backwards"):
+        Graph("g", nodes, ((0, 1), (2, 1)))
+    with pytest.raises(GraphError, match="outside 0..3"):
+        Graph("g", nodes, ((0, 1), (2, 4)))
+    with pytest.raises(GraphError, match="must be a pair"):
+        Graph("g", nodes, ((0, 1), (0, 1, 2)))

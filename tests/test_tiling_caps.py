@@ -67,3 +67,72 @@ def test_poet_solve_takes_the_caps(capsys):
     assert "past the planner's cap of 300" in out and "--max-tile-nodes" in out
     assert main([*args, "--max-tile-nodes", "0"]) == 2
     assert "--max-tile-nodes: '0' is not a whole number of nodes" in capsys.readouterr().err
+
+
+def test_without_a_time_limit_planning_gets_the_policys_seconds_and_with_one_its_share():
+    p = DEFAULT_POLICY
+    caps = p.tile_caps(None, 6 * 10**9)
+    assert caps.seconds == p.tiled_plan_seconds
+    assert p.tile_caps(600.0, 6 * 10**9).seconds == pytest.approx((1 - p.tiled_min_solve_share) * 600)
+    # an asked cap wins without a limit, and cannot break a limit asked for
+    assert p.with_tile_caps(None, 5000.0).tile_caps(None, None).seconds == 5000.0
+    assert p.with_tile_caps(None, 5000.0).tile_caps(600.0, None).seconds == pytest.approx(450.0)
+    assert p.with_tile_caps(None, 100.0).tile_caps(600.0, None).seconds == 100.0
+
+
+def test_the_node_cap_is_what_the_available_ram_holds_unless_asked_for():
+    p = DEFAULT_POLICY
+    caps = p.tile_caps(None, 6 * 10**9)
+    assert caps.nodes == int(p.tiled_memory_share * 6e9 / p.tiled_bytes_per_node)
+    assert "6.0 GB of RAM available" in caps.nodes_why and f"{p.tiled_bytes_per_node:,} B per node" in caps.nodes_why
+    unknown = p.tile_caps(None, None)
+    assert unknown.nodes == int(p.tiled_memory_share * 16 * 2**30 / p.tiled_bytes_per_node)
+    assert "assumed" in unknown.nodes_why
+    asked = p.with_tile_caps(1234, None).tile_caps(None, 10**6)
+    assert (asked.nodes, asked.nodes_why) == (1234, "")
+
+
+def test_a_tiled_solves_limit_covers_planning_and_leaves_a_large_graph_its_minutes():
+    p = DEFAULT_POLICY
+    base = p.tiled_time_limit_s
+    # asked: the limit holds, planning included (the solve keeps a quarter at least)
+    assert p.tiled_solve_limit(600.0, 100.0, 10**6) == (600.0, 500.0)
+    assert p.tiled_solve_limit(600.0, 590.0, 10) == (600.0, pytest.approx(p.tiled_min_solve_share * 600))
+    # not asked: the default, less planning, for what plans fast
+    assert p.tiled_solve_limit(None, 10.0, 1000) == (base, base - 10.0)
+    # a graph of a million nodes planned for 900 s: the solve still gets its per-node time
+    limit, solve = p.tiled_solve_limit(None, 900.0, 1_000_000)
+    assert solve == pytest.approx(p.tiled_solve_s_per_node * 1_000_000) and limit == pytest.approx(900.0 + solve)
+
+
+def test_the_planner_says_what_it_is_doing_and_why_its_node_cap_stopped_it():
+    said = []
+    p = plan_tiling("resnet18_cifar", 32768, max_nodes=300, max_seconds=600, nodes_why="WHY", progress=said.append)
+    assert not p.fits and "past the planner's cap of 300 (WHY)" in p.limit and "--max-tile-nodes" in p.limit
+    assert said and all(s.startswith("planning the tiles") for s in said)
+    assert any("largest working set" in s for s in said)
+    assert (
+        plan_hash(plan_tiling("resnet18_cifar", 32768, max_seconds=600, progress=said.append))
+        == PLANS["resnet18_cifar", 32768]
+    )  # telling changes nothing
+
+
+def test_solve_refuses_a_graph_the_available_ram_would_not_hold_and_names_the_option(monkeypatch):
+    import importlib
+
+    from poet.solve.api import plan_and_solve
+
+    api = importlib.import_module("poet.solve.api")  # the module (poet.solve.solve is the function)
+
+    shown = []
+    monkeypatch.setattr(api, "available_ram_bytes", lambda: int(300 * DEFAULT_POLICY.tiled_bytes_per_node / 0.8) + 1)
+    solved = plan_and_solve("resnet18_cifar", "m0", memory="32768", runtime="3x", cache=False, progress=shown.append)
+    s = solved.schedule
+    assert s.status == "infeasible" and not solved.problem.plan.fits and solved.problem.plan.nodes_after <= 300
+    assert "GB of RAM available" in solved.problem.plan.limit and "--max-tile-nodes" in solved.problem.plan.limit
+    assert any(str(d.get("phase", "")).startswith("planning the tiles") for d in shown)
+    # with RAM to spare the same command plans it whole
+    monkeypatch.setattr(api, "available_ram_bytes", lambda: 4 * 10**9)
+    assert plan_and_solve(
+        "resnet18_cifar", "m0", memory="32768", runtime="3x", cache=False, time_limit=30
+    ).problem.plan.fits

@@ -83,8 +83,38 @@ def _is_int(x) -> bool:
     return isinstance(x, int) and not isinstance(x, bool)
 
 
+_GOOD_AXES: set[str] = set()  # axis strings already found well formed (a graph uses a handful of them)
+
+
+def _plainly_valid(t: Tile) -> bool:
+    """True for a tile whose fields are all plain and in range (what the tiling builders make, millions of
+    times for bert at 32 KiB): the checks of :func:`tile_problem` with exact types, a third of its time.
+    False means only that the full check must say."""
+    if type(t.of) is not str or not t.of or type(t.count) is not int or type(t.index) is not int:
+        return False
+    if not 0 <= t.index < t.count or type(t.halo) is not int or t.halo < 0 or t.part not in TILE_PARTS:
+        return False
+    if type(t.axis) is not str or t.axis not in _GOOD_AXES:
+        return False
+    start, stop = t.start, t.stop
+    if not start:
+        return not stop
+    if len(start) != len(stop) or len(start) != t.axis.count(",") + 1:
+        return False
+    return all(type(a) is int and type(b) is int and 0 <= a < b for a, b in zip(start, stop))
+
+
 def tile_problem(t: Tile) -> str:
     """What is wrong with a tile's fields, or "" when nothing is."""
+    if _plainly_valid(t):
+        return ""
+    problem = _tile_problem(t)
+    if not problem and isinstance(t.axis, str):
+        _GOOD_AXES.add(t.axis)
+    return problem
+
+
+def _tile_problem(t: Tile) -> str:
     if not isinstance(t.of, str) or not t.of:
         return "'of' must be the non-empty name of the original node"
     if not _is_int(t.count) or t.count < 1:
@@ -151,6 +181,13 @@ class CostedNode:
 
 
 def _check_edges(n: int, edges: Sequence[tuple[int, int]]) -> tuple[tuple[int, int], ...]:
+    """The edges sorted, each once; a clear error for the first that is not a forward pair of node ids."""
+    if not isinstance(edges, (list, tuple)):
+        edges = list(edges)
+    if all(type(e) is tuple and len(e) == 2 and type(e[0]) is int and type(e[1]) is int for e in edges) and all(
+        0 <= u < v < n for u, v in edges
+    ):  # pairs of plain ints in order (what the builders make, 7 million on bert at 32 KiB): no conversions
+        return tuple(sorted(set(edges)))
     out = []
     seen = set()
     for e in edges:

@@ -45,15 +45,16 @@ def add_tile_option(group, caps: bool = False) -> None:
             type=number_option("int", "a whole number of nodes, 1 or more", "3000000", minimum=1),
             default=None,
             metavar="N",
-            help=f"auto tiling stops refining past N nodes (default {MAX_NODES:,}: larger graphs take minutes "
-            "to plan and are scheduled by the streaming page rule alone; docs/tiling.md)",
+            help="auto tiling stops refining past N nodes (default: as many as this machine's available RAM "
+            "holds by the estimate of a tiled solve's memory; docs/tiling.md)",
         )
         group.add_argument(
             "--max-tile-seconds",
             type=SECONDS,
             default=None,
             metavar="S",
-            help=f"auto tiling stops refining after S seconds (default {MAX_PLAN_SECONDS:.0f})",
+            help="auto tiling stops refining after S seconds (default: 3/4 of --time-limit, which planning is "
+            "part of; 1200 without one), never past what --time-limit leaves the solve",
         )
 
 

@@ -69,11 +69,14 @@ def attention_forward(
     total = batch * (scores.flops + softmax.flops + context.flops)
     out, idx = [], 0
     for h in range(heads):
+        # what a step reads depends on its head and one of its ranges only: looked up once each
+        kv_of = [overlap(k, *bk, h, h + 1) + overlap(v, *bk, h, h + 1) for bk in kranges]
         for a in ranges:
             prev = None
+            q_reads = overlap(q, *a, h, h + 1)
             for j, bk in enumerate(kranges):
-                kv = overlap(k, *bk, h, h + 1) + overlap(v, *bk, h, h + 1)
-                reads = overlap(q, *a, h, h + 1) + kv
+                kv = kv_of[j]
+                reads = q_reads + kv
                 if prev is not None:
                     reads.append(prev)
                 rows = a[1] - a[0]
@@ -127,12 +130,22 @@ def attention_backward(
     d_qk = batch * scores.bwd_flops / 2  # dQ = dS K, dK = dS^T Q: half each
     work = {"dq": recompute + d_p + d_s + d_qk, "dk": recompute + d_p + d_s + d_qk, "dv": recompute + d_v}
 
+    qside_of: dict[tuple, list[int]] = {}  # (head, query range) -> what a block reads of the query side
+    kv_of: dict[tuple, list[int]] = {}  # (head, key range) -> what it reads of K and V
+
     def block_reads(h, a, bk):
-        """(what a block reads of the query side, of K and V)"""
-        r = overlap(q, *a, h, h + 1)
-        r += overlap(ctx, *a, h, h + 1)  # O and the row statistics (logsumexp) of the forward
-        r += [u for src in d_out for u in overlap(src, *a, h, h + 1)]
-        return r, overlap(k, *bk, h, h + 1) + overlap(v, *bk, h, h + 1)
+        """(what a block reads of the query side, of K and V): each looked up once per head and range
+        (the lists are shared: callers build new ones from them)"""
+        r = qside_of.get((h, a))
+        if r is None:
+            r = overlap(q, *a, h, h + 1)
+            r += overlap(ctx, *a, h, h + 1)  # O and the row statistics (logsumexp) of the forward
+            r += [u for src in d_out for u in overlap(src, *a, h, h + 1)]
+            qside_of[h, a] = r
+        kv = kv_of.get((h, bk))
+        if kv is None:
+            kv = kv_of[h, bk] = overlap(k, *bk, h, h + 1) + overlap(v, *bk, h, h + 1)
+        return r, kv
 
     result = {"dq": [], "dk": [], "dv": []}
     for which in ("dv", "dk", "dq"):

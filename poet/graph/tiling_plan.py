@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import re
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import lru_cache
 
@@ -45,9 +46,18 @@ class PlanCaps:
     nodes: float
     seconds: float
     t0: float
+    progress: Callable[[str], None] | None = None  # told what planning is doing, as it goes
 
     def out_of_time(self) -> bool:
         return time.perf_counter() - self.t0 > self.seconds
+
+    def tell(self, what: str) -> None:
+        """Say what planning is doing (a failing callback never stops it)."""
+        if self.progress is not None:
+            try:
+                self.progress(f"{what}, {time.perf_counter() - self.t0:.0f} s of at most {self.seconds:.0f}")
+            except Exception:
+                pass
 
     @property
     def deadline(self) -> float:
@@ -123,6 +133,8 @@ def plan_tiling(
     tile: str | int = TILE_AUTO,
     max_nodes: int | None = None,
     max_seconds: float | None = None,
+    nodes_why: str = "",
+    progress: Callable[[str], None] | None = None,
 ) -> TilingPlan:
     """The graph of zoo ``model`` (a name, or its layer list) to schedule within ``budget_bytes`` of RAM.
 
@@ -132,7 +144,9 @@ def plan_tiling(
     four or more identical blocks is planned on its first two, every block getting
     the same counts (:func:`repeated_blocks`).  Auto tiling stops refining past
     ``max_nodes`` nodes (default :data:`MAX_NODES`) or after ``max_seconds``
-    (default :data:`MAX_PLAN_SECONDS`), its ``limit`` then says so and how to lift it.
+    (default :data:`MAX_PLAN_SECONDS`), its ``limit`` then says so and how to lift it (and
+    ``nodes_why``, why the node cap is what it is, when given).  ``progress`` is told, as planning
+    goes, its round, the graph's size and its largest working set.
     """
     mode = parse_tile_option(tile)
     for what, v in (("max_nodes", max_nodes), ("max_seconds", max_seconds)):
@@ -182,6 +196,7 @@ def plan_tiling(
         MAX_NODES if max_nodes is None else max_nodes,
         MAX_PLAN_SECONDS if max_seconds is None else max_seconds,
         time.perf_counter(),
+        progress,
     )
     cap = budget_bytes - fixed_ram_bytes
     blocks = repeated_blocks(ml)
@@ -197,6 +212,7 @@ def plan_tiling(
             counts = _coarsen(short, counts, cap, batch_size, caps, blocks, scale)
         counts = blocks.expand(counts, len(ml.layers) // blocks.length)
         if not stopped:
+            caps.tell("planning the tiles: building the whole tiled graph")
             tb = build_tiled(ml, counts, batch_size)
             ws = working_sets(tb.graph)
             if max(ws) <= cap:
@@ -212,9 +228,12 @@ def plan_tiling(
             counts, stopped = split_channels(
                 ml, counts, cap, lambda c: _measure(ml, c, batch_size), caps.deadline, caps.nodes
             )
+    caps.tell("planning the tiles: building the whole tiled graph")
     tb = build_tiled(ml, counts, batch_size)
     plan = done(tb.graph, tb.counts, working_sets(tb.graph))
     if stopped and not plan.fits:
+        if nodes_why and "planner's cap" in stopped:
+            stopped += f" ({nodes_why})"
         plan = TilingPlan(
             **{
                 **plan.__dict__,
@@ -293,6 +312,7 @@ def _double_until_fit(
     for _ in range(MAX_ROUNDS):
         bd, size, ws = _measure(ml, counts, batch_size)
         top = max(ws)
+        caps.tell(f"planning the tiles: about {len(ws) * scale:,.0f} nodes, largest working set {top:,} B of {cap:,}")
         if len(ws) * scale > node_cap and best is not None:
             # the previous round's counts, the last within the cap (fitting or not: a graph this large
             # is not planned, and not scheduled, within minutes)

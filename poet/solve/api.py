@@ -26,8 +26,9 @@ from ..schedule.report import MinBudgets, SolveReport
 from ..units import BudgetError, fmt_bytes
 from . import cache as disk
 from .options import SolveOptions
-from .policy import DEFAULT_POLICY, SolvePolicy
+from .policy import DEFAULT_POLICY, SolvePolicy, available_ram_bytes
 from .problem import TiledProblem, costed_graph, make_budget, tiled_problem
+from .progress import report_progress
 from .result import checked
 
 __all__ = ["SolveOptions", "Solved", "costed_graph", "make_budget", "plan_and_solve", "solve", "solve_costed"]
@@ -133,6 +134,7 @@ def tile_and_solve(a) -> Solved:
     """The path of the module docstring, for the arguments ``a`` of :func:`solve`."""
     policy = a.policy if a.policy is not None else DEFAULT_POLICY
     planning_from = time.perf_counter()
+    caps = policy.tile_caps(a.time_limit, available_ram_bytes())
     # the budgets are read against the untiled graph; tiling happens only when its minimum does not fit
     problem = tiled_problem(
         a.graph,
@@ -145,15 +147,17 @@ def tile_and_solve(a) -> Solved:
         tile=a.tile,
         weights=a.weights,
         staging=a.staging,
-        max_tile_nodes=policy.tile_max_nodes,
-        max_tile_seconds=policy.tile_max_seconds,
+        max_tile_nodes=caps.nodes,
+        max_tile_seconds=caps.seconds,
+        max_tile_nodes_why=caps.nodes_why,
+        progress=None if a.progress is None else lambda what: report_progress(a, what),
     )
     if a.strategy not in strategy_table():
         raise BudgetError(f"unknown strategy {a.strategy!r}; choose one of {', '.join(strategy_table())}")
     planning_s = time.perf_counter() - planning_from
     limit = solve_limit = a.time_limit
     if problem.tiled:
-        limit, solve_limit = policy.tiled_solve_limit(a.time_limit, planning_s)
+        limit, solve_limit = policy.tiled_solve_limit(a.time_limit, planning_s, len(problem.graph.nodes))
     opts = SolveOptions(
         time_limit_s=solve_limit,
         threads=a.threads,

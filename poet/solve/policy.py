@@ -13,6 +13,7 @@ replace (``SolveOptions(clock=...)``) instead of patching ``time``.
 from __future__ import annotations
 
 import dataclasses
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -197,6 +198,18 @@ class SolvePolicy:
     # ``poet solve --max-tile-nodes N --max-tile-seconds S`` sets them.
     tile_max_nodes: int | None = None
     tile_max_seconds: float | None = None
+    # Where those are None, ``poet solve`` / ``poet.solve()`` derive them (:meth:`tile_caps`): planning
+    # may take ``tiled_plan_seconds`` without a time limit asked for (bert at 32 KiB took 808-971 s under
+    # load 7-10), else the share of the limit the solve does not keep; the graph may grow to what this
+    # machine's available RAM holds at ``tiled_bytes_per_node`` (poet solve's peak RSS on bert at 32 KiB:
+    # 6.60 GB at 1,300,480 nodes, 5,075 B per node), ``tiled_memory_share`` of it.
+    tiled_plan_seconds: float = 1200.0
+    tiled_bytes_per_node: int = 6_000
+    tiled_memory_share: float = 0.8
+    # Without a time limit asked for, a tiled graph's solve gets at least this long per node after its
+    # planning: the streaming page rule took 331 s and validation 104 s on bert at 32 KiB (1,300,480
+    # nodes) under load 7-10, 3.3e-4 s per node in all.
+    tiled_solve_s_per_node: float = 4e-4
 
     def with_tile_caps(self, max_nodes: int | None, max_seconds: float | None) -> SolvePolicy:
         """This policy with auto tiling's caps set where given (None keeps the current one)."""
@@ -206,11 +219,40 @@ class SolvePolicy:
             tile_max_seconds=self.tile_max_seconds if max_seconds is None else max_seconds,
         )
 
+    def tile_caps(self, asked: float | None, available_bytes: int | None) -> TileCaps:
+        """Auto tiling's caps for a solve with time limit ``asked`` (None: none asked for) on a machine
+        with ``available_bytes`` of RAM free (None: unknown, taken as 16 GiB); the fields set win.
+
+        With a limit, planning keeps to the share of it the solve does not (so the limit holds, planning
+        included); the node cap is the graph whose solve the available RAM holds by the estimate."""
+        seconds = self.tiled_plan_seconds if asked is None else (1.0 - self.tiled_min_solve_share) * asked
+        if self.tile_max_seconds is not None:
+            seconds = self.tile_max_seconds if asked is None else min(self.tile_max_seconds, seconds)
+        if self.tile_max_nodes is not None:
+            return TileCaps(self.tile_max_nodes, seconds, "")
+        ram = 16 * 2**30 if available_bytes is None else available_bytes
+        nodes = max(1, int(self.tiled_memory_share * ram / self.tiled_bytes_per_node))
+        known = "available" if available_bytes is not None else "assumed (this system does not say what is free)"
+        why = (
+            f"{self.tiled_memory_share:.0%} of the {ram / 1e9:.1f} GB of RAM {known}, at about "
+            f"{self.tiled_bytes_per_node:,} B per node of a tiled solve"
+        )
+        return TileCaps(nodes, seconds, why)
+
     # -- each phase's share of the time limit (``limit`` None: no limit; ``elapsed``: since the start)
-    def tiled_solve_limit(self, asked: float | None, planning_s: float) -> tuple[float | None, float | None]:
-        """(the time limit, the solve's share of it) for a tiled graph whose tiles took ``planning_s`` to plan."""
-        limit = self.tiled_time_limit_s if asked is None else asked
-        return limit, max(self.tiled_min_solve_share * limit, limit - planning_s)
+    def tiled_solve_limit(
+        self, asked: float | None, planning_s: float, nodes: int = 0
+    ) -> tuple[float | None, float | None]:
+        """(the time limit, the solve's share of it) for a tiled graph of ``nodes`` whose tiles took
+        ``planning_s`` to plan (and price).  An asked limit covers planning: the solve gets what planning
+        left, at least ``tiled_min_solve_share`` of it.  Without one the default ``tiled_time_limit_s``
+        does too, but the solve gets at least ``tiled_solve_s_per_node`` per node after planning, and
+        the limit reported is then planning plus that."""
+        if asked is not None:
+            return asked, max(self.tiled_min_solve_share * asked, asked - planning_s)
+        base = self.tiled_time_limit_s
+        solve = max(self.tiled_min_solve_share * base, base - planning_s, self.tiled_solve_s_per_node * nodes)
+        return max(base, planning_s + solve), solve
 
     def cover_time(self, limit: float | None) -> float:
         """The eviction cover's time (see ``cover_seconds``)."""
@@ -255,6 +297,32 @@ class SolvePolicy:
 
 
 DEFAULT_POLICY = SolvePolicy()
+
+
+@dataclass(frozen=True)
+class TileCaps:
+    """Where auto tiling stops refining (``plan_tiling``'s ``max_nodes``, ``max_seconds``), and why the
+    node cap is what it is when it was derived rather than asked for (else "")."""
+
+    nodes: int
+    seconds: float
+    nodes_why: str
+
+
+def available_ram_bytes() -> int | None:
+    """The RAM this machine can give a new process without swapping (Linux's MemAvailable), None when
+    the system does not say."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, AttributeError):
+        return None
 
 
 class TimeBudget:

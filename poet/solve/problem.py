@@ -109,6 +109,8 @@ def tiled_problem(
     staging=None,
     max_tile_nodes: int | None = None,
     max_tile_seconds: float | None = None,
+    max_tile_nodes_why: str = "",
+    progress=None,
 ) -> TiledProblem:
     """Price ``source`` (a zoo model name, a Graph, a CostedGraph or a poet-graph/1 path) and tile it if needed.
 
@@ -117,7 +119,8 @@ def tiled_problem(
     and the graph is used as given.  ``weights``/``staging``: where the parameters live
     (:mod:`poet.graph.weights`; ``stream`` needs the layers' parameters: a zoo model or a Graph).
     ``max_tile_nodes`` / ``max_tile_seconds``: auto tiling's caps
-    (:func:`~poet.graph.tiling_plan.plan_tiling`'s ``max_nodes`` / ``max_seconds``; None: its defaults).
+    (:func:`~poet.graph.tiling_plan.plan_tiling`'s ``max_nodes`` / ``max_seconds``; None: its defaults),
+    ``max_tile_nodes_why`` why the node cap is what it is, ``progress`` told what planning is doing.
     """
     from ..graph.generate import is_spec
 
@@ -163,9 +166,13 @@ def tiled_problem(
         tile=mode,
         max_nodes=max_tile_nodes,
         max_seconds=max_tile_seconds,
+        nodes_why=max_tile_nodes_why,
+        progress=progress,
     )
     g = g0
     if plan.tiled:
+        if progress is not None:
+            progress(f"pricing the tiled graph ({plan.nodes_after:,} nodes)")
         g = linear_cost_model(plan.graph, device, g0.fixed_ram_bytes)
         if placed is not None:  # the staging buffer / parameters are in g0's fixed RAM already
             g = place_weights(g.with_fixed_ram(g0.fixed_ram_bytes - _placed_ram(placed)), plan.graph, placed)
