@@ -176,6 +176,9 @@ def test_what_is_not_streamed_yet_is_refused_with_what_would_work():
     old = s.with_(graph=replace(s.graph, weights=replace(s.graph.weights, dense=())))
     with pytest.raises(LoweringError, match="solve it again"):
         lower_zoo(zoo_program(old.graph, layers=L), old)
+    odd = s.with_(graph=replace(s.graph, weights=replace(s.graph.weights, dense=("b.conv1",))))
+    with pytest.raises(LoweringError, match="not priced from this model"):
+        lower_zoo(zoo_program(odd.graph, layers=L), odd)
     # BatchNorm's records of 8 B must not be split between chunks
     n = NetBuilder((3, 8, 8))
     x = n.relu("relu1", n.batchnorm("bn1", n.conv("conv1", DATA, 4, 3, 1, 1)))

@@ -142,6 +142,12 @@ def streamed_weights(zp, schedule) -> StreamedWeights | None:
             f"{', '.join(STREAMED_OPS)} layers do): compile this model with --weights flash or ram"
         )
     files = weight_files(zp.params, names, store.staging_bytes, dict(store.layers))
+    dense = {lay.name for lay in zp.layers.layers if lay.params and lay.op in ("conv2d", "linear")}
+    if store.dense and set(store.dense) != dense:  # empty: a file written before the list (see grad_input)
+        raise LoweringError(
+            f"the schedule's graph records dense layers {sorted(store.dense)[:4]}..., the model's convolution and "
+            f"linear layers are {sorted(dense)[:4]}...: the graph was not priced from this model; solve it again"
+        )
     if store.staging_bytes % 8 and any(lay.op == "batchnorm" and lay.params for lay in zp.layers.layers):
         raise LoweringError(
             f"the staging buffer is {store.staging_bytes} B; BatchNorm's streamed records [gamma, beta] need "
