@@ -266,6 +266,9 @@ def test_input_channel_grad_input_tiles_are_priced_the_whole_block_and_the_valid
     share["graph"]["nodes"][v]["weight_traffic"] = [block // 2, 0, -(-block // 128), 0]
     with pytest.raises(ScheduleError, match="weight traffic"):
         schedule_from_dict(share)
+    older = _stream_schedule_dict()  # a file written before the dense list, without such tiles: read as before
+    older["graph"]["weights"].pop("dense")
+    assert schedule_from_dict(older).graph.weights.dense == ()
     undeclared = copy.deepcopy(d)  # the dense record dropped: the file's traffic no longer follows from it
     undeclared["graph"]["weights"].pop("dense")
     with pytest.raises(ScheduleError, match="weight traffic"):
