@@ -7,8 +7,17 @@ Compiles it as ``poet compile --schedule s.json --target T --run --check`` does,
 schedule (nodes, steps, budget, staging buffer), the RAM the build holds, the bytes and transfers the step
 moved beside the schedule's priced weight traffic, the run's seconds (and on qemu-m4 its measured
 instructions per kind), and the worst gradient and updated-weight errors against PyTorch's ResNet-18
-(``zoo_module``, same initial weights, one SGD step).  A schedule the backend refuses (a grad-input tile
-of a group of input channels at 32 KiB) is reported with its message.  Figures in docs/weights.md.
+(``zoo_module``, same initial weights, one SGD step).  A schedule the backend refuses is reported with its
+message.  Figures in docs/weights.md, for both of the issue's settings:
+
+    poet solve --model resnet18_cifar --device m4 --memory 262144 --weights stream --runtime 602 \
+        --time-limit 120 --out s.json
+    poet solve --model resnet18_cifar --device m0 --memory 32768 --weights stream --runtime 20550 \
+        --time-limit 120 --out s.json
+    python bench/r18_stream.py --schedule s.json --target qemu-m4
+
+At 32 KiB the RAM region (arena, staging buffer, stack, data, bss) is the 32,768-B budget: the compile
+solves again for a smaller arena when the schedule's does not fit beside the stack and statics.
 """
 
 from __future__ import annotations

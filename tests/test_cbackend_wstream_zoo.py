@@ -5,6 +5,8 @@ zoo_module, and the bytes and transfers the step moved against the schedule's pr
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -143,13 +145,40 @@ def test_batchnorm_streams_its_records_and_its_chain_adds_the_gradient(tmp_path,
     assert r.check.worst("grad").relative < 1e-5
 
 
-def test_what_is_not_streamed_yet_is_refused_with_what_would_work():
-    # a grad-input tile of a group of input channels would read a strided share of the block
+INPUT_GROUPS = {
+    "b.relu1:channels": 2,
+    "relu1:channels": 2,
+}  # grad-input tiles of b.conv2 (and b.conv1, b.down) by channels
+
+
+def test_input_channel_grad_input_tiles_read_the_whole_block(tmp_path):
+    """A grad-input tile of a group of a convolution's input channels: those channels' weights are a segment
+    of every output channel's record, so it reads the whole block (priced so) and uses its channels' part."""
     L = _plain_net()
-    g = build_tiled(L, {"b.relu1:channels": 2}, 2).graph
-    s = _stream_schedule(g, "100%", 256)
-    with pytest.raises(LoweringError, match="input channels"):
-        lower_zoo(zoo_program(s.graph, layers=L), s)
+    s = _stream_schedule(build_tiled(L, INPUT_GROUPS, 2).graph, "100%", 100)
+    assert {"b.conv1", "b.conv2", "b.down"} <= set(s.graph.weights.dense)
+    tiles = [
+        n
+        for n in s.graph.nodes
+        if n.kind == "backward" and n.tile is not None and n.tile.of == "bwd.b.conv2" and n.tile.part == "output"
+    ]
+    block = 4 * 6 * 6 * 9  # 6 records of 6x3x3 weights (no bias)
+    assert len(tiles) == 2 and all(n.tile.axis == "rows,channels" for n in tiles)
+    assert all(n.weight_traffic.read_bytes == block and n.weight_traffic.reads == -(-block // 100) for n in tiles)
+    r = _run(s, tmp_path, layers=L)
+    assert r.check.worst("grad").relative < 1e-5 and r.check.worst("param").relative < 1e-5
+
+
+def test_what_is_not_streamed_yet_is_refused_with_what_would_work():
+    # a graph saved before it recorded its dense layers priced an input-channel tile as a share: solve again
+    L = _plain_net()
+    s = _stream_schedule(build_tiled(L, {"b.relu1:channels": 2}, 2).graph, "100%", 256)
+    old = s.with_(graph=replace(s.graph, weights=replace(s.graph.weights, dense=())))
+    with pytest.raises(LoweringError, match="solve it again"):
+        lower_zoo(zoo_program(old.graph, layers=L), old)
+    odd = s.with_(graph=replace(s.graph, weights=replace(s.graph.weights, dense=("b.conv1",))))
+    with pytest.raises(LoweringError, match="not priced from this model"):
+        lower_zoo(zoo_program(odd.graph, layers=L), odd)
     # BatchNorm's records of 8 B must not be split between chunks
     n = NetBuilder((3, 8, 8))
     x = n.relu("relu1", n.batchnorm("bn1", n.conv("conv1", DATA, 4, 3, 1, 1)))

@@ -237,3 +237,39 @@ def test_a_compact_file_keeps_the_placement_and_the_traffic_and_is_refused_witho
     short["graph"]["nodes"]["weight_traffic"] = short["graph"]["nodes"]["weight_traffic"][:-1]
     with pytest.raises(GraphError, match="weight_traffic must be a list"):
         schedule_from_dict(short)
+
+
+def test_input_channel_grad_input_tiles_are_priced_the_whole_block_and_the_validator_holds_it():
+    """A grad-input tile of a group of a convolution's input channels reads its whole block (one record per
+    output channel: the group's weights are a segment of each); a file pricing it as a share is refused."""
+    from poet.graph.tiling import build_tiled
+    from poet.graph.zoo import DATA, ModelLayers
+    from poet.graph.zoo_layers import NetBuilder
+
+    n = NetBuilder((3, 8, 8))
+    x = n.relu("relu1", n.conv("conv1", DATA, 4, 3, 1, 1))
+    x = n.conv("conv2", x, 6, 3, 1, 1)
+    n.linear("fc", n.flatten("flatten", n.avgpool("avgpool", x, 8)), 3)
+    L = ModelLayers("in_groups", n.input_shape, tuple(n.layers))
+    g = build_tiled(L, {"relu1:channels": 2}, 2).graph
+    s = solve(g, "m4", memory="100%", time_limit=5, find_min_budgets=False, weights="stream", staging=64)
+    assert s.feasible and s.graph.weights.dense == ("conv1", "conv2", "fc")
+    tiles = [
+        nd for nd in s.graph.nodes if nd.tile is not None and nd.tile.of == "bwd.conv2" and nd.tile.part == "output"
+    ]
+    block = 4 * 6 * 4 * 9
+    assert len(tiles) == 2 and all(nd.weight_traffic.to_list() == [block, 0, -(-block // 64), 0] for nd in tiles)
+    d = schedule_to_dict(s)
+    schedule_from_dict(copy.deepcopy(d))  # as written: accepted
+    share = copy.deepcopy(d)  # one tile priced as its share (half the block): refused
+    v = next(i for i, nd in enumerate(share["graph"]["nodes"]) if nd["name"] == tiles[0].name)
+    share["graph"]["nodes"][v]["weight_traffic"] = [block // 2, 0, -(-block // 128), 0]
+    with pytest.raises(ScheduleError, match="weight traffic"):
+        schedule_from_dict(share)
+    older = _stream_schedule_dict()  # a file written before the dense list, without such tiles: read as before
+    older["graph"]["weights"].pop("dense")
+    assert schedule_from_dict(older).graph.weights.dense == ()
+    undeclared = copy.deepcopy(d)  # the dense record dropped: the file's traffic no longer follows from it
+    undeclared["graph"]["weights"].pop("dense")
+    with pytest.raises(ScheduleError, match="weight traffic"):
+        schedule_from_dict(undeclared)

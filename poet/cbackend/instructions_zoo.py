@@ -1,20 +1,21 @@
 """Instructions a compiled zoo step executes on the Cortex-M4, measured per node and predicted per schedule.
 
-A zoo program's kernels read row sources spread over several nodes' blocks, and a streamed one reads
-its weights from ``weights.bin``: they cannot be probed one call at a time as a traced program's are
-(:mod:`poet.cbackend.instructions`).  So every node is measured in place, on the emulator, with its real
+A zoo program's kernels read row sources spread over several nodes' blocks, and a streamed one reads its
+weights from ``weights.bin``: they cannot be probed one call at a time as a traced program's are
+(:mod:`poet.cbackend.instructions`). So every node is measured in place, on the emulator, with its real
 kernels and real inputs, under a **calibration schedule** of the same graph: each node in graph order is
 computed, paged out, freed and paged in again (so it stays resident for the nodes that read it), then the
-update runs.  One run gives each node's compute (its kernels, their weight transfers included, and the
-runtime around them), page-out, page-in and free, and the update.  A prediction adds these up along any
-schedule of the graph, per kind; a recomputation costs what the first computation cost (a zoo program has
-no graph-output copies).  Not modelled: the CRC table built by a run's first page-out (about 10,000
-instructions, in whichever node pages first) and instructions that depend on the values (ReLU, max
-pooling), which differ between the calibration's inputs and the run's by the arena's contents only where a
-schedule recomputes from other values -- it never does: the step is deterministic.
+update runs. One run gives each node's compute (its kernels, their weight transfers included, and the runtime
+around them), page-out, page-in and free, and the update. A node is freed once more after its last reader
+(those steps are not measured), so the calibration's arena holds the live nodes, not the whole graph. A
+prediction adds these up along any schedule of the graph, per kind; a recomputation costs what the first
+computation cost (a zoo program has no graph-output copies). Not modelled: the CRC table built by a run's
+first page-out (about 10,000 instructions, in whichever node pages first) and instructions that depend on the
+values (ReLU, max pooling), which differ between the calibration's inputs and the run's by the arena's
+contents only where a schedule recomputes from other values -- it never does: the step is deterministic.
 
-The calibration's arena lives outside the budget (the external region, 16 MiB): a graph whose activations
-do not all fit there cannot be measured this way (the error says so).
+The calibration's arena lives outside the budget (the external region, 16 MiB): a graph whose live activations
+do not fit there cannot be measured this way (the error says so).
 """
 
 from __future__ import annotations
@@ -37,9 +38,22 @@ PER_NODE = (Op.COMPUTE, Op.PAGE_OUT, Op.FREE, Op.PAGE_IN)
 
 
 def calibration_schedule(schedule: Schedule) -> Schedule:
-    """Every node of ``schedule``'s graph computed, paged out, freed and paged in, in graph order (validated)."""
+    """Every node of ``schedule``'s graph computed, paged out, freed and paged in, in graph order, and freed
+    again once its last reader is computed (so the arena holds the live nodes, not the whole graph; a node
+    no other reads stays), validated."""
     g = schedule.graph
-    steps = tuple(Step(op, v) for v in range(len(g.nodes)) for op in PER_NODE)
+    last = list(range(len(g.nodes)))
+    for u, v in g.edges:
+        last[u] = max(last[u], v)
+    done: dict[int, list[int]] = {}
+    for u, v in enumerate(last):
+        if v != u:
+            done.setdefault(v, []).append(u)
+    steps = tuple(
+        st
+        for v in range(len(g.nodes))
+        for st in (*(Step(op, v) for op in PER_NODE), *(Step(Op.FREE, u) for u in done.get(v, ())))
+    )
     budget = Budget(ram_bytes=g.fixed_ram_bytes + sum(g.ram) + 1)
     s = Schedule(g, budget, steps, HEURISTIC, "calibration")
     return s.with_(totals=validate(g, steps, budget))
@@ -75,11 +89,11 @@ def measure_zoo(program: ZooProgram, schedule: Schedule, *, poison: bool, timeou
     if len(marks) != len(cal.steps) + 2:
         raise qemu_m4.TargetError(f"the calibration left {len(marks)} instruction marks, expected {len(cal.steps) + 2}")
     d = [b - a for a, b in zip(marks, marks[1:])]  # per calibration step, then the update
-    k = len(PER_NODE)
+    at = {st.node: j for j, st in reversed(list(enumerate(cal.steps))) if st.op == Op.COMPUTE}  # its 4 steps start
     nodes = tuple(
         NodeInstructions(
-            kernels=d[k * v], first=0, again=0, page_out=d[k * v + 1], page_in=d[k * v + 3],
-            free=d[k * v + 2], free_poisoned=d[k * v + 2],
+            kernels=d[at[v]], first=0, again=0, page_out=d[at[v] + 1], page_in=d[at[v] + 3],
+            free=d[at[v] + 2], free_poisoned=d[at[v] + 2],
         )
         for v in range(len(schedule.graph.nodes))
     )  # fmt: skip

@@ -10,7 +10,9 @@ Built: row tiles, whole layers and groups of output channels (forward, weight gr
 convolutions, linear layers and BatchNorm (a record [gamma, beta] per channel: its forward and grad-input
 read their channels' records; the node that makes the gradient -- the backward statistics chain's steps,
 else the grad-input tiles -- adds its rows' share to it).  Every maker is computed once (``accumulates``).
-Refused with a message: a grad-input tile of a group of input channels of a convolution.
+and grad-input tiles of a group of input channels of a convolution: they read the whole block (an input
+channel's weights are a segment of every record), as priced, and use their channels' elements.  Refused with
+a message: such a tile of a linear layer, or of a graph saved before it recorded its dense layers.
 """
 
 from __future__ import annotations
@@ -29,8 +31,9 @@ STREAMED_OPS = ("conv2d", "linear", "batchnorm")
 class StreamedWeights:
     """The weight files of a streamed zoo program, and which gradient makers write first."""
 
-    def __init__(self, files: WeightFiles, first: frozenset[int], makers: frozenset[int]):
+    def __init__(self, files: WeightFiles, first: frozenset[int], makers: frozenset[int], dense=()):
         self.files = files
+        self.dense = frozenset(dense)  # the graph's record of dense layers (priced: whole-block channel tiles)
         self.first = first  # the makers that write their gradient share (the first of it computed)
         self.makers = makers  # every node that writes or adds to a gradient share
 
@@ -71,11 +74,16 @@ class StreamedWeights:
         if lay.op == "batchnorm":
             return [self._bn_grad(lw, v, r, dx)]
         geo = self._geometry(lw, i, None, None)
-        if r.clo is not None:
+        if r.clo is not None and (lay.op != "conv2d" or lay.name not in self.dense):
             raise LoweringError(
                 f"{lw.what(v)}: a grad-input tile of input channels [{r.clo}, {r.chi}) of {lay.name} with "
-                f"streamed weights is not compiled yet (it would read a strided share of the block); tile the "
-                f"network by rows only, or compile with --weights flash"
+                f"streamed weights: "
+                + (
+                    "the schedule's graph does not record the layer as dense (a file written before the "
+                    "whole-block rule); solve it again"
+                    if lay.op == "conv2d"
+                    else f"not compiled for a {lay.op} layer; tile the network by rows only, or use --weights flash"
+                )
             )
         if not touched:  # it reads its weights as priced, and no output row reaches its rows
             b = self.files.block(lay.name)
@@ -83,7 +91,8 @@ class StreamedWeights:
         if lay.op == "conv2d":
             R = lw.rows(i)
             dlo, dhi = output_rows_touching(lay, r.lo, r.hi, R)
-            sc = [*geo, lay.stride, lay.pad, r.lo, R]
+            c0, c1 = (0, geo[2]) if r.clo is None else (r.clo, r.chi)  # it reads the whole block either way
+            sc = [*geo, lay.stride, lay.pad, r.lo, R, c0, c1]
             return [zoo_call("zoo_ws_conv_grad_input", name, [], [lw.grad_groups(v, i, dlo, dhi)], [dx], sc)]
         srcs = [lw.grad_groups(v, i, 0, lw.rows(i))]
         return [zoo_call("zoo_ws_linear_grad_input", name, [], srcs, [dx], [*geo, r.lo])]
@@ -133,6 +142,12 @@ def streamed_weights(zp, schedule) -> StreamedWeights | None:
             f"{', '.join(STREAMED_OPS)} layers do): compile this model with --weights flash or ram"
         )
     files = weight_files(zp.params, names, store.staging_bytes, dict(store.layers))
+    dense = {lay.name for lay in zp.layers.layers if lay.params and lay.op in ("conv2d", "linear")}
+    if store.dense and set(store.dense) != dense:  # empty: a file written before the list (see grad_input)
+        raise LoweringError(
+            f"the schedule's graph records dense layers {sorted(store.dense)[:4]}..., the model's convolution and "
+            f"linear layers are {sorted(dense)[:4]}...: the graph was not priced from this model; solve it again"
+        )
     if store.staging_bytes % 8 and any(lay.op == "batchnorm" and lay.params for lay in zp.layers.layers):
         raise LoweringError(
             f"the staging buffer is {store.staging_bytes} B; BatchNorm's streamed records [gamma, beta] need "
@@ -160,4 +175,4 @@ def streamed_weights(zp, schedule) -> StreamedWeights | None:
         if s.op == Op.COMPUTE and maker(r):
             makers.setdefault((r.layer, r.clo, r.chi), s.node)
             every.add(s.node)
-    return StreamedWeights(files, frozenset(makers.values()), frozenset(every))
+    return StreamedWeights(files, frozenset(makers.values()), frozenset(every), store.dense)

@@ -5,7 +5,10 @@ reads only what a graph records: node names, kinds, tiles, output bytes, and the
 each layer (:class:`~poet.graph.weights.WeightStore`).  A node belongs to the layer its name (or its
 tile's ``of``) names, less the ``bwd.`` prefix of a backward node.  For a layer with ``P`` parameter
 bytes, a node covering channels ``a..b`` of ``C`` (its tile's ``channels`` range; all of them
-otherwise) uses the share ``P * (b - a) / C``, and:
+otherwise) uses the share ``P * (b - a) / C`` -- except a grad-input tile of a group of *input* channels
+of a dense layer (``WeightStore.dense``: convolution, linear), which uses the whole block: a layer's block
+holds one record per output channel, so an input channel's weights are strided (a segment in every
+record) and the tile reads every record, as a row tile does -- and:
 
 * every forward computation reads its share of the weights (a statistics pass reads none); a
   backward computation that makes an input gradient (output bytes > 0) reads it too;
@@ -82,10 +85,12 @@ def derive_traffic(nodes: Sequence[tuple[str, str, Tile | None, int]], store: We
         if kind == BACKWARD and lay in params:
             parts.setdefault(lay, set()).add(pt)
 
+    dense = set(store.dense)
+
     def share(i: int) -> int:
         tile, p = nodes[i][2], params[layer[i]]
         r = _channel_range(tile)
-        if r is None:
+        if r is None or (layer[i] in dense and nodes[i][1] == BACKWARD and part[i] == "output"):
             return p
         return p * (r[1] - r[0]) // width[(tile.of, tile.part)]
 

@@ -109,6 +109,9 @@ class WeightStore:
     staging_bytes: int = 0
     # (layer name, parameter bytes) of every layer that has parameters: what the traffic is derived from
     layers: tuple[tuple[str, int], ...] = ()
+    # the layers whose every record (output channel) spans all their input channels (convolution, linear):
+    # a channel tile of their grad-input covers input channels, a strided share, so it reads the block
+    dense: tuple[str, ...] = ()
     read_latency_s: float = 0.0
     read_bytes_per_s: float = 1.0
     write_latency_s: float = 0.0
@@ -117,6 +120,10 @@ class WeightStore:
 
     def __post_init__(self):
         object.__setattr__(self, "layers", tuple((str(k), v) for k, v in self.layers))
+        object.__setattr__(self, "dense", tuple(str(k) for k in self.dense))
+        odd = sorted(set(self.dense) - {k for k, _ in self.layers})
+        if odd:
+            raise GraphError(f"weights: dense layer(s) {', '.join(odd[:3])} are not among the layers with parameters")
         for k, v in self.layers:
             byte_count(v, f"weights: layers[{k!r}]", error=GraphError)
         if self.placement not in PLACEMENTS:
@@ -160,13 +167,14 @@ class WeightStore:
             d["staging_bytes"] = self.staging_bytes
             d.update({f: getattr(self, f) for f in _PRICES})
             d["layers"] = dict(self.layers)
+            d["dense"] = list(self.dense)
         return d
 
     @classmethod
     def from_dict(cls, raw) -> WeightStore:
         if not isinstance(raw, dict):
             raise GraphError('"weights" must be an object like {"placement": "stream", "param_bytes": ...}')
-        unknown = sorted(set(raw) - {"placement", "param_bytes", "staging_bytes", "layers", *_PRICES})
+        unknown = sorted(set(raw) - {"placement", "param_bytes", "staging_bytes", "layers", "dense", *_PRICES})
         if unknown:
             raise GraphError(f'"weights" has unknown field(s) {", ".join(unknown)}')
         missing = [k for k in ("placement", "param_bytes") if k not in raw]
@@ -177,4 +185,7 @@ class WeightStore:
         layers = raw.get("layers", {})
         if not isinstance(layers, dict):
             raise GraphError('"weights": "layers" must be an object {layer name: parameter bytes}')
-        return cls(**{**raw, "layers": tuple(layers.items())})
+        dense = raw.get("dense", [])  # absent in files written before it: no layer is dense
+        if not isinstance(dense, list) or not all(isinstance(k, str) for k in dense):
+            raise GraphError('"weights": "dense" must be a list of layer names (convolution and linear layers)')
+        return cls(**{**raw, "layers": tuple(layers.items()), "dense": tuple(dense)})

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from ..graph.core import CostedGraph, Graph, GraphError
+from ..graph.tiling_ranges import WEIGHTED
 from ..graph.weight_traffic import derive_traffic, layer_of
 from ..graph.weights import FLASH, PLACEMENTS, RAM, STREAM, WeightStore
 from .device import load_device
@@ -25,6 +26,12 @@ def layer_params(graph: Graph) -> tuple[tuple[str, int], ...]:
             lay = layer_of(nd.name, nd.kind, nd.tile)
             out[lay] = out.get(lay, 0) + int(nd.param_bytes)
     return tuple(out.items())
+
+
+def dense_layers(graph: Graph) -> tuple[str, ...]:
+    """The layers with parameters whose every output channel reads all input channels (conv, linear)."""
+    out = {layer_of(nd.name, nd.kind, nd.tile) for nd in graph.nodes if nd.param_bytes and nd.op in WEIGHTED}
+    return tuple(lay for lay, _ in layer_params(graph) if lay in out)
 
 
 def weight_store(graph: Graph, device, placement: str, staging_bytes: int = 0) -> WeightStore:
@@ -45,6 +52,7 @@ def weight_store(graph: Graph, device, placement: str, staging_bytes: int = 0) -
         write_bytes_per_s=dev.write_bytes_per_s,
         power_w=dev.storage_power_w,
         layers=layers,
+        dense=dense_layers(graph),
     )
 
 

@@ -13,7 +13,9 @@
    between chunks keeps its order of summation.
 
    zoo_ws_conv              x src, y            | off, cout, cin, k, bias, stride, pad, lo, H_in, <x>
-   zoo_ws_conv_grad_input   dy src, dx          | off, cout, cin, k, bias, stride, pad, lo, H_out, <dy>
+   zoo_ws_conv_grad_input   dy src, dx          | off, cout, cin, k, bias, stride, pad, lo, H_out, c0, c1, <dy>
+                            (dx: input channels [c0, c1); it reads the whole block, as priced: a group of
+                            input channels is a strided share of it, a segment of every record)
    zoo_ws_conv_weight_grad  x src, dy src       | off, cout, cin, k, bias, first, stride, pad, lo, hi, H_in, <x>, <dy>
    zoo_ws_linear            x src, y            | off, out, in, 1, bias, lo, <x>
    zoo_ws_linear_grad_input dy src, dx          | off, out, in, 1, bias, lo, <dy>
@@ -149,18 +151,20 @@ PK_KERNEL(zoo_ws_conv) {
 }
 
 PK_KERNEL(zoo_ws_conv_grad_input) {
-    if (nt < 2 || ns < 10) return PK_EARGS;
+    if (nt < 2 || ns < 12) return PK_EARGS;
     ws_block B;
     TAKE(block_of(s, &B));
     const int32_t st = (int32_t)s[5].i, pad = (int32_t)s[6].i, lo = (int32_t)s[7].i, hout = (int32_t)s[8].i;
-    int ti = 0, si = 9;
+    const int32_t c0 = (int32_t)s[9].i, c1 = (int32_t)s[10].i;
+    int ti = 0, si = 11;
     pkz_src dy;
     TAKE(pkz_src_parse(&dy, t, nt, &ti, s, ns, &si));
     if (ti != nt - 1 || si != ns || st < 1 || dy.c != B.cout) return PK_EARGS;
+    if (c0 < 0 || c1 <= c0 || c1 > B.cin) return PK_EARGS;
     const pk_tensor *dx = &t[ti];
     if (dx->ndim != 4) return PK_EARGS;
     const int32_t win = dx->size[3], wo = dy.w, k = B.k;
-    TAKE(pkz_out4(dx, dy.b, B.cin, win));
+    TAKE(pkz_out4(dx, dy.b, c1 - c0, win));
     if ((win + 2 * pad - k) / st + 1 != wo) return PK_EARGS;
     ws_chunks it;
     TAKE(chunks_start(&it, pk_ws_wfile(), B.off, B.total, 1));
@@ -173,6 +177,7 @@ PK_KERNEL(zoo_ws_conv_grad_input) {
             const float w = it.buf[e - it.c0];
             const int32_t co = (int32_t)(e / B.rec);
             const int32_t ci = (int32_t)(j / B.kk), kh = (int32_t)((j % B.kk) / (uint32_t)k), kw = (int32_t)(j % (uint32_t)k);
+            if (ci < c0 || ci >= c1) continue; /* another group's input channel: read, not used */
             for (int g = 0; g < dy.ng; g++)
                 for (int32_t b = 0; b < dy.b; b++)
                     for (int32_t r = 0; r < dx->size[2]; r++) {
@@ -182,7 +187,7 @@ PK_KERNEL(zoo_ws_conv_grad_input) {
                         if (oh >= hout) continue;
                         const float *dyr = pkz_row(&dy, g, b, co, oh);
                         if (!dyr) return PK_EARGS;
-                        float *dxr = pkz_at(dx, b, ci, r);
+                        float *dxr = pkz_at(dx, b, ci - c0, r);
                         for (int32_t ow = 0; ow < wo; ow++) {
                             const int32_t iw = ow * st - pad + kw;
                             if (iw >= 0 && iw < win) dxr[iw] += w * dyr[ow];
