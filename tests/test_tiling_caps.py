@@ -134,5 +134,5 @@ def test_solve_refuses_a_graph_the_available_ram_would_not_hold_and_names_the_op
     # with RAM to spare the same command plans it whole
     monkeypatch.setattr(api, "available_ram_bytes", lambda: 4 * 10**9)
     assert plan_and_solve(
-        "resnet18_cifar", "m0", memory="32768", runtime="3x", cache=False, time_limit=30
+        "resnet18_cifar", "m0", memory="32768", runtime="3x", cache=False, time_limit=12
     ).problem.plan.fits
