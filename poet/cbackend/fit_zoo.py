@@ -58,7 +58,7 @@ def zoo_resolver(program, progress: Callable[[str], None] | None = None):
 
         def price(graph):
             c = linear_cost_model(graph, device, fixed - own)
-            return place_weights(c, graph, store) if placed else linear_cost_model(graph, device, fixed)
+            return place_weights(c, graph, store) if placed else c
 
         g = price(plan.graph)
         if not plan.fits:

@@ -9,13 +9,13 @@ project folder as ``project.json`` and read back to run and check the step.
 from __future__ import annotations
 
 import json
-import os
 import struct
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
 
+from ..fileio import atomic_write
 from .ir import KernelProgram
 
 __all__ = [
@@ -177,9 +177,7 @@ def write_batches(layout: ProjectLayout, batches, path) -> None:
     """``batch.bin`` for the step: one batch (inputs then targets, numpy arrays or CPU tensors) per step."""
     body = [_image(layout.batch, layout.batch_bytes, b) for b in batches]
     head = struct.pack("<4I", BATCH_MAGIC, len(body), layout.batch_bytes, 0)
-    tmp = Path(str(path) + ".tmp")
-    tmp.write_bytes(head + b"".join(body))
-    os.replace(tmp, path)
+    atomic_write(path, lambda f: f.write(head + b"".join(body)), binary=True)
 
 
 @dataclass(frozen=True)

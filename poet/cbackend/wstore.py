@@ -10,13 +10,13 @@ moved (``pk-ws:`` lines), read back here to compare with the priced traffic.
 
 from __future__ import annotations
 
-import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
+from ..fileio import atomic_write
 from ..graph.weights import NO_TRAFFIC, Traffic
 from .ir import LoweringError
 
@@ -90,10 +90,7 @@ class WeightFiles:
         step wrote it shows in the results), each written atomically."""
         nan = np.full(self.nbytes // 4, np.nan, dtype=np.float32).tobytes()
         for name, data in ((WEIGHTS_FILE, self.pack(params)), (GRADS_FILE, nan)):
-            path = Path(run_dir) / name
-            tmp = path.with_suffix(".tmp")
-            tmp.write_bytes(data)
-            os.replace(tmp, path)
+            atomic_write(Path(run_dir) / name, lambda f, data=data: f.write(data), binary=True)
 
     def read(self, run_dir) -> tuple[dict, dict]:
         """(parameters, gradients) the run left in its folder."""
