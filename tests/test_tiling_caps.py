@@ -39,6 +39,18 @@ def test_a_node_cap_stops_the_plan_and_says_how_to_lift_it():
     assert lifted.fits and plan_hash(lifted) == PLANS["resnet18_cifar", 32768]
 
 
+def test_the_node_cap_holds_the_graph_built_not_the_doubling_on_the_way():
+    # bert at 256 KiB: doubling on its first two blocks passes ~55,700 whole-model nodes before coarsening
+    # takes it back to 33,536; a cap between the two is enough for the plan, one below it is not
+    free = plan_tiling("bert", 262144, max_seconds=600)
+    assert free.fits and free.nodes_after == 33536
+    between = plan_tiling("bert", 262144, max_nodes=40000, max_seconds=600)
+    assert between.fits and between.counts == free.counts and between.nodes_after <= 40000
+    below = plan_tiling("bert", 262144, max_nodes=30000, max_seconds=600)
+    assert not below.fits and below.nodes_after <= 30000
+    assert "past the planner's cap of 30,000" in below.limit and "--max-tile-nodes" in below.limit
+
+
 def test_a_time_cap_stops_the_plan_and_says_so():
     p = plan_tiling("resnet18_cifar", 32768, max_seconds=1e-9)
     assert not p.fits and "s of planning (its time cap)" in p.limit and "--max-tile-seconds" in p.limit
