@@ -8,8 +8,10 @@ answer (``state.size_rule``: the streaming page rule).
 
 Beside it runs the same pass with recomputation
 (:func:`~poet.solve.search.stream_remat.stream_remat_schedule`: a tensor cheaper to recompute than to page
-is dropped and recomputed) on graphs of at most ``policy.stream_remat_max_nodes``; its schedule goes
-through the validator here, and the cheaper of the two is held, so it can only help.
+is dropped and recomputed), and that pass again in another topological order
+(:func:`~poet.solve.search.order.stream_remat_reordered`: readers of the same tensors placed together),
+on graphs of at most ``policy.stream_remat_max_nodes``.  Their schedules go through the validator here,
+and the cheapest of the three is held, so they can only help.
 """
 
 from __future__ import annotations
@@ -17,9 +19,16 @@ from __future__ import annotations
 from ...schedule.report import PhaseRecord
 from ...schedule.validate import ScheduleError, validate
 from ..policy import SolvePolicy
+from ..search.order import stream_remat_reordered
 from ..search.stream import StreamResult, stream_schedule
 from ..search.stream_remat import stream_remat_schedule
 from .state import SolveState
+
+# the one-pass rule's variants run beside it: what the phase's ``held`` fact calls each, its energy's fact
+VARIANTS = (
+    ("recompute", "recompute_energy_j", stream_remat_schedule),
+    ("recompute, reordered", "reordered_energy_j", stream_remat_reordered),
+)
 
 
 class OnePassPaging:
@@ -53,11 +62,12 @@ class OnePassPaging:
         if found.resident_pairs is not None:
             facts["resident_pairs"] = found.resident_pairs
         if len(g.nodes) <= state.policy.stream_remat_max_nodes:
-            remat = stream_remat_schedule(g, budget, time_limit=seconds(), stop=stop, clock=clock)
-            remat, facts["recompute_energy_j"] = validated(state, remat)
-            if remat.found and (not found.found or remat.energy_j < found.energy_j):
-                found = remat
-                facts["held"] = "recompute"
+            for held, fact, rule in VARIANTS:
+                other = rule(g, budget, time_limit=seconds(), stop=stop, clock=clock)
+                other, facts[fact] = validated(state, other)
+                if other.found and (not found.found or other.energy_j < found.energy_j):
+                    found = other
+                    facts["held"] = held
         if found.found:
             state.stream = found
         elif found.over_deadline:  # the nearest miss so far
