@@ -9,10 +9,12 @@ more choices:
 * **drop instead of page out.**  A victim not yet on storage whose restoration by recomputation is
   estimated cheaper than its page-out plus a page-in is freed without a page-out.  The estimate is its
   compute energy plus, per input, nothing if that input is read at the same stage anyway, else its
-  restoration (a page-in, plus a page-out if nothing else keeps it; a dropped input's recomputation,
-  recursively).  Its inputs are then *held for it*: they count as read at its next use, so they are not
-  freed before it is restored (they may be paged out or dropped themselves, with chains of dropped
-  tensors at most ``max_depth`` long).
+  restoration (a page-in, plus a page-out if nothing else keeps it; the recomputation of an input
+  dropped or already freed after its last reader, recursively).  Its inputs are then *held for it*: they
+  count as read at its next use, so they are not freed before it is restored (they may be paged out or
+  dropped themselves; an input already freed is marked dropped too), with chains of dropped tensors at
+  most ``max_depth`` long, and no drop whose restoration would not fit beside the other inputs of the
+  stage that needs it.
 * **recompute instead of page in.**  A stored tensor needed again whose inputs are all in RAM is
   recomputed when that is cheaper than its page-in.
 
