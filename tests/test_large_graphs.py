@@ -18,6 +18,7 @@ from poet.solve.bounds import eviction_cover
 from poet.solve.options import SolveOptions
 from poet.solve.policy import SolvePolicy
 from poet.solve.search.stream import stream_schedule
+from poet.solve.search.stream_remat import stream_remat_schedule
 
 
 @pytest.mark.parametrize("spec", ["layered:60:1", "unet:60:2", "fan:60:1", "resnet18_cifar"])
@@ -96,13 +97,15 @@ def test_one_pass_paging_schedule_validates_within_the_budget(spec):
         assert validate(g, found.steps, b).runtime_s == pytest.approx(found.runtime_s, rel=1e-12)
 
 
-def test_one_pass_paging_schedule_refuses_what_it_cannot_meet():
+@pytest.mark.parametrize("rule", [stream_schedule, stream_remat_schedule])
+def test_one_pass_paging_schedule_refuses_what_it_cannot_meet(rule):
+    # both one-pass rules: the plain one and the one with recomputation (tests/test_stream_remat.py)
     g = costed_graph("unet:80:1", "a72")
     short = make_budget(g, "30%", "1.0x")  # no time for any page-in
-    over = stream_schedule(g, short)
+    over = rule(g, short)
     assert not over.found and over.over_deadline and over.runtime_s > short.runtime_s
-    assert not stream_schedule(g, Budget(g.min_ram_bytes() - 1)).found
-    stopped = stream_schedule(g, make_budget(g, "30%"), time_limit=-1.0)  # out of time at once
+    assert not rule(g, Budget(g.min_ram_bytes() - 1)).found
+    stopped = rule(g, make_budget(g, "30%"), time_limit=-1.0)  # out of time at once
     assert not stopped.found and not stopped.over_deadline and stopped.resident_pairs is None
 
 

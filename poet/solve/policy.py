@@ -124,6 +124,11 @@ class SolvePolicy:
     # linear in the graph (0.4 s on the 2,922-node tiled resnet18_cifar, 1.5 s on 20,000-node chains), it
     # is what a time limit returns when the phases after it cannot finish on a graph that size.
     stream_min_nodes: int = 1000
+    # Up to this many nodes the one-pass rule with recomputation (poet.solve.search.stream_remat) runs
+    # beside it and the cheaper validated schedule is held: 0.3 s on the 2,922-node tiled
+    # resnet18_cifar, 3-4 s on the 33,536-node tiled bert (m4, load 3-5).  Past it (bert at 32 KiB:
+    # 1.3 million nodes, where the plain pass alone holds gigabytes of steps) it is not run.
+    stream_remat_max_nodes: int = 200_000
     # Plans in the stage form hold every kept tensor at every stage.  Where keeping every tensor until
     # its last reader is more (tensor, stage) pairs than this (stage.plan.live_pairs; 100 million on a
     # 20,000-node chain), the idle-gap plan, whose kept sets are about that large, is not tried.

@@ -5,14 +5,30 @@ on the 37,376-node tiled bert under load), so on graphs of ``policy.stream_min_n
 before anything else: the time limit or a stop then always has a validated schedule to return, whatever
 the phases after it can or cannot finish.  On a tiled graph too large for the portfolio it is the
 answer (``state.size_rule``: the streaming page rule).
+
+Beside it runs the same pass with recomputation
+(:func:`~poet.solve.search.stream_remat.stream_remat_schedule`: a tensor cheaper to recompute than to page
+is dropped and recomputed), and that pass again in another topological order
+(:func:`~poet.solve.search.order.stream_remat_reordered`: readers of the same tensors placed together),
+on graphs of at most ``policy.stream_remat_max_nodes``.  Their schedules go through the validator here,
+and the cheapest of the three is held, so they can only help.
 """
 
 from __future__ import annotations
 
 from ...schedule.report import PhaseRecord
+from ...schedule.validate import ScheduleError, validate
 from ..policy import SolvePolicy
-from ..search.stream import stream_schedule
+from ..search.order import stream_remat_reordered
+from ..search.stream import StreamResult, stream_schedule
+from ..search.stream_remat import stream_remat_schedule
 from .state import SolveState
+
+# the one-pass rule's variants run beside it: what the phase's ``held`` fact calls each, its energy's fact
+VARIANTS = (
+    ("recompute", "recompute_energy_j", stream_remat_schedule),
+    ("recompute, reordered", "reordered_energy_j", stream_remat_reordered),
+)
 
 
 class OnePassPaging:
@@ -34,20 +50,39 @@ class OnePassPaging:
         """It may take the whole time left and the grace promised on top (docs/reliability.md), since
         what follows holds no schedule on a graph that size; a stop ends it at once."""
         state.progress("one-pass paging schedule")
-        since, left, limit = state.time.elapsed(), state.time.left(), state.time.limit_s
-        found = stream_schedule(
-            state.g,
-            state.budget,
-            time_limit=None if left is None else max(0.0, left) + 0.05 * limit + 2.0,
-            stop=state.opts.stop,
-            clock=state.opts.clock,
-        )
+        since, limit = state.time.elapsed(), state.time.limit_s
+
+        def seconds() -> float | None:
+            left = state.time.left()
+            return None if left is None else max(0.0, left) + 0.05 * limit + 2.0
+
+        g, budget, stop, clock = state.g, state.budget, state.opts.stop, state.opts.clock
+        found = stream_schedule(g, budget, time_limit=seconds(), stop=stop, clock=clock)
         facts = {"found": found.found, "energy_j": found.energy_j}
         if found.resident_pairs is not None:
             facts["resident_pairs"] = found.resident_pairs
+        if len(g.nodes) <= state.policy.stream_remat_max_nodes:
+            for held, fact, rule in VARIANTS:
+                other = rule(g, budget, time_limit=seconds(), stop=stop, clock=clock)
+                other, facts[fact] = validated(state, other)
+                if other.found and (not found.found or other.energy_j < found.energy_j):
+                    found = other
+                    facts["held"] = held
         if found.found:
             state.stream = found
         elif found.over_deadline:  # the nearest miss so far
             state.note(nearest_runtime_s=found.runtime_s)
             facts["runtime_s"] = found.runtime_s
         return state.phase_record(self.name, since, **facts)
+
+
+def validated(state: SolveState, found: StreamResult) -> tuple[StreamResult, float | None]:
+    """The recomputing pass's schedule as the validator prices it, or nothing if the validator refuses it
+    (a defect, recorded in the phase's facts by its missing energy)."""
+    if not found.found:
+        return found, None
+    try:
+        totals = validate(state.g, found.steps, state.budget)
+    except ScheduleError:
+        return StreamResult((), None, None, None), None
+    return StreamResult(found.steps, totals.energy_j, totals.runtime_s, found.resident_pairs), totals.energy_j

@@ -1,0 +1,188 @@
+"""The one-pass rule with recomputation (poet.solve.search.stream_remat): valid schedules priced as the
+validator prices them, recomputation where it is cheaper than paging, the clock and the stop honoured, and
+in the portfolio never worse than the plain one-pass rule."""
+
+from __future__ import annotations
+
+import pytest
+
+import poet
+from poet.graph.core import CostedGraph, CostedNode
+from poet.graph.tiling import build_tiled
+from poet.graph.zoo import ModelLayers
+from poet.graph.zoo_layers import DATA, NetBuilder
+from poet.schedule import validate
+from poet.schedule.core import Budget, Op
+from poet.solve.policy import SolvePolicy
+from poet.solve.problem import costed_graph, make_budget
+from poet.solve.search.order import affinity_order, reordered, stream_remat_reordered
+from poet.solve.search.stream import stream_schedule
+from poet.solve.search.stream_remat import stream_remat_schedule
+
+
+def conv_bn_relu(depth: int) -> ModelLayers:
+    """conv-BatchNorm-ReLU ``depth`` times, a classifier: the tiles recomputation is for (BN, ReLU)."""
+    net = NetBuilder((3, 8, 8))
+    x = DATA
+    for d in range(1, depth + 1):
+        x = net.relu(f"relu{d}", net.batchnorm(f"bn{d}", net.conv(f"conv{d}", x, 4, 3, 1, 1)))
+    net.linear("fc", net.flatten("flatten", net.avgpool("avgpool", x, 8)), 10)
+    return ModelLayers("conv_bn_relu", net.input_shape, tuple(net.layers))
+
+
+def tiled(tiles: int, depth: int = 2) -> CostedGraph:
+    ml = conv_bn_relu(depth)
+    return costed_graph(build_tiled(ml, {layer.name: tiles for layer in ml.layers}).graph, "m4")
+
+
+def checked(g: CostedGraph, budget: Budget, **kw):
+    """The pass's schedule, replayed by the validator: its energy and runtime are the validator's."""
+    found = stream_remat_schedule(g, budget, **kw)
+    if not found.found:
+        return found, None
+    totals = validate(g, found.steps, budget)
+    assert totals.energy_j == pytest.approx(found.energy_j, rel=1e-9)
+    assert totals.runtime_s == pytest.approx(found.runtime_s, rel=1e-9)
+    assert totals.peak_ram_bytes <= budget.ram_bytes
+    return found, totals
+
+
+GRAPHS = [
+    ("layered:60:1", "m4"),
+    ("unet:60:2", "m4"),
+    ("fan:60:1", "m4"),
+    ("chain:300:1", "m4"),
+    ("resnet18_cifar", "m4"),
+    ("unet:60:2", "a72"),
+]
+
+
+@pytest.mark.parametrize(("spec", "device"), GRAPHS)
+def test_schedules_are_valid_on_generated_graphs_at_tight_budgets(spec, device):
+    g = costed_graph(spec, device)
+    for frac in ("30%", "50%", "80%"):
+        for runtime in (None, "3x"):
+            budget = make_budget(g, frac, runtime)
+            plain = stream_schedule(g, budget)
+            found, totals = checked(g, budget)
+            if plain.found and not found.found:
+                assert found.over_deadline or budget.runtime_s is None  # it may overrun, never miss silently
+            for depth in (1, 5):
+                checked(g, budget, max_depth=depth)
+
+
+@pytest.mark.parametrize(("tiles", "depth", "frac"), [(2, 2, "60%"), (4, 2, "50%"), (4, 3, "40%"), (8, 2, "40%")])
+def test_schedules_are_valid_on_tiled_graphs(tiles, depth, frac):
+    g = tiled(tiles, depth)
+    budget = make_budget(g, frac, "3x")
+    if budget.ram_bytes < g.min_ram_bytes():
+        pytest.skip("below the tiled graph's minimum")
+    _, totals = checked(g, budget)
+    assert totals is not None
+    for mode in ("hidden", "overlap"):  # the runtime as the validator counts it in each paging model
+        checked(g, Budget(budget.ram_bytes, None, mode))
+
+
+def _node(name: str, kind: str, ram: int, flop_j: float, page_j: float) -> CostedNode:
+    return CostedNode(name, kind, ram, flop_j, flop_j, page_j, page_j, page_j, page_j)
+
+
+def recompute_case() -> CostedGraph:
+    """conv -> relu -> (a long stretch of big nodes) -> a backward node reading relu and conv.
+
+    The relu output is cheap to compute (1e-6 J) and dear to page (1 J each way); the conv output is dear to
+    compute and must come back anyway for the backward node.  Under RAM pressure the pass should drop the relu
+    output and recompute it from the conv output, not page it."""
+    nodes = [_node("conv", "forward", 100, 10.0, 1.0), _node("relu", "forward", 100, 1e-6, 1.0)]
+    edges = [(0, 1)]
+    for i in range(6):  # a stretch that needs the RAM: 300 B each
+        nodes.append(_node(f"big{i}", "forward", 300, 1.0, 3.0))
+        edges.append((len(nodes) - 2 if i else 1, len(nodes) - 1))
+    nodes.append(_node("bwd", "backward", 100, 1.0, 1.0))
+    last = len(nodes) - 1
+    edges += [(last - 1, last), (0, last), (1, last)]
+    return CostedGraph("recompute_case", tuple(nodes), tuple(edges))
+
+
+def test_recomputes_a_cheap_tensor_instead_of_paging_it():
+    g = recompute_case()
+    budget = Budget(650)  # the conv and relu outputs cannot stay through the stretch
+    plain = stream_schedule(g, budget)
+    found, totals = checked(g, budget)
+    assert plain.found and found.found
+    relu = 1
+    assert not any(s.op == Op.PAGE_OUT and s.node == relu for s in found.steps)
+    assert [s.op for s in found.steps if s.node == relu].count(Op.COMPUTE) == 2
+    assert totals.recomputes >= 1 and totals.energy_j < plain.energy_j - 1.0
+
+
+def test_keeps_paging_where_recomputing_is_dearer():
+    g = recompute_case()
+    # the relu dearer to compute than to page: no recomputation
+    nodes = list(g.nodes)
+    nodes[1] = _node("relu", "forward", 100, 50.0, 1.0)
+    g = CostedGraph("dear", tuple(nodes), g.edges)
+    found, totals = checked(g, Budget(650))
+    assert totals.recomputes == 0
+    assert totals.energy_j == pytest.approx(stream_schedule(g, Budget(650)).energy_j)
+
+
+def test_clock_and_stop_are_honoured():
+    g = costed_graph("chain:300:1", "m4")
+    budget = make_budget(g, "40%")
+    timed_out = stream_remat_schedule(g, budget, time_limit=-1.0)
+    assert not timed_out.found and not timed_out.over_deadline and timed_out.resident_pairs is None
+    stopped = stream_remat_schedule(g, budget, stop=lambda: True)
+    assert not stopped.found and not stopped.over_deadline
+    ticks = iter(range(10**6))
+    late = stream_remat_schedule(g, budget, time_limit=5.0, clock=lambda: float(next(ticks)) * 10)
+    assert not late.found  # the clock is read while it runs, not only at the start
+
+
+@pytest.mark.parametrize(("tiles", "frac"), [(4, "50%"), (8, "40%")])
+def test_portfolio_holds_the_cheaper_of_the_two_one_pass_schedules(tiles, frac):
+    g = tiled(tiles)
+    policy = SolvePolicy(stream_min_nodes=10, tiled_portfolio_max_nodes=10)  # the one-pass route alone
+    s = poet.solve(g, memory=frac, runtime="3x", time_limit=3, policy=policy, find_min_budgets=False)
+    facts = s.report.phase("one-pass paging").facts
+    plain, remat, moved = facts["energy_j"], facts["recompute_energy_j"], facts["reordered_energy_j"]
+    assert plain is not None and remat is not None and moved is not None
+    assert s.steps and validate(s.graph, s.steps, s.budget).energy_j == pytest.approx(s.totals.energy_j)
+    assert s.totals.energy_j <= min(plain, remat, moved) * (1 + 1e-12)
+    best = min((plain, None), (remat, "recompute"), (moved, "recompute, reordered"), key=lambda e: e[0])
+    assert facts.get("held") == best[1]
+
+
+@pytest.mark.parametrize(("spec", "device"), GRAPHS[:4])
+def test_affinity_order_is_topological_and_its_schedules_are_valid(spec, device):
+    g = costed_graph(spec, device)
+    order = affinity_order(g)
+    assert sorted(order) == list(range(len(g.nodes)))
+    place = {v: i for i, v in enumerate(order)}
+    assert all(place[a] < place[b] for a, b in g.edges)
+    r = reordered(g, order)
+    assert [nd.name for nd in r.nodes] == [g.nodes[v].name for v in order]
+    assert r.plain_energy_j == pytest.approx(g.plain_energy_j)
+    for frac in ("30%", "60%"):
+        budget = make_budget(g, frac, "3x")
+        found = stream_remat_reordered(g, budget)
+        if found.found:
+            totals = validate(g, found.steps, budget)  # on the graph's own ids
+            assert totals.energy_j == pytest.approx(found.energy_j, rel=1e-9)
+            assert totals.runtime_s == pytest.approx(found.runtime_s, rel=1e-9)
+
+
+def test_affinity_order_places_readers_of_the_same_tensors_together():
+    # a fans out to b and c, which read only a; d reads b.  The graph's order is a, b, d, c: c follows b
+    nodes = [_node(x, "forward", 100, 1.0, 1.0) for x in "abdc"]
+    g = CostedGraph("fan", tuple(nodes), ((0, 1), (0, 3), (1, 2)))
+    assert affinity_order(g) == [0, 1, 3, 2]
+
+
+def test_reordered_pass_honours_the_clock_the_stop_and_the_overlap_model():
+    g = costed_graph("chain:300:1", "m4")
+    budget = make_budget(g, "40%")
+    assert not stream_remat_reordered(g, budget, time_limit=-1.0).found
+    assert not stream_remat_reordered(g, budget, stop=lambda: True).found
+    assert affinity_order(g, stop=lambda: True) is None
+    assert not stream_remat_reordered(g, Budget(budget.ram_bytes, None, "overlap")).found
