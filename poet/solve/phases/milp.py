@@ -12,8 +12,8 @@ On a small tiled graph (``policy.tiled_cpsat_max_nodes``) CP-SAT runs first on t
 OR-Tools is installed (:func:`cpsat_skip_reason` says why not, in the phase's facts): on the ``m4``'s
 tiny tiles a page is mostly the SD card's latency, the optimum recomputes instead, and CP-SAT's search
 finds such schedules where HiGHS, warm-started from the rules' paging-side plans, does not.  HiGHS then
-starts from the cheaper of CP-SAT's schedule and the plan held; the cheaper answer and the larger bound
-of the two are kept (:func:`better_of`), so the pass can only help.
+starts from the cheaper of CP-SAT's schedule and the plan held, in the time CP-SAT leaves; the cheaper
+answer and the larger bound of the two are kept (:func:`better_of`), so the pass can only help.
 """
 
 from __future__ import annotations
