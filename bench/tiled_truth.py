@@ -112,6 +112,8 @@ INSTANCES = {
     "resnet-t8-80": (lambda: resnet(), 8, "80%"),
     "cnn3-t8-80": (lambda: cnn(3), 8, "80%"),
     "transformer-t4-80": (lambda: transformer(), 4, "80%"),
+    "resnet-t8-90": (lambda: resnet(), 8, "90%"),
+    "cnn2-t8-90": (lambda: cnn(2), 8, "90%"),
 }
 
 
@@ -227,6 +229,7 @@ def measure(name: str, exact_limit: float, heur_limit: float, proof_gap: float, 
     t0 = time.perf_counter()
     row = {"name": name, "tiles": INSTANCES[name][1], "memory": INSTANCES[name][2]}
     row.update(heuristics(name, heur_limit))
+    row["portfolio_runs"] = [portfolio_run(row)]
     row.update(exact(name, exact_limit, proof_gap))
     row.update(add_bounds(name, row, bound_limit, proof_gap))
     row["seconds"] = time.perf_counter() - t0
