@@ -181,6 +181,18 @@ class SolvePolicy:
     residency_max_nodes: int = 400
     residency_max_nonzeros: int = 300_000
     residency_share: float = 0.5
+    # On a tiled graph of at most this many nodes the MILP phase runs CP-SAT first (the same MILP,
+    # lp/cpsat.py; skipped without OR-Tools) for ``tiled_cpsat_share`` of the time left, then HiGHS
+    # warm-started from the cheaper of CP-SAT's schedule and the plan held, for the rest
+    # (``tiled_cpsat_seconds`` of CP-SAT without a limit).  On the m4's tiny tiles a page is mostly the
+    # SD card's latency and the optimum is recompute-heavy, which CP-SAT's search reaches and HiGHS's
+    # does not from the rules' paging-side plans: bench/tiled_truth.py's cnn2-t2 (41 nodes) 0.421 mJ on
+    # CP-SAT against HiGHS's 0.850 in 60 s each (docs/tiling.md).  In the 30-s portfolio (load ~4, one
+    # run each) a share of 0.95 against 0.5: cnn2-t2 0.599 against 0.730 mJ, cnn3-t2 0.893 against 1.106,
+    # resnet-t2 2.017 against 2.077 (HiGHS rarely improved on CP-SAT's schedule in the rest).
+    tiled_cpsat_max_nodes: int = 400
+    tiled_cpsat_share: float = 0.9
+    tiled_cpsat_seconds: float = 60.0
     window_stages: int = 16
     window_seconds: float = 5.0
     window_share: float = 0.5

@@ -7,14 +7,26 @@ HiGHS does not check its time limit through presolve, its MIP setup and, on larg
 than ``policy.milp_setup_s_per_nonzero`` per nonzero of the time limit is left, and not even built when
 what is left is under half of that by the size estimate.  What HiGHS answers is read in
 :func:`poet.solve.phases.answer.milp_answer`.
+
+On a small tiled graph (``policy.tiled_cpsat_max_nodes``) CP-SAT runs first on the same MILP, when
+OR-Tools is installed (:func:`cpsat_skip_reason` says why not, in the phase's facts): on the ``m4``'s
+tiny tiles a page is mostly the SD card's latency, the optimum recomputes instead, and CP-SAT's search
+finds such schedules where HiGHS, warm-started from the rules' paging-side plans, does not.  HiGHS then
+starts from the cheaper of CP-SAT's schedule and the plan held, in the time CP-SAT leaves; the cheaper
+answer and the larger bound of the two are kept (:func:`better_of`), so the pass can only help.
 """
 
 from __future__ import annotations
 
+import math
+from dataclasses import replace
 from types import MappingProxyType
 
+from ...schedule.core import FEASIBLE, INFEASIBLE, OPTIMAL
 from ...schedule.report import PhaseRecord
+from ..lp.cpsat import available, solve_cpsat
 from ..lp.highs import get_backend
+from ..lp.problem import MilpProblem, MilpResult, max_violation
 from ..milp.formulation import Formulation, build
 from ..milp.warm_start import plan_to_start
 from ..policy import SolvePolicy
@@ -69,22 +81,92 @@ class Milp:
         if opts.stop is not None:
             kw["stop"] = opts.stop
         since = state.time.elapsed()
+        progress = None if opts.progress is None else MilpProgress(state, f)
+        first, why_not = None, cpsat_skip_reason(state)
+        if why_not is None:
+            share = policy.tiled_cpsat_share * state.time.left() if limited else policy.tiled_cpsat_seconds
+            first = usable(
+                f.problem,
+                solve_cpsat(
+                    f.problem, time_limit=max(0.1, share), threads=opts.threads, gap=opts.gap, progress=progress, **kw
+                ),
+            )
+            if first.x is not None and (kw.get("start") is None or first.objective < f.problem.c @ kw["start"]):
+                kw["start"] = first.x
+            rest = state.time.left()
+            if (
+                first.status in (OPTIMAL, INFEASIBLE)
+                or state.stopped()
+                or (limited and rest < policy.milp_setup_seconds(f.problem.num_nonzeros))
+            ):
+                state.milp_result = first
+                facts = {**first.extra, "found_by": "CP-SAT"}
+                return state.phase_record(
+                    self.name, since, status=first.status, detail=f"CP-SAT: {first.detail}", **facts
+                )
         res = get_backend(opts.backend)(
             f.problem,
             time_limit=max(0.1, state.time.left()) if limited else None,
             threads=opts.threads,
             gap=opts.gap,
-            progress=None if opts.progress is None else MilpProgress(state, f),
+            progress=progress,
             verbose=opts.verbose,
             **kw,
         )
+        if first is not None:
+            res = better_of(first, res, opts.gap)
         state.milp_result = res
-        return state.phase_record(self.name, since, status=res.status, detail=res.detail, **res.extra)
+        facts = res.extra if first is not None else {**res.extra, "cpsat_first": f"skipped: {why_not}"}
+        return state.phase_record(self.name, since, status=res.status, detail=res.detail, **facts)
 
     def not_started(self, state: SolveState, skip: MilpSkip) -> PhaseRecord:
         state.milp_skip = skip
         why = f"{skip.rest_s:.1f} s left, too few to start the MILP (about {skip.need_s:.0f} s)"
         return PhaseRecord(self.name, 0.0, state.plan_e, MappingProxyType({"skipped": why}))
+
+
+def cpsat_skip_reason(state: SolveState) -> str | None:
+    """Why CP-SAT does not run before HiGHS (None: it does): it does on a tiled graph of at most
+    ``policy.tiled_cpsat_max_nodes`` nodes, HiGHS asked for, OR-Tools installed."""
+    g, policy = state.g, state.policy
+    if state.opts.backend != "highs":
+        return f"the {state.opts.backend} backend was asked for"
+    if not (state.opts.tiled or any(nd.tile is not None for nd in g.nodes)):
+        return "not a tiled graph"
+    if len(g.nodes) > policy.tiled_cpsat_max_nodes:
+        return f"{len(g.nodes)} nodes, past policy.tiled_cpsat_max_nodes ({policy.tiled_cpsat_max_nodes})"
+    if not available():
+        return "OR-Tools is not installed (pip install 'poet-edge[cp]')"
+    return None
+
+
+def usable(p: MilpProblem, r: MilpResult) -> MilpResult:
+    """CP-SAT's answer with its schedule only when that satisfies the MILP itself, not only CP-SAT's
+    relaxation of it (the deadline row is rounded outwards there); its bound stays a bound either way."""
+    if r.x is None or max_violation(p, r.x) <= 1e-7:
+        return r
+    status = FEASIBLE if r.status == OPTIMAL else r.status
+    return replace(r, status=status, x=None, objective=None, gap=None, detail=f"{r.detail}; its schedule broke a row")
+
+
+def better_of(first: MilpResult, then: MilpResult, gap: float) -> MilpResult:
+    """One answer from CP-SAT's and HiGHS's on the same MILP: the cheaper incumbent, the larger proven
+    bound (each solver's bound is a bound of the MILP), either's proof of infeasibility."""
+    if INFEASIBLE in (first.status, then.status):
+        return first if first.status == INFEASIBLE else then
+    found = [r for r in (first, then) if r.x is not None]
+    best = min(found, key=lambda r: r.objective) if found else then
+    bounds = [r.bound for r in (first, then) if r.bound is not None and math.isfinite(r.bound)]
+    bound = max(bounds) if bounds else None
+    detail = f"CP-SAT: {first.detail}; HiGHS: {then.detail}"
+    extra = {**then.extra, "cpsat_seconds": first.seconds, "found_by": "CP-SAT" if best is first else "HiGHS"}
+    if best.x is None:
+        return replace(then, bound=bound, seconds=first.seconds + then.seconds, detail=detail, extra=extra)
+    if bound is not None:
+        bound = min(bound, best.objective)
+    rel = relative_gap(best.objective, bound) if bound is not None else None
+    status = OPTIMAL if rel is not None and rel <= gap else FEASIBLE
+    return MilpResult(status, best.x, best.objective, bound, rel, first.seconds + then.seconds, detail, extra)
 
 
 def build_milp(state: SolveState) -> Formulation:
