@@ -48,7 +48,7 @@ SOLVE_LAYERS = [
     ["min_budgets"],
     ["phases"],
     ["strategies"],
-    ["cache"],
+    ["cache", "headroom"],
     ["api"],
     ["tiled"],
 ]

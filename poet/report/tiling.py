@@ -34,6 +34,19 @@ def tiling_text(p: TiledProblem, s: Schedule, costs: TilingCosts | None) -> str:
                 f"({plan.untiled_min_bytes} B), tiled {fmt_bytes(plan.tiled_min_bytes)} "
                 f"({plan.tiled_min_bytes} B); nodes {plan.nodes_before} -> {plan.nodes_after}"
             )
+            tried = (s.report.tiling or {}).get("headroom") or ()
+            if tried:
+                each = ", ".join(
+                    f"{fmt_bytes(t['planned_ram_bytes'])}: "
+                    + (fmt_energy(t["energy_j"]) if t["energy_j"] is not None else "no schedule in its time")
+                    for t in tried
+                )
+                planned = (s.report.tiling or {}).get("planned_ram_bytes", plan.budget_bytes)
+                lines.append(
+                    f"  tiles planned for {fmt_bytes(planned)} of the {fmt_bytes(s.budget.ram_bytes)} budget: the "
+                    f"cheapest of the tiling for the budget and those for less ({each}), each solved at the "
+                    f"whole budget (headroom, docs/tiling.md)"
+                )
             if not plan.fits:
                 lines.append(
                     f"  the budget is below the tiled minimum, set by {plan.limit}; give --memory "

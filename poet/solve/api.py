@@ -25,6 +25,7 @@ from ..schedule.core import INFEASIBLE, PAGING_SERIAL, Budget, Schedule
 from ..schedule.report import MinBudgets, SolveReport
 from ..units import BudgetError, fmt_bytes
 from . import cache as disk
+from . import headroom
 from .options import SolveOptions
 from .policy import DEFAULT_POLICY, SolvePolicy, available_ram_bytes
 from .problem import TiledProblem, costed_graph, make_budget, tiled_problem
@@ -172,8 +173,28 @@ def tile_and_solve(a) -> Solved:
         policy=policy,
     )
     s = solve_problem(problem, a.strategy, opts)
+    searched = None
+    if limit is not None and headroom.skip_reason(problem, s, a.graph, policy) is None:
+        searched = headroom.search_headroom(
+            problem,
+            s,
+            a.graph,
+            lambda p, o: solve_problem(p, a.strategy, o),
+            opts,
+            deadline=planning_from + limit,
+            policy=policy,
+            device=a.device,
+            batch_size=a.batch_size,
+            max_tile_nodes=caps.nodes,
+            progress=None if a.progress is None else lambda what: report_progress(a, what),
+        )
+        problem, s = searched.problem, searched.schedule
     if problem.plan is not None:
-        s.report = s.report.with_(tiling=problem.plan.summary())
+        summary = problem.plan.summary()
+        if searched is not None and searched.tried:
+            summary["planned_ram_bytes"] = searched.planned_ram_bytes
+            summary["headroom"] = [dataclasses.asdict(t) for t in searched.tried]
+        s.report = s.report.with_(tiling=summary)
     return Solved(s, problem, limit, solve_limit, planning_s)
 
 

@@ -209,6 +209,15 @@ class SolvePolicy:
     # Planning the tiles is part of answering (seconds to tens of seconds on large models): it comes
     # out of the time limit, and the solve keeps at least this share of the limit.
     tiled_min_solve_share: float = 0.25
+    # Tiles planned for less RAM than the budget (poet/solve/headroom.py): with time left after the first
+    # answer and its gap over headroom_min_gap, graphs tiled for these shares of the budget are solved
+    # at the whole budget (then the step is halved around the best share, down to headroom_finest_step),
+    # at most headroom_max_plans of them, each while at least headroom_min_seconds are left.
+    headroom_shares: tuple[float, ...] = (0.875, 0.75)
+    headroom_finest_step: float = 1 / 64
+    headroom_max_plans: int = 6
+    headroom_min_seconds: float = 20.0
+    headroom_min_gap: float = 0.02
     # Auto tiling stops refining past this many nodes, or after this many seconds of planning (None:
     # the planner's defaults, poet.graph.tiling_plan.MAX_NODES and MAX_PLAN_SECONDS, 60,000 and 60 s:
     # beyond them planning takes minutes).  bert at 32 KiB needs millions (docs/tiling.md, "Scale");
