@@ -188,6 +188,9 @@ def tile_and_solve(a) -> Solved:
             max_tile_nodes=caps.nodes,
             progress=None if a.progress is None else lambda what: report_progress(a, what),
         )
+        if searched.schedule is not s:
+            # the answer had the solve's limit; the share its graph was given is the search's business
+            searched.schedule.report = searched.schedule.report.with_(time_limit_s=s.report.time_limit_s)
         problem, s = searched.problem, searched.schedule
     if problem.plan is not None:
         summary = problem.plan.summary()
