@@ -136,12 +136,19 @@ def stream_schedule(
             elif m[x] > 0:
                 heapq.heappush(furthest, (-r[reader[x]], x))
     energy = g.plain_energy_j + math.fsum(page_e)
+    # stage t computes node t alone
+    return priced(steps, energy, g.plain_runtime_s, (nd[t].compute_time_s for t in range(n)), page_t, budget, pairs)
+
+
+def priced(steps, energy_j: float, compute_s: float, stage_compute_s, stage_page_s, budget: Budget, pairs: int):
+    """A pass's result, its runtime priced as the budget's paging model says from each stage's compute
+    and paging seconds (``compute_s``: their compute total); nothing when the paging overruns the deadline."""
     if budget.paging_time == PAGING_HIDDEN:
-        runtime = g.plain_runtime_s
-    elif budget.paging_time == PAGING_OVERLAP:  # stage t computes node t alone
-        runtime = math.fsum(max(nd[t].compute_time_s, page_t[t]) for t in range(n))
+        runtime = compute_s
+    elif budget.paging_time == PAGING_OVERLAP:
+        runtime = math.fsum(max(c, p) for c, p in zip(stage_compute_s, stage_page_s, strict=True))
     else:
-        runtime = g.plain_runtime_s + math.fsum(page_t)
+        runtime = compute_s + math.fsum(stage_page_s)
     if budget.runtime_s is not None and runtime > budget.runtime_s:
         return StreamResult((), None, runtime, pairs)  # the paging it needs overruns the deadline
-    return StreamResult(tuple(steps), energy, runtime, pairs)
+    return StreamResult(tuple(steps), energy_j, runtime, pairs)

@@ -33,9 +33,9 @@ import time
 from bisect import bisect_left
 
 from ...graph.core import CostedGraph
-from ...schedule.core import PAGING_HIDDEN, PAGING_OVERLAP, Budget, Op, Step
+from ...schedule.core import Budget, Op, Step
 from ..stage.plan import ram_cap
-from .stream import CLOCK_EVERY, NOTHING, StreamResult
+from .stream import CLOCK_EVERY, NOTHING, StreamResult, priced
 
 MAX_DEPTH = 3  # the longest chain of dropped tensors a restoration recomputes
 
@@ -289,14 +289,5 @@ class _Pass:
         return self.used + need <= cap
 
     def result(self, pairs: int) -> StreamResult:
-        g, budget = self.g, self.budget
-        energy = g.plain_energy_j + math.fsum(self.extra_e)
-        if budget.paging_time == PAGING_HIDDEN:
-            runtime = math.fsum(self.stage_c)
-        elif budget.paging_time == PAGING_OVERLAP:
-            runtime = math.fsum(max(c, p) for c, p in zip(self.stage_c, self.stage_t, strict=True))
-        else:
-            runtime = math.fsum(self.stage_c) + math.fsum(self.stage_t)
-        if budget.runtime_s is not None and runtime > budget.runtime_s:
-            return StreamResult((), None, runtime, pairs)
-        return StreamResult(tuple(self.steps), energy, runtime, pairs)
+        energy = self.g.plain_energy_j + math.fsum(self.extra_e)
+        return priced(self.steps, energy, math.fsum(self.stage_c), self.stage_c, self.stage_t, self.budget, pairs)
