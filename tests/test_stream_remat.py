@@ -186,3 +186,39 @@ def test_reordered_pass_honours_the_clock_the_stop_and_the_overlap_model():
     assert not stream_remat_reordered(g, budget, stop=lambda: True).found
     assert affinity_order(g, stop=lambda: True) is None
     assert not stream_remat_reordered(g, Budget(budget.ram_bytes, None, "overlap")).found
+
+
+def test_variants_get_no_time_past_the_limit(monkeypatch):
+    """The plain pass may use the grace; the variants that only improve on it start only within the limit,
+    so the phase overruns it by one grace at most, not one per pass."""
+    import time
+
+    from poet.solve.api import solve_costed
+    from poet.solve.options import SolveOptions
+    from poet.solve.phases import one_pass
+
+    offset = [0.0]
+    plain = one_pass.stream_schedule
+
+    def slow_plain(*args, **kw):  # the plain pass "takes" the whole limit and a bit of the grace
+        found = plain(*args, **kw)
+        offset[0] += 4.0
+        return found
+
+    monkeypatch.setattr(one_pass, "stream_schedule", slow_plain)
+    g = tiled(4)
+    budget = make_budget(g, "50%", "3x")
+    policy = SolvePolicy(stream_min_nodes=10, tiled_portfolio_max_nodes=10)  # the one-pass route alone
+
+    def solved(clock):
+        opts = SolveOptions(time_limit_s=3, policy=policy, find_min_budgets=False, tiled=True, clock=clock)
+        s = solve_costed(g, budget, "poet", opts)
+        return s, s.report.phase("one-pass paging").facts
+
+    s, facts = solved(lambda: time.perf_counter() + offset[0])
+    assert facts["variants_skipped"] == "the time limit was reached"
+    assert facts["recompute_energy_j"] is None and facts["reordered_energy_j"] is None and "held" not in facts
+    assert s.steps and validate(s.graph, s.steps, s.budget).energy_j == pytest.approx(facts["energy_j"])
+    monkeypatch.setattr(one_pass, "stream_schedule", plain)
+    s, facts = solved(time.perf_counter)  # with time left the variants run
+    assert "variants_skipped" not in facts and facts["recompute_energy_j"] is not None

@@ -47,23 +47,31 @@ class OnePassPaging:
         return None
 
     def run(self, state: SolveState) -> PhaseRecord:
-        """It may take the whole time left and the grace promised on top (docs/reliability.md), since
-        what follows holds no schedule on a graph that size; a stop ends it at once."""
+        """The plain pass may take the whole time left and the grace promised on top
+        (docs/reliability.md), since what follows holds no schedule on a graph that size; the variants
+        only improve on it, so they get the time left and no grace (the phase as a whole stays within
+        the limit plus one grace), and none starts once the limit is past.  A stop ends it at once."""
         state.progress("one-pass paging schedule")
         since, limit = state.time.elapsed(), state.time.limit_s
 
-        def seconds() -> float | None:
+        def seconds(grace: float) -> float | None:
             left = state.time.left()
-            return None if left is None else max(0.0, left) + 0.05 * limit + 2.0
+            return None if left is None else max(0.0, left) + grace
 
         g, budget, stop, clock = state.g, state.budget, state.opts.stop, state.opts.clock
-        found = stream_schedule(g, budget, time_limit=seconds(), stop=stop, clock=clock)
+        grace = 0.0 if limit is None else 0.05 * limit + 2.0
+        found = stream_schedule(g, budget, time_limit=seconds(grace), stop=stop, clock=clock)
         facts = {"found": found.found, "energy_j": found.energy_j}
         if found.resident_pairs is not None:
             facts["resident_pairs"] = found.resident_pairs
         if len(g.nodes) <= state.policy.stream_remat_max_nodes:
             for held, fact, rule in VARIANTS:
-                other = rule(g, budget, time_limit=seconds(), stop=stop, clock=clock)
+                left = seconds(0.0)
+                if left is not None and left <= 0.0:
+                    facts[fact] = None
+                    facts.setdefault("variants_skipped", "the time limit was reached")
+                    continue
+                other = rule(g, budget, time_limit=left, stop=stop, clock=clock)
                 other, facts[fact] = validated(state, other)
                 if other.found and (not found.found or other.energy_j < found.energy_j):
                     found = other
