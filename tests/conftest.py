@@ -134,6 +134,41 @@ def relu_chain(blocks: int, seed: int = 0) -> CostedGraph:
     return CostedGraph(f"relu_chain{blocks}", tuple(nodes), tuple(edges))
 
 
+BOUND_STRATEGIES = ({}, {"remat": False}, {"paging": False})
+
+
+def bound_case(seed: int):
+    """A small graph (a training chain, a conv-bias-ReLU chain or a random DAG), a RAM budget from its
+    minimum to half-way to keep-all, a deadline or none, and a strategy's techniques: where a lower bound
+    is checked against the exact optimum (kind 0 and 1 are chains, kind 2 a random DAG)."""
+    from poet.schedule import Budget
+    from poet.solve.baselines import keep_all_peak
+
+    rnd = random.Random(seed)
+    kind = seed % 3
+    if kind == 0:
+        g = training_chain(rnd.randint(2, 4), seed, skip=rnd.random() < 0.5)
+    elif kind == 1:
+        g = relu_chain(rnd.choice([1, 2]), seed)
+    else:
+        g = random_dag(seed, rnd.randint(5, 10))
+    lo, hi = g.min_ram_bytes(), keep_all_peak(g)
+    ram = max(1, int(lo + rnd.choice([0.0, 0.2, 0.5]) * (hi - lo)))
+    slack = rnd.choice([None, 1.1, 1.5, 3.0])
+    return g, Budget(ram, None if slack is None else slack * g.plain_runtime_s), rnd.choice(BOUND_STRATEGIES), kind
+
+
+def stage_optimum(g, b, strategy) -> float | None:
+    """The MILP's proven optimum (the stage form the bounds are about), None when infeasible."""
+    from poet.solve.lp import solve_highs
+    from poet.solve.milp import build
+
+    f = build(g, b, **strategy)
+    r = solve_highs(f.problem, gap=1e-9, time_limit=60)
+    assert r.status in ("optimal", "infeasible"), r.detail
+    return None if r.x is None else r.objective * f.energy_unit
+
+
 @pytest.fixture(scope="module")
 def graph_dict():
     """A small valid poet-graph/1 document (a training chain), for the bad-input tests to break."""

@@ -2,57 +2,26 @@
 and on the proven rows of bench/tiled_truth.json, and held by the portfolio where it beats the cover."""
 
 import json
-import random
 import sys
 from pathlib import Path
 
 import pytest
 from bruteforce import brute_force_energy
-from conftest import random_dag, relu_chain, training_chain
+from conftest import bound_case, random_dag, stage_optimum
 
 from poet.schedule import Budget, validate
-from poet.solve.baselines import keep_all_peak
 from poet.solve.bounds import eviction_cover
-from poet.solve.lp import solve_highs
-from poet.solve.milp import build
 from poet.solve.residency_bound import residency_bound
 
 BENCH = Path(__file__).resolve().parent.parent / "bench"
 sys.path.insert(0, str(BENCH))
 import tiled_truth  # noqa: E402
 
-STRATEGIES = ({}, {"remat": False}, {"paging": False})
-
-
-def _case(seed: int):
-    """A small graph (a training chain, a conv-bias-ReLU chain or a random DAG), a RAM budget from its
-    minimum to half-way to keep-all, a deadline or none, and a strategy's techniques."""
-    rnd = random.Random(seed)
-    kind = seed % 3
-    if kind == 0:
-        g = training_chain(rnd.randint(2, 4), seed, skip=rnd.random() < 0.5)
-    elif kind == 1:
-        g = relu_chain(rnd.choice([1, 2]), seed)
-    else:
-        g = random_dag(seed, rnd.randint(5, 10))
-    lo, hi = g.min_ram_bytes(), keep_all_peak(g)
-    ram = max(1, int(lo + rnd.choice([0.0, 0.2, 0.5]) * (hi - lo)))
-    slack = rnd.choice([None, 1.1, 1.5, 3.0])
-    return g, Budget(ram, None if slack is None else slack * g.plain_runtime_s), rnd.choice(STRATEGIES), kind
-
-
-def _stage_optimum(g, b, strategy) -> float | None:
-    """The MILP's proven optimum (the stage form the bound is about), None when infeasible."""
-    f = build(g, b, **strategy)
-    r = solve_highs(f.problem, gap=1e-9, time_limit=60)
-    assert r.status in ("optimal", "infeasible"), r.detail
-    return None if r.x is None else r.objective * f.energy_unit
-
 
 @pytest.mark.parametrize("seed", range(60))
 def test_residency_bound_never_exceeds_the_exact_optimum(seed):
-    g, b, strategy, kind = _case(seed)
-    best = _stage_optimum(g, b, strategy)
+    g, b, strategy, kind = bound_case(seed)
+    best = stage_optimum(g, b, strategy)
     if kind < 2:  # chains: the stage form's optimum is the exhaustive search's over any instruction order
         exhaustive = brute_force_energy(g, b.ram_bytes, b.runtime_s, **strategy)
         assert (best is None) == (exhaustive is None)
@@ -67,8 +36,8 @@ def test_residency_bound_never_exceeds_the_exact_optimum(seed):
 def test_residency_bound_is_tight_where_the_cover_is_not():
     # a random DAG whose optimum recomputes under memory the cover does not see: the cover stays 12%
     # below the optimum, the residency bound reaches it (found among the cases above)
-    g, b, strategy, _ = _case(44)
-    best = _stage_optimum(g, b, strategy)
+    g, b, strategy, _ = bound_case(44)
+    best = stage_optimum(g, b, strategy)
     cover = eviction_cover(g, b, **strategy).bound
     res = residency_bound(g, b, time_limit=20, **strategy).bound
     assert cover < 0.95 * best

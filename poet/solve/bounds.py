@@ -209,7 +209,7 @@ class Moments:
     def estimated_nonzeros(self, policy: SolvePolicy) -> int:
         """The ILP's nonzeros: one entry per tight moment a credited tensor spans, and per chain link of
         it, plus each link's few rows (within 1% of the built ILP)."""
-        links = _links_within(self.dead_inputs, self.chain_depth(policy))
+        links = links_within(self.dead_inputs, self.chain_depth(policy))
         return sum((b - a) * (1 + links[i]) + 3 + 6 * links[i] for i, (a, b) in self.span.items())
 
     def relaxed_bound(self, remat: bool, paging: bool, objective: str, time_limit: float | None) -> float:
@@ -337,7 +337,7 @@ class CoverILP:
         return math.fsum(v * x[k] for k, v in self.timed) / self.slack
 
 
-def _links_within(dead_inputs: list[list[int]], max_depth: float) -> list[int]:
+def links_within(dead_inputs: list[list[int]], max_depth: float) -> list[int]:
     """Per tensor, the chain links the cover follows below it (``link``), at most ``max_depth`` deep."""
     n = len(dead_inputs)
     if max_depth == math.inf:

@@ -1,8 +1,10 @@
 """The eviction cover (:mod:`poet.solve.bounds`): the proven bound every gap is measured against, and
 the guide the greedy rules follow first.  When no eviction set meets the deadline the answer is
-``infeasible`` at once, with the shortest runtime any schedule needs (the runtime cover).  On a small
-tiled graph the residency bound (:mod:`poet.solve.residency_bound`, which sees paging forced by the RAM
-a restoration needs) follows, and the larger of the two bounds is the one held."""
+``infeasible`` at once, with the shortest runtime any schedule needs (the runtime cover).  On a tiled
+graph the reader-gap cover (:mod:`poet.solve.reader_gaps`, which charges a restoration per absence
+between two readers of a tile) follows, and on a small one the residency bound
+(:mod:`poet.solve.residency_bound`, which sees paging forced by the RAM a restoration needs); the largest
+bound is the one held."""
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ from dataclasses import replace
 from ...schedule.report import PhaseRecord
 from ..bounds import eviction_cover
 from ..policy import SolvePolicy
+from ..reader_gaps import reader_gap_bound
 from ..residency_bound import residency_bound
 from .state import SolveState
 
@@ -35,6 +38,21 @@ class LowerBound:
             policy=state.policy,
         )
         facts = {"evictions": len(cover.guide), **cover.facts()}
+        if math.isfinite(cover.bound) and tiled(state) and not state.stopped():
+            gaps = reader_gap_bound(
+                state.g,
+                state.budget,
+                remat=state.remat,
+                paging=state.paging,
+                time_limit=min(state.cover_seconds(state.policy.reader_gap_share), state.policy.reader_gap_max_seconds),
+                stop=state.opts.stop,
+                policy=state.policy,
+            )
+            facts.update(cover_bound_energy_j=cover.bound, reader_gap_bound_energy_j=gaps.bound)
+            if gaps.reason:
+                facts["reader_gap_skipped"] = gaps.reason
+            if gaps.bound is not None and math.isfinite(gaps.bound) and gaps.bound > cover.bound:
+                state.cover = cover = replace(cover, bound=gaps.bound)
         if math.isfinite(cover.bound) and residency_applies(state):
             res = residency_bound(
                 state.g,
@@ -46,7 +64,8 @@ class LowerBound:
                 max_nonzeros=state.policy.residency_max_nonzeros,
                 stop=state.opts.stop,
             )
-            facts.update(cover_bound_energy_j=cover.bound, residency_bound_energy_j=res.bound)
+            facts.setdefault("cover_bound_energy_j", cover.bound)
+            facts["residency_bound_energy_j"] = res.bound
             if res.reason:
                 facts["residency_skipped"] = res.reason
             # a finite bound only: the cover's answer on whether the deadline is reachable stands
@@ -60,9 +79,11 @@ class LowerBound:
         return rec
 
 
+def tiled(state: SolveState) -> bool:
+    """The planner's graph, or any whose nodes are tiles: where the tighter bounds run."""
+    return state.opts.tiled or any(nd.tile is not None for nd in state.g.nodes)
+
+
 def residency_applies(state: SolveState) -> bool:
-    """The residency bound runs on tiled graphs (the planner's, or any whose nodes are tiles) small
-    enough for it (``policy.residency_max_nodes``)."""
-    g = state.g
-    tiled = state.opts.tiled or any(nd.tile is not None for nd in g.nodes)
-    return tiled and len(g.nodes) <= state.policy.residency_max_nodes and not state.stopped()
+    """The residency bound runs on tiled graphs small enough for it (``policy.residency_max_nodes``)."""
+    return tiled(state) and len(state.g.nodes) <= state.policy.residency_max_nodes and not state.stopped()
