@@ -62,6 +62,15 @@ def test_cpsat_first_searches_neighbourhoods_of_the_warm_start_unless_the_policy
     validate(full.graph, full.steps, full.budget)
 
 
+def test_guide_search_leaves_the_time_to_the_cpsat_pass():
+    pytest.importorskip("ortools")
+    s = solve(tiled_cnn(3, 2), "50%", 8)
+    guide = next(p for p in s.report.phases if p.name == "guide search")
+    assert guide.seconds <= SolvePolicy().tiled_cpsat_search_share * 8 + 0.5
+    assert milp_record(s).facts["cpsat_search"] == "LNS only"
+    validate(s.graph, s.steps, s.budget)
+
+
 @pytest.mark.parametrize("spec", ["layered:30:3", "diamond:30:2"])
 def test_cpsat_first_holds_the_time_limit_and_stays_valid_on_generated_graphs(spec, monkeypatch):
     """The pass forced onto generated (untiled) graphs: the answer is validated, never above the plan

@@ -200,6 +200,10 @@ class SolvePolicy:
     # against 3.04 units of plain backprop, resnet-t2 7.78 against 8.27, cnn3-t2 3.18 against 3.38
     # (docs/tiling.md).  Without a start the default search finds the first schedule.
     tiled_cpsat_lns_only: bool = True
+    # Where that pass follows, the guide search gets at most this share of the time left (else half):
+    # in the 60-s portfolio on cnn3-t2 (51 nodes) it took 19 s to reach 1.106 mJ, leaving CP-SAT 34 s,
+    # which reaches 0.66 mJ in 30 s from the same start alone (docs/tiling.md).
+    tiled_cpsat_search_share: float = 0.1
     window_stages: int = 16
     window_seconds: float = 5.0
     window_share: float = 0.5
