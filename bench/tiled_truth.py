@@ -52,7 +52,7 @@ from poet.solve.search.windows import improve_windows
 
 DATA_FILE = Path(__file__).with_name("tiled_truth.json")
 # what a portfolio run measured
-CODE = "MILP phase with CP-SAT first, LNS only from the warm start, guide search 10% (policy.tiled_cpsat_*)"
+CODE = "MILP phase with CP-SAT first; at <=100 nodes LNS only, guide search 10% (policy.tiled_cpsat_*)"
 DEVICE = "m4"
 RUNTIME = "3x"
 

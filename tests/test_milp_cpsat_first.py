@@ -57,9 +57,10 @@ def test_cpsat_first_searches_neighbourhoods_of_the_warm_start_unless_the_policy
     g = tiled_cnn(2, 2)
     lns = milp_record(solve(g, "60%", 4))
     assert lns.facts["cpsat_search"] == "LNS only"  # the plan held is its warm start
-    full = solve(g, "60%", 4, policy=SolvePolicy(tiled_cpsat_lns_only=False))
-    assert milp_record(full).facts["cpsat_search"] == "default"
-    validate(full.graph, full.steps, full.budget)
+    for policy in (SolvePolicy(tiled_cpsat_lns_only=False), SolvePolicy(tiled_cpsat_small_nodes=5)):
+        full = solve(g, "60%", 4, policy=policy)
+        assert milp_record(full).facts["cpsat_search"] == "default"
+        validate(full.graph, full.steps, full.budget)
 
 
 def test_guide_search_leaves_the_time_to_the_cpsat_pass():

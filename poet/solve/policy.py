@@ -204,6 +204,9 @@ class SolvePolicy:
     # in the 60-s portfolio on cnn3-t2 (51 nodes) it took 19 s to reach 1.106 mJ, leaving CP-SAT 34 s,
     # which reaches 0.66 mJ in 30 s from the same start alone (docs/tiling.md).
     tiled_cpsat_search_share: float = 0.1
+    # Both (LNS only, the guide search's share) on graphs of at most this many nodes: on cnn2-t8 (155
+    # nodes) they left the 60-s portfolio at 0.354 mJ, 5.1% above its 0.337 without them.
+    tiled_cpsat_small_nodes: int = 100
     window_stages: int = 16
     window_seconds: float = 5.0
     window_share: float = 0.5

@@ -86,7 +86,7 @@ class Milp:
         first, why_not, search = None, cpsat_skip_reason(state), {}
         if why_not is None:
             share = policy.tiled_cpsat_share * state.time.left() if limited else policy.tiled_cpsat_seconds
-            lns_only = policy.tiled_cpsat_lns_only and kw.get("start") is not None
+            lns_only = policy.tiled_cpsat_lns_only and kw.get("start") is not None and small_for_cpsat(state)
             search = {"cpsat_search": "LNS only" if lns_only else "default"}
             first = usable(
                 f.problem,
@@ -147,6 +147,12 @@ def cpsat_skip_reason(state: SolveState) -> str | None:
     if not available():
         return "OR-Tools is not installed (pip install 'poet-edge[cp]')"
     return None
+
+
+def small_for_cpsat(state: SolveState) -> bool:
+    """A graph small enough (``policy.tiled_cpsat_small_nodes``) for the CP-SAT pass to search only
+    neighbourhoods and to take the guide search's time."""
+    return len(state.g.nodes) <= state.policy.tiled_cpsat_small_nodes
 
 
 def usable(p: MilpProblem, r: MilpResult) -> MilpResult:
