@@ -51,7 +51,8 @@ from poet.solve.search.stream import stream_schedule
 from poet.solve.search.windows import improve_windows
 
 DATA_FILE = Path(__file__).with_name("tiled_truth.json")
-CODE = "MILP phase with CP-SAT first (policy.tiled_cpsat_share 0.9)"  # what a portfolio run measured
+# what a portfolio run measured
+CODE = "MILP phase with CP-SAT first; at <=100 nodes LNS only, guide search 10% (policy.tiled_cpsat_*)"
 DEVICE = "m4"
 RUNTIME = "3x"
 

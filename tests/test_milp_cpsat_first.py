@@ -5,6 +5,7 @@ stays valid, and where it does not apply the phase says why."""
 from __future__ import annotations
 
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -49,6 +50,42 @@ def test_cpsat_first_never_worsens_the_plan_and_stays_valid(depth, tiles, memory
     assert energy == pytest.approx(s.totals.energy_j)
     assert energy <= rec.energy_j * (1 + 1e-9)  # the plan held when the MILP phase began (its warm start)
     assert s.report.bound_energy_j <= energy * (1 + 1e-9)
+
+
+def test_cpsat_first_searches_neighbourhoods_of_the_warm_start_unless_the_policy_says_not():
+    pytest.importorskip("ortools")
+    g = tiled_cnn(2, 2)
+    lns = milp_record(solve(g, "60%", 4))
+    assert lns.facts["cpsat_search"] == "LNS only"  # the plan held is its warm start
+    for policy in (SolvePolicy(tiled_cpsat_lns_only=False), SolvePolicy(tiled_cpsat_small_nodes=5)):
+        full = solve(g, "60%", 4, policy=policy)
+        assert milp_record(full).facts["cpsat_search"] == "default"
+        validate(full.graph, full.steps, full.budget)
+
+
+def test_guide_search_leaves_the_time_to_the_cpsat_pass():
+    pytest.importorskip("ortools")
+    s = solve(tiled_cnn(3, 2), "50%", 8)
+    guide = next(p for p in s.report.phases if p.name == "guide search")
+    assert guide.seconds <= SolvePolicy().tiled_cpsat_search_share * 8 + 0.5
+    assert milp_record(s).facts["cpsat_search"] == "LNS only"
+    validate(s.graph, s.steps, s.budget)
+
+
+@pytest.mark.parametrize("spec", ["layered:30:3", "diamond:30:2"])
+def test_cpsat_first_holds_the_time_limit_and_stays_valid_on_generated_graphs(spec, monkeypatch):
+    """The pass forced onto generated (untiled) graphs: the answer is validated, never above the plan
+    the phase started from, and the solve ends within its limit."""
+    pytest.importorskip("ortools")
+    monkeypatch.setattr(milp_phase, "cpsat_skip_reason", lambda state: None)
+    t0 = time.perf_counter()
+    s = poet.solve(spec, "m4", memory="70%", runtime="3x", method="warm", time_limit=5, find_min_budgets=False)
+    assert time.perf_counter() - t0 < 5 + 3.0
+    rec = milp_record(s)
+    assert "cpsat_search" in rec.facts
+    if s.steps:
+        energy = validate(s.graph, s.steps, s.budget).energy_j
+        assert rec.energy_j is None or energy <= rec.energy_j * (1 + 1e-9)
 
 
 def test_cpsat_first_skipped_past_its_node_cap_with_the_reason():

@@ -199,6 +199,20 @@ class SolvePolicy:
     tiled_cpsat_max_nodes: int = 400
     tiled_cpsat_share: float = 0.9
     tiled_cpsat_seconds: float = 60.0
+    # With a warm start, CP-SAT runs only its large-neighbourhood workers (``use_lns_only``): its
+    # improvements on these MILPs come from LNS around the incumbent, and with its full-problem workers
+    # besides, two shared cores make few LNS calls (30 s, 8 workers: 2-3 calls per neighbourhood).
+    # Paired runs of 45 s (CP-SAT alone on the pass's own MILP and warm start, load 5-7): cnn2-t2 2.76
+    # against 3.04 units of plain backprop, resnet-t2 7.78 against 8.27, cnn3-t2 3.18 against 3.38
+    # (docs/tiling.md).  Without a start the default search finds the first schedule.
+    tiled_cpsat_lns_only: bool = True
+    # Where that pass follows, the guide search gets at most this share of the time left (else half):
+    # in the 60-s portfolio on cnn3-t2 (51 nodes) it took 19 s to reach 1.106 mJ, leaving CP-SAT 34 s,
+    # which reaches 0.66 mJ in 30 s from the same start alone (docs/tiling.md).
+    tiled_cpsat_search_share: float = 0.1
+    # Both (LNS only, the guide search's share) on graphs of at most this many nodes: on cnn2-t8 (155
+    # nodes) they left the 60-s portfolio at 0.354 mJ, 5.1% above its 0.337 without them.
+    tiled_cpsat_small_nodes: int = 100
     window_stages: int = 16
     window_seconds: float = 5.0
     window_share: float = 0.5

@@ -25,7 +25,7 @@ from ..policy import SolvePolicy
 from ..search import intervals
 from ..search.guides import GuideSearch
 from ..search.pool import SearchPool, worker_count
-from .milp import build_milp
+from .milp import build_milp, cpsat_skip_reason, small_for_cpsat
 from .state import Origin, SearchPlan, SolveState
 
 
@@ -50,6 +50,8 @@ class GuideSearchPhase:
         since = state.time.elapsed()
         opts, policy, lb = state.opts, state.policy, state.lb
         share = policy.search_share_before_intervals if state.searches.intervals_skip is None else None
+        if state.searches.milp_follows and small_for_cpsat(state) and cpsat_skip_reason(state) is None:
+            share = min(share or 1.0, policy.tiled_cpsat_search_share)  # CP-SAT's pass makes better use of it
         span = state.search_seconds(state.searches.milp_follows, share)
         if state.tiled_rules and not state.searches.milp_follows:
             span *= 1.0 - policy.window_polish_share  # the window polish follows (phases/windows.py)

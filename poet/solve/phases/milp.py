@@ -13,7 +13,8 @@ OR-Tools is installed (:func:`cpsat_skip_reason` says why not, in the phase's fa
 tiny tiles a page is mostly the SD card's latency, the optimum recomputes instead, and CP-SAT's search
 finds such schedules where HiGHS, warm-started from the rules' paging-side plans, does not.  HiGHS then
 starts from the cheaper of CP-SAT's schedule and the plan held, in the time CP-SAT leaves; the cheaper
-answer and the larger bound of the two are kept (:func:`better_of`), so the pass can only help.
+answer and the larger bound of the two are kept (:func:`better_of`), so the pass can only help.  From a
+warm start CP-SAT runs only its neighbourhood search (``policy.tiled_cpsat_lns_only``, measured there).
 """
 
 from __future__ import annotations
@@ -82,13 +83,21 @@ class Milp:
             kw["stop"] = opts.stop
         since = state.time.elapsed()
         progress = None if opts.progress is None else MilpProgress(state, f)
-        first, why_not = None, cpsat_skip_reason(state)
+        first, why_not, search = None, cpsat_skip_reason(state), {}
         if why_not is None:
             share = policy.tiled_cpsat_share * state.time.left() if limited else policy.tiled_cpsat_seconds
+            lns_only = policy.tiled_cpsat_lns_only and kw.get("start") is not None and small_for_cpsat(state)
+            search = {"cpsat_search": "LNS only" if lns_only else "default"}
             first = usable(
                 f.problem,
                 solve_cpsat(
-                    f.problem, time_limit=max(0.1, share), threads=opts.threads, gap=opts.gap, progress=progress, **kw
+                    f.problem,
+                    time_limit=max(0.1, share),
+                    threads=opts.threads,
+                    gap=opts.gap,
+                    progress=progress,
+                    options={"use_lns_only": lns_only},
+                    **kw,
                 ),
             )
             if first.x is not None and (kw.get("start") is None or first.objective < f.problem.c @ kw["start"]):
@@ -100,7 +109,7 @@ class Milp:
                 or (limited and rest < policy.milp_setup_seconds(f.problem.num_nonzeros))
             ):
                 state.milp_result = first
-                facts = {**first.extra, "found_by": "CP-SAT"}
+                facts = {**first.extra, **search, "found_by": "CP-SAT"}
                 return state.phase_record(
                     self.name, since, status=first.status, detail=f"CP-SAT: {first.detail}", **facts
                 )
@@ -116,7 +125,7 @@ class Milp:
         if first is not None:
             res = better_of(first, res, opts.gap)
         state.milp_result = res
-        facts = res.extra if first is not None else {**res.extra, "cpsat_first": f"skipped: {why_not}"}
+        facts = {**res.extra, **search} if first is not None else {**res.extra, "cpsat_first": f"skipped: {why_not}"}
         return state.phase_record(self.name, since, status=res.status, detail=res.detail, **facts)
 
     def not_started(self, state: SolveState, skip: MilpSkip) -> PhaseRecord:
@@ -138,6 +147,12 @@ def cpsat_skip_reason(state: SolveState) -> str | None:
     if not available():
         return "OR-Tools is not installed (pip install 'poet-edge[cp]')"
     return None
+
+
+def small_for_cpsat(state: SolveState) -> bool:
+    """A graph small enough (``policy.tiled_cpsat_small_nodes``) for the CP-SAT pass to search only
+    neighbourhoods and to take the guide search's time."""
+    return len(state.g.nodes) <= state.policy.tiled_cpsat_small_nodes
 
 
 def usable(p: MilpProblem, r: MilpResult) -> MilpResult:
