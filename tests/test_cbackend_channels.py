@@ -14,8 +14,11 @@ from poet.graph.tiling import build_tiled
 from poet.graph.zoo import DATA, ModelLayers
 from poet.graph.zoo_layers import NetBuilder
 from poet.solve.api import solve
-from tests.toolchain import require
+from tests.toolchain import build_cache_dir, require, shared_host_kernels  # noqa: F401  (fixtures)
 from tests.zoo_nets import block_net
+
+# every compile here links the kernel libraries built once for the session (toolchain.py)
+pytestmark = pytest.mark.usefixtures("shared_host_kernels")
 
 
 @pytest.fixture(scope="module", autouse=True)

@@ -19,7 +19,10 @@ from poet.graph.zoo import DATA, ModelLayers, build_model
 from poet.graph.zoo_layers import NetBuilder
 from poet.schedule.core import Op, Step
 from poet.solve.api import solve
-from tests.toolchain import require_cc
+from tests.toolchain import build_cache_dir, require_cc, shared_host_kernels  # noqa: F401  (fixtures)
+
+# every compile here links the kernel libraries built once for the session (toolchain.py)
+pytestmark = pytest.mark.usefixtures("shared_host_kernels")
 
 
 @pytest.fixture(scope="module", autouse=True)

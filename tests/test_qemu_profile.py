@@ -6,7 +6,7 @@ import sys
 import textwrap
 
 import pytest
-from toolchain import build_cache_dir, qemu_m4_ready  # noqa: F401  (fixtures)
+from toolchain import build_cache_dir, qemu_m4_ready, shared_kernels  # noqa: F401  (fixtures)
 
 torch = pytest.importorskip("torch")
 
@@ -102,6 +102,7 @@ def test_a_plan_with_the_profile_is_priced_in_instructions(profiled):
     assert poet.solve("linear", other, memory="100%", strategy="keep-all").feasible
 
 
+@pytest.mark.usefixtures("shared_kernels")  # measured again, in its own cache, but not built again
 def test_declared_values_are_the_users(profiled, tmp_path):
     folder, _ = profiled
     out = tmp_path / "fast.toml"

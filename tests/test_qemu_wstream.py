@@ -5,13 +5,18 @@ bytes moved equal the schedule's priced traffic."""
 
 from __future__ import annotations
 
+import pytest
+
 from poet.cbackend.compiler import compile_program
 from poet.cbackend.lower_zoo import zoo_program
 from poet.graph.tiling import build_tiled
 from poet.graph.zoo import build_model
 from poet.solve.api import solve
 from tests.test_cbackend_wstream_zoo import ROW_TILES, _plain_net
-from tests.toolchain import require_qemu_m4
+from tests.toolchain import build_cache_dir, require_qemu_m4, shared_kernels  # noqa: F401  (fixtures)
+
+# every compile here links the kernel libraries built once for the session (toolchain.py)
+pytestmark = pytest.mark.usefixtures("shared_kernels")
 
 
 def _stream_on_qemu(graph, region: int, staging: int, tmp_path, layers=None):

@@ -6,6 +6,7 @@ equal the host's (the same project) bit for bit, and the stack bound holds over 
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from poet.cbackend.compiler import compile_program
 from poet.cbackend.layout import read_out
@@ -14,8 +15,11 @@ from poet.cbackend.target_table import get_target
 from poet.graph.tiling import build_tiled
 from poet.graph.tiling_plan import plan_tiling
 from poet.solve.api import solve
-from tests.toolchain import require
+from tests.toolchain import build_cache_dir, require, shared_kernels  # noqa: F401  (fixtures)
 from tests.zoo_nets import block_net
+
+# every compile here links the kernel libraries built once for the session (toolchain.py)
+pytestmark = pytest.mark.usefixtures("shared_kernels")
 
 
 def test_a_network_under_a_ram_cap_on_qemu_m4_is_tiled_into_channel_groups_to_fit(tmp_path):

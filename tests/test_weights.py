@@ -17,6 +17,7 @@ from poet.schedule.validate import ScheduleError, simulate
 from poet.solve.api import solve
 from poet.solve.problem import tiled_problem
 from poet.units import BudgetError
+from tests.toolchain import build_cache_dir, shared_host_kernels  # noqa: F401  (fixtures)
 
 STAGING = 1024
 
@@ -161,6 +162,7 @@ def test_cli_reports_the_split_and_the_placement(tmp_path, capsys):
     assert "Weights: flash (the paper's setting)" in capsys.readouterr().out
 
 
+@pytest.mark.usefixtures("shared_host_kernels")  # the kernel library built once for the session
 def test_compile_runs_a_stream_schedule_moving_the_priced_weight_traffic(tmp_path, capsys):
     out = tmp_path / "s.json"
     argv = ["solve", "--model", "linear", "--device", "m0", "--memory", "60%", "--quiet", "--time-limit", "5"]

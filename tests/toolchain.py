@@ -4,6 +4,7 @@ CI (``CI=true``), where ``.ci/run`` installs it, so a broken installation is nev
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 
@@ -57,3 +58,38 @@ def qemu_m4_ready(build_cache_dir, monkeypatch):
     """The qemu-m4 toolchain is there (else skip, or fail in CI), and builds share the session's cache."""
     require_qemu_m4()
     monkeypatch.setenv("POET_CACHE_DIR", str(build_cache_dir))
+
+
+def _link_kernel_libraries(shared: Path, m4: bool) -> None:
+    """Build (once for the session, in ``shared``) the kernel libraries a compile links, and link them
+    into this test's own cache: its solves and instruction measurements stay private."""
+    from poet.cbackend import hostlib, icount, qemu_m4, targets
+
+    own = hostlib.cache_dir()
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("POET_CACHE_DIR", str(shared))
+        try:
+            hostlib.compiler()
+            libs = [targets.host_kernel_library()]
+        except hostlib.KernelError:
+            libs = []  # no cc: the test skips (or fails in CI) on its own
+        if m4 and qemu_m4.missing() is None:
+            libs += [qemu_m4.kernel_library(), icount.plugin()]
+    own.mkdir(parents=True, exist_ok=True)
+    for lib in filter(None, libs):
+        if not (own / lib.name).exists():
+            (own / lib.name).symlink_to(lib)
+
+
+@pytest.fixture
+def shared_host_kernels(build_cache_dir):
+    """The host's kernel library built once for the session, not once per compiling test (every kernel,
+    about half a minute on a loaded core); the build itself is still run, by the first test."""
+    _link_kernel_libraries(build_cache_dir, m4=False)
+
+
+@pytest.fixture
+def shared_kernels(build_cache_dir):
+    """:func:`shared_host_kernels`, the Cortex-M4 kernel library and the instruction-count plugin (when
+    the qemu-m4 toolchain is there)."""
+    _link_kernel_libraries(build_cache_dir, m4=True)
