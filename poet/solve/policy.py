@@ -180,8 +180,9 @@ class SolvePolicy:
     # on cnn1-t4 (43 nodes) to the best schedule known (proving it).
     # The reader-gap cover (reader_gaps.py: a restoration per absence between two readers of a tile)
     # runs after the eviction cover on every tiled graph, for ``reader_gap_share`` of the time left (at
-    # most the cover's time and ``reader_gap_max_seconds``); the larger bound is used.  On the m4 at 256 KiB it raises
-    # the tiled one-block transformer's bound from 45.00 to 52.30 J (in 20 s; 2,496 nodes).
+    # most the cover's time and ``reader_gap_max_seconds``; 0: not run); the larger bound is used.  On
+    # the m4 at 256 KiB it raises the tiled one-block transformer's bound from 45.00 to 52.30 J (in 20 s;
+    # 2,496 nodes).
     reader_gap_share: float = 0.25
     reader_gap_max_seconds: float = 60.0
     residency_max_nodes: int = 400

@@ -38,7 +38,7 @@ class LowerBound:
             policy=state.policy,
         )
         facts = {"evictions": len(cover.guide), **cover.facts()}
-        if math.isfinite(cover.bound) and tiled(state) and not state.stopped():
+        if math.isfinite(cover.bound) and tiled(state) and state.policy.reader_gap_share > 0 and not state.stopped():
             gaps = reader_gap_bound(
                 state.g,
                 state.budget,
