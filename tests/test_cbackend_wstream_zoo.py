@@ -49,8 +49,17 @@ def _plain_net() -> ModelLayers:
 ROW_TILES = {"conv1": 4, "relu1": 2, "b.conv1": 2, "b.conv2": 2, "fc1": 2}
 
 
-def _stream_schedule(graph, memory, staging: int):
-    s = solve(graph, "m4", memory=memory, time_limit=5, find_min_budgets=False, weights="stream", staging=staging)
+def _stream_schedule(graph, memory, staging: int, strategy: str = "poet"):
+    s = solve(
+        graph,
+        "m4",
+        memory=memory,
+        time_limit=5,
+        find_min_budgets=False,
+        weights="stream",
+        staging=staging,
+        strategy=strategy,
+    )
     assert s.feasible and s.graph.placement == "stream", s.status
     return s
 
@@ -78,14 +87,17 @@ def test_linear_mlp_streams_its_weights_and_moves_exactly_the_priced_bytes(tmp_p
 
 def test_row_tiled_convolutions_stream_their_weights(tmp_path):
     g = build_tiled(_plain_net(), ROW_TILES, 2).graph
-    s = _stream_schedule(g, "95%", 100)  # 25 floats a chunk: every conv record (4x3x3 + 1) is split
+    # 25 floats a chunk: every conv record (4x3x3 + 1) is split.  Paging only: the C backend refuses a
+    # schedule that recomputes a weight-gradient tile (it adds its share into the gradient file), and
+    # whether the 5-s portfolio returns one depends on the load
+    s = _stream_schedule(g, "95%", 100, "paging")
     r = _run(s, tmp_path, layers=_plain_net())
     assert {"zoo_ws_conv", "zoo_ws_conv_weight_grad", "zoo_ws_conv_grad_input"} <= set(r.project.tables.kernels)
 
 
 def test_a_recomputed_tile_reads_its_weights_again(tmp_path):
     L = _plain_net()
-    s = _stream_schedule(build_tiled(L, ROW_TILES, 2).graph, "95%", 100)
+    s = _stream_schedule(build_tiled(L, ROW_TILES, 2).graph, "95%", 100, "paging")  # as above
     # recompute the first conv tile that reads streamed weights right after computing it
     at = next(
         i for i, st in enumerate(s.steps) if st.op == Op.COMPUTE and s.graph.nodes[st.node].name.startswith("b.conv1")
