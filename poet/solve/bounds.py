@@ -198,6 +198,14 @@ class Moments:
                 needs.append(need)
         return tight, needs
 
+    def live_at(self) -> list[list[int]]:
+        """Per tight moment, the credited tensors alive across it (each tensor over its span)."""
+        live: list[list[int]] = [[] for _ in self.tight]
+        for i, (a, b) in self.span.items():
+            for k in range(a, b):
+                live[k].append(i)
+        return live
+
     def chain_depth(self, policy: SolvePolicy) -> float:
         """How deep the chains are followed: all the way, unless that is over ``policy.cover_max_links``
         links in all (each tensor has one last reader: the chains form a forest)."""
@@ -310,10 +318,7 @@ class CoverILP:
         """One row per tight moment: the bytes its alive tensors free (absent, less what their kept chains
         hold) cover its need."""
         g, m, mo = self.g, self.g.ram, self.moments
-        live_at: list[list[int]] = [[] for _ in mo.tight]
-        for i, (a, b) in mo.span.items():
-            for k in range(a, b):
-                live_at[k].append(i)
+        live_at = mo.live_at()
         for k, (t, need) in enumerate(zip(mo.tight, mo.needs)):
             inputs = set(g.preds[t])
             live = [i for i in live_at[k] if i not in inputs]

@@ -60,10 +60,7 @@ class ReaderGapILP(CoverILP):
 
     def moment_rows(self) -> None:
         g, m, mo, nd = self.g, self.g.ram, self.moments, self.g.nodes
-        live_at: list[list[int]] = [[] for _ in mo.tight]
-        for i, (a, b) in mo.span.items():
-            for k in range(a, b):
-                live_at[k].append(i)
+        live_at = mo.live_at()
         readers: dict[int, list[int]] = {}
         absent: dict[tuple[int, int], int] = {}  # (tensor, gap) -> its x column
         kept: dict[tuple[int, int], int] = {}  # (tensor, gap) -> its w column (tensors with a chain)
