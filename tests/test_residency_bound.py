@@ -3,6 +3,8 @@ and on the proven rows of bench/tiled_truth.json, and held by the portfolio wher
 
 import json
 import sys
+import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -11,7 +13,9 @@ from conftest import bound_case, random_dag, stage_optimum
 
 from poet.schedule import Budget, validate
 from poet.solve.bounds import eviction_cover
-from poet.solve.residency_bound import residency_bound
+from poet.solve.lp.bound_process import dual_bound
+from poet.solve.policy import DEFAULT_POLICY
+from poet.solve.residency_bound import ResidencyILP, residency_bound
 
 BENCH = Path(__file__).resolve().parent.parent / "bench"
 sys.path.insert(0, str(BENCH))
@@ -83,3 +87,65 @@ def test_residency_bound_says_why_it_was_not_computed():
     g = random_dag(1, 30)
     res = residency_bound(g, Budget(g.min_ram_bytes()), max_nodes=10)
     assert res.bound is None and "30 nodes" in res.reason
+
+
+def test_residency_bound_says_why_its_ilp_was_not_built():
+    s = tiled_truth.solve_row("cnn2-t2", method="heuristic", time_limit=2)
+    res = residency_bound(s.graph, s.budget, max_nonzeros=100)
+    assert res.bound is None and "over 100 nonzeros" in res.reason and res.nonzeros > 100
+
+
+def test_a_large_ilp_gets_the_time_its_size_needs():
+    # the solve's time comes from the built ILP's size (seconds_for), and the bound is the same ILP's
+    s = tiled_truth.solve_row("cnn1-t4", method="heuristic", time_limit=2)
+    asked = []
+
+    def seconds_for(nonzeros):
+        asked.append(nonzeros)
+        return 30.0
+
+    res = residency_bound(s.graph, s.budget, time_limit=0.001, seconds_for=seconds_for)
+    assert asked == [res.nonzeros] and res.nonzeros > 0
+    row = json.loads((BENCH / "tiled_truth.json").read_text())["cnn1-t4"]
+    assert res.bound == pytest.approx(row["optimum_j"], rel=1e-4)  # 30 s, not 1 ms: it proves the row
+
+
+@pytest.mark.parametrize("rate, runs", [(1.0, False), (1e9, True)])
+def test_the_lower_bound_phase_builds_the_ilp_only_if_its_size_fits_the_time(rate, runs):
+    # cnn2-t2's ILP (~14k nonzeros) past a cap of 1,000: built only at a rate that fits it in the time left
+    policy = replace(DEFAULT_POLICY, residency_max_nonzeros=1_000, residency_nonzeros_per_second=rate)
+    s = tiled_truth.solve_row("cnn2-t2", method="heuristic", time_limit=10, policy=policy)
+    facts = next(p for p in s.report.phases if p.name == "lower bound").facts
+    if runs:
+        assert "residency_skipped" not in facts
+        assert facts["residency_bound_energy_j"] > 1.15 * facts["cover_bound_energy_j"]
+        assert s.report.bound_energy_j == pytest.approx(facts["residency_bound_energy_j"])
+    else:
+        assert facts["residency_bound_energy_j"] is None
+        assert "nonzeros" in facts["residency_skipped"]
+        assert s.report.bound_energy_j < facts["cover_bound_energy_j"] * 1.15
+    assert validate(s.graph, s.steps, s.budget).energy_j >= s.report.bound_energy_j
+
+
+def test_a_bound_solved_in_a_child_process_is_the_same_bound():
+    # child_past=0: the ILP goes to `python -m poet.solve.lp.bound_process`; solved there, the same bound
+    s = tiled_truth.solve_row("cnn2-t2", method="heuristic", time_limit=2)
+    here = residency_bound(s.graph, s.budget, time_limit=20)
+    there = residency_bound(s.graph, s.budget, time_limit=20, child_past=0)
+    assert there.bound == pytest.approx(here.bound, rel=1e-6) and there.bound > s.graph.plain_energy_j
+
+
+def test_a_child_bound_run_ends_at_its_deadline_and_on_stop():
+    # a MILP HiGHS cannot finish in time (cnn2-t4's residency ILP, proven by nothing in 120 s): the run
+    # ends within a second of the limit, and of a stop HiGHS itself never sees; what the child reported
+    # by then is a valid bound
+    s = tiled_truth.solve_row("cnn2-t4", method="heuristic", time_limit=2)
+    p = ResidencyILP(s.graph, s.budget, remat=True, paging=True, max_depth=8)
+    assert p.build(10**7)
+    problem = p.b.problem()
+    run = dual_bound(problem, time_limit=3.0)
+    assert run.ended in ("solved", "time limit") and run.seconds < 3.0 + 2.5  # HiGHS's own limit, or ours
+    assert run.bound is None or run.bound * p.unit + s.graph.plain_energy_j <= (1 + 1e-7) * 0.55706e-3
+    t0 = time.monotonic()
+    stopped = dual_bound(problem, time_limit=60.0, stop=lambda: time.monotonic() - t0 > 2.0)
+    assert stopped.ended == "stopped" and stopped.seconds < 2.0 + 1.5

@@ -185,8 +185,15 @@ class SolvePolicy:
     # 2,496 nodes).
     reader_gap_share: float = 0.25
     reader_gap_max_seconds: float = 60.0
-    residency_max_nodes: int = 400
+    # Past ``residency_max_nonzeros`` an ILP is built only if its nonzeros, at
+    # ``residency_nonzeros_per_second``, fit in ``residency_share`` of the time left, and it gets twice
+    # that estimate (phases/lower_bound.py).  Measured on the m4 (docs/tiling.md, 2 cores, nothing else
+    # running): resnet18_cifar at 256 KiB (380 nodes, 1.18M nonzeros) reaches 7.08 J in 60 s and 7.287 J
+    # in 120 s (the cover 6.48, the reader-gap cover 6.65); vgg16_cifar at 32 KiB (769 nodes, 4.16M
+    # nonzeros) its first bound at 97 s, 3.919 J at 130 s, 3.932 J at 300 s (the reader-gap cover 3.684).
+    residency_max_nodes: int = 1000
     residency_max_nonzeros: int = 300_000
+    residency_nonzeros_per_second: float = 20_000.0
     residency_share: float = 0.5
     # On a tiled graph of at most this many nodes the MILP phase runs CP-SAT first (the same MILP,
     # lp/cpsat.py; skipped without OR-Tools) for ``tiled_cpsat_share`` of the time left, then HiGHS

@@ -53,6 +53,7 @@ from dataclasses import dataclass
 
 from ..graph.core import CostedGraph
 from ..schedule.core import PAGING_SERIAL, Budget
+from .lp.bound_process import dual_bound
 from .lp.highs import solve_highs
 from .lp.problem import MatrixBuilder
 from .stage.plan import ram_cap
@@ -79,20 +80,36 @@ def residency_bound(
     max_nonzeros: int = 300_000,
     max_depth: int = 8,
     stop=None,
+    seconds_for=None,
+    child_past: int | None = None,
 ) -> ResidencyBound:
-    """A valid lower bound on the energy of any stage-form schedule under ``budget`` (see the module)."""
+    """A valid lower bound on the energy of any stage-form schedule under ``budget`` (see the module).
+
+    ``seconds_for``: called with the built ILP's nonzeros, the time its solve gets (instead of
+    ``time_limit``): a large ILP needs longer to reach its first bound.  ``child_past``: an ILP of more
+    nonzeros is solved in a child process (:mod:`~poet.solve.lp.bound_process`), so that its time limit
+    and ``stop`` hold while HiGHS presolves it."""
     if len(g.nodes) > max_nodes:
         return ResidencyBound(None, 0, f"{len(g.nodes)} nodes, more than {max_nodes}")
     model = ResidencyILP(g, budget, remat=remat, paging=paging, max_depth=max_depth)
-    if not model.build(max_nonzeros):
-        return ResidencyBound(None, model.nonzeros, f"over {max_nonzeros} nonzeros")
+    if not model.build(max_nonzeros, stop):
+        if model.nonzeros <= max_nonzeros:
+            return ResidencyBound(None, model.nonzeros, "stopped while building its ILP")
+        return ResidencyBound(None, model.nonzeros, f"over {max_nonzeros:,} nonzeros")
     p = model.b.problem()
     if p.num_rows == 0:
         return ResidencyBound(g.plain_energy_j, 0)
-    r = solve_highs(p, time_limit=time_limit, gap=1e-6, stop=stop)
-    if r.status == "infeasible":
+    if seconds_for is not None:
+        time_limit = seconds_for(model.nonzeros)
+    if child_past is not None and model.nonzeros > child_past and time_limit is not None:
+        run = dual_bound(p, time_limit=time_limit, stop=stop)
+        infeasible, bound = run.infeasible, run.bound
+    else:
+        r = solve_highs(p, time_limit=time_limit, gap=1e-6, stop=stop)
+        infeasible, bound = r.status == "infeasible", r.bound
+    if infeasible:
         return ResidencyBound(math.inf, p.num_nonzeros)
-    extra = r.bound if r.bound is not None and math.isfinite(r.bound) else 0.0
+    extra = bound if bound is not None and math.isfinite(bound) else 0.0
     extra -= 1e-6 * (1.0 + abs(extra))  # the solver's dual bound is exact only to its tolerances
     return ResidencyBound(g.plain_energy_j + max(0.0, extra) * model.unit, p.num_nonzeros)
 
@@ -117,6 +134,7 @@ class ResidencyILP:
         self.timed: list[tuple[int, float]] = []
         self.kept_at: dict[int, dict[int, float]] = {}  # moment -> {keep column: bytes}
         self.done: set[tuple[int, int]] = set()  # events whose rows are built
+        self.absent: dict[int, int] = {}  # gap -> W[t] column
         self.across: list[list[int]] = []
 
     def alive(self) -> list[list[int]]:
@@ -155,8 +173,12 @@ class ResidencyILP:
             self.events[(p, t)] = (a, r)
         return self.events[(p, t)]
 
-    def build(self, max_nonzeros: int) -> bool:
-        """Every row; False once past ``max_nonzeros`` (the ILP is then not solved)."""
+    def build(self, max_nonzeros: int, stop=None) -> bool:
+        """Every row; False once past ``max_nonzeros`` or once ``stop()`` (the ILP is then not solved)."""
+
+        def over() -> bool:
+            return self.nonzeros > max_nonzeros or (stop is not None and stop())
+
         m, n = self.m, len(self.g.nodes)
         alive = self.alive()
         for t in range(n):
@@ -174,12 +196,12 @@ class ResidencyILP:
                 restored = {a: -1.0, r: -1.0, **({after: -1.0} if after is not None else {})}
                 for col in ((self.y[(q, t)],) if (q, t) in self.y else ()) + (w,):
                     self.row({col: 1.0, **restored}, -math.inf, 0.0)
-            if self.nonzeros > max_nonzeros:
+            if over():
                 return False
         for t in range(n - 1):
             for q in across[t]:
                 self.restore_rows(q, t, 0)
-            if self.nonzeros > max_nonzeros:
+            if over():
                 return False
         for t in range(n):
             ins = set(self.inputs[t])
@@ -198,18 +220,23 @@ class ResidencyILP:
         if (v, t) in self.done:
             return
         self.done.add((v, t))
-        m = self.m
+        m, cap = self.m, self.cap
         a, r = self.event(v, t)
         ins = set(self.inputs[v])
-        others = [q for q in self.across[t] if q != v]
-        held = sum(m[q] for q in others)
-        for col, free, need in (
-            (a, others, m[v] + held - self.cap),
-            (r, [q for q in others if q not in ins], m[v] + sum(m[q] for q in ins | set(others)) - self.cap),
+        across = self.across[t]
+        held = sum(m[q] for q in across if q != v)
+        between = [q for q in ins if q != v and (q, t) in self.w]  # inputs alive across the gap
+        for col, kept_in, need in (
+            (a, [], m[v] + held - cap),
+            (r, between, m[v] + held + sum(m[q] for q in ins if (q, t) not in self.w) - cap),
         ):
             if need > 0:
-                coef = {self.w[(q, t)]: m[q] / need for q in free}
-                coef[col] = -1.0
+                # sum of m_q w[q, t] over the tensors that may be absent >= need * col, written on the gap's
+                # total W[t] less what may not be absent (v, and a recomputation's inputs): a few nonzeros
+                # a row instead of one per tensor alive across the gap, the same constraint
+                coef = {self.absent_bytes(t): 1.0, col: -need / cap}
+                for q in ([v] if (v, t) in self.w else []) + kept_in:
+                    coef[self.w[(q, t)]] = coef.get(self.w[(q, t)], 0.0) - m[q] / cap
                 self.row(coef, 0.0, math.inf)
         if not self.remat or depth >= self.max_depth:
             return
@@ -222,6 +249,15 @@ class ResidencyILP:
             elif self.last[p] <= t:  # past its last reader: restored in the gap, or in RAM at moment t
                 self.row({pa: 1.0, pr: 1.0, self.kept(p, t, depth): 1.0, r: -1.0}, 0.0, math.inf)
                 self.restore_rows(p, t, depth + 1)
+
+    def absent_bytes(self, t: int) -> int:
+        """``W[t]`` = the bytes absent at some time in gap t, in units of ``cap``: sum of m_q w[q, t] / cap."""
+        if t not in self.absent:
+            col = self.absent[t] = self.b.var(0.0, math.inf, 0.0, integer=False)
+            coef = {self.w[(q, t)]: -self.m[q] / self.cap for q in self.across[t] if self.m[q] > 0}
+            coef[col] = 1.0
+            self.row(coef, 0.0, 0.0)
+        return self.absent[t]
 
     def kept(self, p: int, t: int, depth: int) -> int:
         """``k[p, t]``: p, past its last reader, in RAM at moment t.  It takes RAM there (unless t is its

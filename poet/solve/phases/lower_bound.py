@@ -54,15 +54,18 @@ class LowerBound:
             if gaps.bound is not None and math.isfinite(gaps.bound) and gaps.bound > cover.bound:
                 state.cover = cover = replace(cover, bound=gaps.bound)
         if math.isfinite(cover.bound) and residency_applies(state):
+            policy, short = state.policy, state.cover_seconds(state.policy.residency_share)
+            longest, rate = residency_longest(state), state.policy.residency_nonzeros_per_second
             res = residency_bound(
                 state.g,
                 state.budget,
                 remat=state.remat,
                 paging=state.paging,
-                time_limit=state.cover_seconds(state.policy.residency_share),
-                max_nodes=state.policy.residency_max_nodes,
-                max_nonzeros=state.policy.residency_max_nonzeros,
+                max_nodes=policy.residency_max_nodes,
+                max_nonzeros=max(policy.residency_max_nonzeros, int(rate * longest)),
                 stop=state.opts.stop,
+                seconds_for=lambda nonzeros: max(short, min(longest, 2 * nonzeros / rate)),
+                child_past=policy.residency_max_nonzeros,
             )
             facts.setdefault("cover_bound_energy_j", cover.bound)
             facts["residency_bound_energy_j"] = res.bound
@@ -82,6 +85,15 @@ class LowerBound:
 def tiled(state: SolveState) -> bool:
     """The planner's graph, or any whose nodes are tiles: where the tighter bounds run."""
     return state.opts.tiled or any(nd.tile is not None for nd in state.g.nodes)
+
+
+def residency_longest(state: SolveState) -> float:
+    """The most the residency bound's ILP may get: ``policy.residency_share`` of the time left (the
+    cover's time without a limit).  An ILP is built only if its nonzeros, at
+    ``policy.residency_nonzeros_per_second``, fit in it; it gets twice that estimate, at least the cover's
+    share, at most this."""
+    left = state.time.left()
+    return state.policy.cover_time(None) if left is None else max(0.5, state.policy.residency_share * left)
 
 
 def residency_applies(state: SolveState) -> bool:
