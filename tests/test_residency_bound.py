@@ -111,20 +111,30 @@ def test_a_large_ilp_gets_the_time_its_size_needs():
 
 
 @pytest.mark.parametrize("rate, runs", [(1.0, False), (1e9, True)])
-def test_the_lower_bound_phase_builds_the_ilp_only_if_its_size_fits_the_time(rate, runs):
-    # cnn2-t2's ILP (~14k nonzeros) past a cap of 1,000: built only at a rate that fits it in the time left
+def test_a_residency_ilp_too_large_for_the_lower_bound_phase_runs_later_if_its_size_fits_the_time(rate, runs):
+    # cnn2-t2's ILP (~14k nonzeros) past a cap of 1,000: the lower-bound phase leaves it; the residency-bound
+    # phase, after the rules hold a schedule, builds it only at a rate that fits it in the time left, and
+    # solves it in a child process (past the cap)
     policy = replace(DEFAULT_POLICY, residency_max_nonzeros=1_000, residency_nonzeros_per_second=rate)
     s = tiled_truth.solve_row("cnn2-t2", method="heuristic", time_limit=10, policy=policy)
-    facts = next(p for p in s.report.phases if p.name == "lower bound").facts
+    phases = {p.name: p for p in s.report.phases}
+    early, late = phases["lower bound"].facts, phases["residency bound"].facts
+    assert early["residency_bound_energy_j"] is None and "over 1,000 nonzeros" in early["residency_skipped"]
     if runs:
-        assert "residency_skipped" not in facts
-        assert facts["residency_bound_energy_j"] > 1.15 * facts["cover_bound_energy_j"]
-        assert s.report.bound_energy_j == pytest.approx(facts["residency_bound_energy_j"])
+        assert "residency_skipped" not in late and late["nonzeros"] > 1_000
+        assert late["residency_bound_energy_j"] > 1.15 * early["cover_bound_energy_j"]
+        assert s.report.bound_energy_j == pytest.approx(late["residency_bound_energy_j"])
+        assert s.report.gap == pytest.approx((s.totals.energy_j - s.report.bound_energy_j) / s.totals.energy_j)
     else:
-        assert facts["residency_bound_energy_j"] is None
-        assert "nonzeros" in facts["residency_skipped"]
-        assert s.report.bound_energy_j < facts["cover_bound_energy_j"] * 1.15
+        assert late["residency_bound_energy_j"] is None and "nonzeros" in late["residency_skipped"]
+        assert s.report.bound_energy_j < early["cover_bound_energy_j"] * 1.15
     assert validate(s.graph, s.steps, s.budget).energy_j >= s.report.bound_energy_j
+
+
+def test_the_residency_bound_phase_is_skipped_where_the_lower_bound_phase_solved_it():
+    s = tiled_truth.solve_row("cnn2-t2", method="heuristic", time_limit=5)
+    late = next(p for p in s.report.phases if p.name == "residency bound")
+    assert "lower-bound phase solved" in late.facts["skipped"]
 
 
 def test_a_bound_solved_in_a_child_process_is_the_same_bound():

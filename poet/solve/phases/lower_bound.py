@@ -4,7 +4,8 @@ the guide the greedy rules follow first.  When no eviction set meets the deadlin
 graph the reader-gap cover (:mod:`poet.solve.reader_gaps`, which charges a restoration per absence
 between two readers of a tile) follows, and on a small one the residency bound
 (:mod:`poet.solve.residency_bound`, which sees paging forced by the RAM a restoration needs); the largest
-bound is the one held."""
+bound is the one held.  A residency ILP past ``policy.residency_max_nonzeros`` is left to the
+residency-bound phase (:mod:`poet.solve.phases.residency`), after the rules hold a schedule."""
 
 from __future__ import annotations
 
@@ -54,23 +55,23 @@ class LowerBound:
             if gaps.bound is not None and math.isfinite(gaps.bound) and gaps.bound > cover.bound:
                 state.cover = cover = replace(cover, bound=gaps.bound)
         if math.isfinite(cover.bound) and residency_applies(state):
-            policy, short = state.policy, state.cover_seconds(state.policy.residency_share)
-            longest, rate = residency_longest(state), state.policy.residency_nonzeros_per_second
+            most = state.policy.residency_max_nonzeros
             res = residency_bound(
                 state.g,
                 state.budget,
                 remat=state.remat,
                 paging=state.paging,
-                max_nodes=policy.residency_max_nodes,
-                max_nonzeros=max(policy.residency_max_nonzeros, int(rate * longest)),
+                time_limit=state.cover_seconds(state.policy.residency_share),
+                max_nodes=state.policy.residency_max_nodes,
+                max_nonzeros=most,
                 stop=state.opts.stop,
-                seconds_for=lambda nonzeros: max(short, min(longest, 2 * nonzeros / rate)),
-                child_past=policy.residency_max_nonzeros,
             )
             facts.setdefault("cover_bound_energy_j", cover.bound)
             facts["residency_bound_energy_j"] = res.bound
             if res.reason:
                 facts["residency_skipped"] = res.reason
+            if res.bound is None and res.nonzeros > most:
+                state.residency_large = True  # the residency-bound phase tries it, once a schedule is held
             # a finite bound only: the cover's answer on whether the deadline is reachable stands
             if res.bound is not None and math.isfinite(res.bound) and res.bound > cover.bound:
                 state.cover = cover = replace(cover, bound=res.bound)
@@ -85,15 +86,6 @@ class LowerBound:
 def tiled(state: SolveState) -> bool:
     """The planner's graph, or any whose nodes are tiles: where the tighter bounds run."""
     return state.opts.tiled or any(nd.tile is not None for nd in state.g.nodes)
-
-
-def residency_longest(state: SolveState) -> float:
-    """The most the residency bound's ILP may get: ``policy.residency_share`` of the time left (the
-    cover's time without a limit).  An ILP is built only if its nonzeros, at
-    ``policy.residency_nonzeros_per_second``, fit in it; it gets twice that estimate, at least the cover's
-    share, at most this."""
-    left = state.time.left()
-    return state.policy.cover_time(None) if left is None else max(0.5, state.policy.residency_share * left)
 
 
 def residency_applies(state: SolveState) -> bool:

@@ -90,6 +90,7 @@ class SolveState:
     stream: StreamResult | None = None  # the one-pass paging schedule, when it found one
     capuchin: Schedule | None = None  # the Capuchin-style schedule, validated, when it found one
     cover: CoverResult | None = None  # the eviction cover's bound and guide
+    residency_large: bool = False  # the residency ILP was too large for the lower-bound phase (phases/residency.py)
     t_min: float | None = None  # the runtime cover's bound (the shortest runtime any schedule needs), once computed
     searches: SearchPlan | None = None  # set when the guide search ran
     milp: Formulation | None = None  # the MILP, once built
