@@ -129,6 +129,12 @@ def milp_message(res, strategy: str) -> str:
     return f"no schedule found before the solver stopped ({res.detail})"
 
 
+def milp_backend(res, asked: str) -> str:
+    """The backend whose schedule the MILP phase returned: on a small tiled graph CP-SAT runs first and
+    HiGHS after it (``found_by``), whatever backend was asked for."""
+    return {"CP-SAT": "cpsat", "HiGHS": "highs"}.get(res.extra.get("found_by"), asked)
+
+
 def milp_answer(state: SolveState) -> Schedule:
     """The better of the MILP's answer and the plan held, its gap against the better of the solver's bound
     and the structural one."""
@@ -143,7 +149,9 @@ def milp_answer(state: SolveState) -> Schedule:
         energy_j=obj,
         bound_energy_j=bound,
         message=milp_message(res, state.strategy),
-        milp=MilpStats(opts.backend, p.num_cols, int(p.integer.sum()), p.num_rows, p.num_nonzeros, res.seconds),
+        milp=MilpStats(
+            milp_backend(res, opts.backend), p.num_cols, int(p.integer.sum()), p.num_rows, p.num_nonzeros, res.seconds
+        ),
     )
     if res.x is None and state.plan is not None and res.status != INFEASIBLE:
         # the solver stopped without an incumbent of its own: the plan held is the best found

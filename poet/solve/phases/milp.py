@@ -108,8 +108,8 @@ class Milp:
                 or state.stopped()
                 or (limited and rest < policy.milp_setup_seconds(f.problem.num_nonzeros))
             ):
-                state.milp_result = first
-                facts = {**first.extra, **search, "found_by": "CP-SAT"}
+                state.milp_result = first = replace(first, extra={**first.extra, "found_by": "CP-SAT"})
+                facts = {**first.extra, **search}
                 return state.phase_record(
                     self.name, since, status=first.status, detail=f"CP-SAT: {first.detail}", **facts
                 )
