@@ -185,9 +185,9 @@ class SolvePolicy:
     # 2,496 nodes).
     reader_gap_share: float = 0.25
     reader_gap_max_seconds: float = 60.0
-    # Past ``residency_max_nonzeros`` an ILP is built only if its nonzeros, at
-    # ``residency_nonzeros_per_second``, fit in ``residency_share`` of the time left, and it gets twice
-    # that estimate (phases/lower_bound.py).  Measured on the m4 (docs/tiling.md, 2 cores, nothing else
+    # Past ``residency_max_nonzeros`` an ILP is left to the residency-bound phase (phases/residency.py),
+    # built only if its nonzeros, at ``residency_nonzeros_per_second``, fit in ``residency_share`` of the
+    # time left, and given that share (in a child process).  Measured on the m4 (docs/tiling.md, 2 cores, nothing else
     # running): resnet18_cifar at 256 KiB (380 nodes, 1.18M nonzeros) reaches 7.08 J in 60 s and 7.287 J
     # in 120 s (the cover 6.48, the reader-gap cover 6.65); vgg16_cifar at 32 KiB (769 nodes, 4.16M
     # nonzeros) its first bound at 97 s, 3.919 J at 130 s, 3.932 J at 300 s (the reader-gap cover 3.684).

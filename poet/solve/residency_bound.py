@@ -80,13 +80,11 @@ def residency_bound(
     max_nonzeros: int = 300_000,
     max_depth: int = 8,
     stop=None,
-    seconds_for=None,
     child_past: int | None = None,
 ) -> ResidencyBound:
     """A valid lower bound on the energy of any stage-form schedule under ``budget`` (see the module).
 
-    ``seconds_for``: called with the built ILP's nonzeros, the time its solve gets (instead of
-    ``time_limit``): a large ILP needs longer to reach its first bound.  ``child_past``: an ILP of more
+    ``child_past``: an ILP of more
     nonzeros is solved in a child process (:mod:`~poet.solve.lp.bound_process`), so that its time limit
     and ``stop`` hold while HiGHS presolves it."""
     if len(g.nodes) > max_nodes:
@@ -99,8 +97,6 @@ def residency_bound(
     p = model.b.problem()
     if p.num_rows == 0:
         return ResidencyBound(g.plain_energy_j, 0)
-    if seconds_for is not None:
-        time_limit = seconds_for(model.nonzeros)
     if child_past is not None and model.nonzeros > child_past and time_limit is not None:
         run = dual_bound(p, time_limit=time_limit, stop=stop)
         infeasible, bound = run.infeasible, run.bound
