@@ -84,9 +84,8 @@ def residency_bound(
 ) -> ResidencyBound:
     """A valid lower bound on the energy of any stage-form schedule under ``budget`` (see the module).
 
-    ``child_past``: an ILP of more
-    nonzeros is solved in a child process (:mod:`~poet.solve.lp.bound_process`), so that its time limit
-    and ``stop`` hold while HiGHS presolves it."""
+    ``child_past``: an ILP of more nonzeros is solved in a child process
+    (:mod:`~poet.solve.lp.bound_process`), so that its time limit and ``stop`` hold while HiGHS presolves it."""
     if len(g.nodes) > max_nodes:
         return ResidencyBound(None, 0, f"{len(g.nodes)} nodes, more than {max_nodes}")
     model = ResidencyILP(g, budget, remat=remat, paging=paging, max_depth=max_depth)
@@ -117,6 +116,7 @@ class ResidencyILP:
         self.g, self.budget, self.remat, self.paging, self.max_depth = g, budget, remat, paging, max_depth
         self.m, self.nd, self.last = g.ram, g.nodes, g.last_reader
         self.cap = ram_cap(budget.ram_bytes) - g.fixed_ram_bytes
+        self.unit_bytes = float(max(self.cap, 1))  # the absent bytes' unit (keeps the rows' coefficients near 1)
         self.unit = g.plain_energy_j or 1.0
         self.serial = budget.paging_time == PAGING_SERIAL
         self.inputs = [sorted(set(g.preds[t])) for t in range(len(g.nodes))]
@@ -216,7 +216,7 @@ class ResidencyILP:
         if (v, t) in self.done:
             return
         self.done.add((v, t))
-        m, cap = self.m, self.cap
+        m, cap, unit = self.m, self.cap, self.unit_bytes
         a, r = self.event(v, t)
         ins = set(self.inputs[v])
         across = self.across[t]
@@ -230,9 +230,9 @@ class ResidencyILP:
                 # sum of m_q w[q, t] over the tensors that may be absent >= need * col, written on the gap's
                 # total W[t] less what may not be absent (v, and a recomputation's inputs): a few nonzeros
                 # a row instead of one per tensor alive across the gap, the same constraint
-                coef = {self.absent_bytes(t): 1.0, col: -need / cap}
+                coef = {self.absent_bytes(t): 1.0, col: -need / unit}
                 for q in ([v] if (v, t) in self.w else []) + kept_in:
-                    coef[self.w[(q, t)]] = coef.get(self.w[(q, t)], 0.0) - m[q] / cap
+                    coef[self.w[(q, t)]] = coef.get(self.w[(q, t)], 0.0) - m[q] / unit
                 self.row(coef, 0.0, math.inf)
         if not self.remat or depth >= self.max_depth:
             return
@@ -247,10 +247,11 @@ class ResidencyILP:
                 self.restore_rows(p, t, depth + 1)
 
     def absent_bytes(self, t: int) -> int:
-        """``W[t]`` = the bytes absent at some time in gap t, in units of ``cap``: sum of m_q w[q, t] / cap."""
+        """``W[t]`` = the bytes absent at some time in gap t, in units of ``cap`` (at least a byte): the sum of
+        m_q w[q, t] / cap."""
         if t not in self.absent:
             col = self.absent[t] = self.b.var(0.0, math.inf, 0.0, integer=False)
-            coef = {self.w[(q, t)]: -self.m[q] / self.cap for q in self.across[t] if self.m[q] > 0}
+            coef = {self.w[(q, t)]: -self.m[q] / self.unit_bytes for q in self.across[t] if self.m[q] > 0}
             coef[col] = 1.0
             self.row(coef, 0.0, 0.0)
         return self.absent[t]
