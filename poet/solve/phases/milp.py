@@ -14,7 +14,9 @@ tiny tiles a page is mostly the SD card's latency, the optimum recomputes instea
 finds such schedules where HiGHS, warm-started from the rules' paging-side plans, does not.  HiGHS then
 starts from the cheaper of CP-SAT's schedule and the plan held, in the time CP-SAT leaves; the cheaper
 answer and the larger bound of the two are kept (:func:`better_of`), so the pass can only help.  From a
-warm start CP-SAT runs only its neighbourhood search (``policy.tiled_cpsat_lns_only``, measured there).
+warm start CP-SAT runs only its neighbourhood search (``policy.tiled_cpsat_lns_only``, measured there),
+and on graphs of at most ``policy.tiled_cpsat_small_nodes`` nodes it alternates with a neighbourhood search
+on the MILP's own columns (:func:`cpsat_rounds`, :mod:`~poet.solve.milp.neighbourhoods`).
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from ..lp.cpsat import available, solve_cpsat
 from ..lp.highs import get_backend
 from ..lp.problem import MilpProblem, MilpResult, max_violation
 from ..milp.formulation import Formulation, build
+from ..milp.neighbourhoods import improve_by_neighbourhoods
 from ..milp.warm_start import plan_to_start
 from ..policy import SolvePolicy
 from ..result import relative_gap
@@ -88,27 +91,14 @@ class Milp:
             share = policy.tiled_cpsat_share * state.time.left() if limited else policy.tiled_cpsat_seconds
             lns_only = policy.tiled_cpsat_lns_only and kw.get("start") is not None and small_for_cpsat(state)
             search = {"cpsat_search": "LNS only" if lns_only else "default"}
-            first = usable(
-                f.problem,
-                solve_cpsat(
-                    f.problem,
-                    time_limit=max(0.1, share),
-                    threads=opts.threads,
-                    gap=opts.gap,
-                    progress=progress,
-                    options={"use_lns_only": lns_only},
-                    **kw,
-                ),
-            )
-            if first.x is not None and (kw.get("start") is None or first.objective < f.problem.c @ kw["start"]):
-                kw["start"] = first.x
+            first = cpsat_rounds(state, f, kw, share, lns_only, progress, search)
             rest = state.time.left()
             if (
                 first.status in (OPTIMAL, INFEASIBLE)
                 or state.stopped()
                 or (limited and rest < policy.milp_setup_seconds(f.problem.num_nonzeros))
             ):
-                state.milp_result = first = replace(first, extra={**first.extra, "found_by": "CP-SAT"})
+                state.milp_result = first = replace(first, extra={"found_by": "CP-SAT", **first.extra})
                 facts = {**first.extra, **search}
                 return state.phase_record(
                     self.name, since, status=first.status, detail=f"CP-SAT: {first.detail}", **facts
@@ -132,6 +122,79 @@ class Milp:
         state.milp_skip = skip
         why = f"{skip.rest_s:.1f} s left, too few to start the MILP (about {skip.need_s:.0f} s)"
         return PhaseRecord(self.name, 0.0, state.plan_e, MappingProxyType({"skipped": why}))
+
+
+def cpsat_rounds(
+    state: SolveState, f: Formulation, kw: dict, share: float, lns_only: bool, progress, search: dict
+) -> MilpResult:
+    """CP-SAT on the MILP for ``share`` seconds, from ``kw["start"]`` if any (updated to the best found).
+
+    On a small graph (:func:`small_for_cpsat`) the time goes in rounds of ``policy.tiled_neighbourhood_round_s``:
+    CP-SAT's search, then the neighbourhood search on the MILP's columns
+    (:mod:`~poet.solve.milp.neighbourhoods`) for ``policy.tiled_neighbourhood_share`` of the round, each
+    from the other's best: each stops in local optima the other leaves.  The answer is the cheapest
+    schedule found (``found_by`` names who), with the largest bound CP-SAT proved."""
+    policy, opts, p = state.policy, state.opts, f.problem
+    hoods = policy.tiled_neighbourhood_share if small_for_cpsat(state) else 0.0
+    began = state.time.elapsed()
+    ends, rounds = began + share, 0
+    best: MilpResult | None = None
+    bounds: list[float] = []
+    tried = improved = 0
+    while True:
+        left = ends - state.time.elapsed()
+        cp_s = min(left, policy.tiled_neighbourhood_round_s * (1.0 - hoods)) if hoods > 0 else share
+        options = {"use_lns_only": lns_only, "random_seed": 1 + rounds}  # 1: CP-SAT's default
+        r = usable(
+            p,
+            solve_cpsat(
+                p,
+                time_limit=max(0.1, cp_s),
+                threads=opts.threads,
+                gap=opts.gap,
+                progress=progress,
+                options=options,
+                **kw,
+            ),
+        )
+        rounds += 1
+        bounds += [r.bound] if r.bound is not None and math.isfinite(r.bound) else []
+        if best is None or (r.x is not None and (best.x is None or r.objective < best.objective)):
+            best = replace(r, extra={**r.extra, "found_by": "CP-SAT"})
+        if r.x is not None and (kw.get("start") is None or r.objective < p.c @ kw["start"]):
+            kw["start"] = r.x
+        left = ends - state.time.elapsed()
+        if hoods <= 0 or r.status in (OPTIMAL, INFEASIBLE) or kw.get("start") is None or left <= 0.1 or state.stopped():
+            break
+        state.progress("MILP neighbourhoods", objective=state.plan_e, bound=state.lb)
+        run = improve_by_neighbourhoods(
+            f,
+            state.g,
+            kw["start"],
+            time_limit=min(left, policy.tiled_neighbourhood_round_s * hoods),
+            seed=rounds,
+            stop=opts.stop,
+        )
+        tried, improved = tried + run.tried, improved + run.improved
+        if run.improved:
+            kw["start"] = run.x
+            best = replace(
+                best,
+                status=FEASIBLE,
+                x=run.x,
+                objective=run.objective,
+                extra={**best.extra, "found_by": "neighbourhoods"},
+            )
+        if ends - state.time.elapsed() <= 0.1:
+            break
+    if hoods > 0:
+        search["neighbourhoods"] = f"{rounds} rounds; {improved} of {tried} neighbourhoods improved"
+    if best.x is None or not bounds:
+        return replace(best, seconds=state.time.elapsed() - began)
+    bound = min(max(bounds), best.objective)
+    gap = relative_gap(best.objective, bound)
+    status = OPTIMAL if gap <= opts.gap else FEASIBLE
+    return replace(best, status=status, bound=bound, gap=gap, seconds=state.time.elapsed() - began)
 
 
 def cpsat_skip_reason(state: SolveState) -> str | None:
@@ -174,7 +237,11 @@ def better_of(first: MilpResult, then: MilpResult, gap: float) -> MilpResult:
     bounds = [r.bound for r in (first, then) if r.bound is not None and math.isfinite(r.bound)]
     bound = max(bounds) if bounds else None
     detail = f"CP-SAT: {first.detail}; HiGHS: {then.detail}"
-    extra = {**then.extra, "cpsat_seconds": first.seconds, "found_by": "CP-SAT" if best is first else "HiGHS"}
+    extra = {
+        **then.extra,
+        "cpsat_seconds": first.seconds,
+        "found_by": first.extra.get("found_by", "CP-SAT") if best is first else "HiGHS",
+    }
     if best.x is None:
         return replace(then, bound=bound, seconds=first.seconds + then.seconds, detail=detail, extra=extra)
     if bound is not None:

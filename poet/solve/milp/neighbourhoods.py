@@ -1,0 +1,142 @@
+"""Neighbourhood search on the MILP's own columns: free the decisions of a few tensors (or of a few
+stages), fix every other integer column at the incumbent, and solve what is left exactly.
+
+Why: on a small tiled ``m4`` graph the cheap schedules recompute whole chains of tiles instead of paging
+them (a page is mostly the SD card's latency), and a move from one such schedule to a better one changes
+every decision of a chain's tensors at once: which stages recompute them, which keep them, which page
+them.  CP-SAT's own neighbourhoods (random columns, random rows) seldom free all of them together, and its
+search stops on a few plateaus (docs/tiling.md).  Here a neighbourhood is either
+
+* a **cluster of tensors**: one node and its neighbours in the graph (producers and readers), grown
+  breadth-first to 4-16 nodes; every column about any of them is freed (their computations, residency,
+  storage, page-ins and page-outs at every stage, and the free-edge columns that name them);
+* a **run of stages**: every column of 3-12 consecutive stages.
+
+The sub-MILP is the full MILP with the other integer columns' bounds set to the incumbent, so any of its
+solutions is a solution of the MILP; HiGHS solves it from the incumbent within ``sub_limit`` seconds,
+and its answer is kept only when it satisfies every row of the MILP and costs less.  The sequence of
+neighbourhoods comes from ``seed``, so a run is repeatable up to the sub-solves' time limits.  The
+clock and ``stop`` are checked between sub-solves, and each sub-solve ends by the time left.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from ...graph.core import CostedGraph
+from ..lp.highs import solve_highs
+from ..lp.problem import max_violation
+from .formulation import Formulation
+
+CLUSTER_SIZES = (4, 16)  # nodes in a tensor cluster, drawn uniformly; the upper end adapts
+STAGE_RUNS = (3, 12)  # stages in a run, drawn uniformly
+CLUSTER_SHARE = 0.6  # the share of neighbourhoods that are tensor clusters
+
+
+@dataclass(frozen=True)
+class NeighbourhoodRun:
+    """The best column vector found (the incumbent given when nothing improved it), its objective in the
+    problem's units, how many sub-MILPs were solved and how many improved the incumbent."""
+
+    x: np.ndarray
+    objective: float
+    tried: int
+    improved: int
+    seconds: float
+
+
+class ColumnIndex:
+    """Which columns are about each node, and each column's stage."""
+
+    def __init__(self, f: Formulation):
+        n = f.problem.num_cols
+        self.stage = np.full(n, -1, dtype=np.int64)
+        about: list[list[int]] = [[] for _ in range(f.T)]
+
+        def put(col: int, t: int, *nodes: int) -> None:
+            self.stage[col] = t
+            for i in nodes:
+                about[i].append(col)
+
+        for mat in (f.R, f.S, f.D, f.O):
+            for t, i in zip(*np.nonzero(mat >= 0)):
+                put(int(mat[t, i]), min(int(t), f.T - 1), int(i))
+        for (t, i), cols in f.I.items():
+            for k, col in cols:
+                put(col, t, i, k)
+        for (t, k, i), col in f.F.items():
+            put(col, t, i, k)
+        self.about = [np.unique(np.asarray(c, dtype=np.int64)) for c in about]
+        self.integer = np.asarray(f.problem.integer, dtype=bool)
+
+    def cluster(self, g: CostedGraph, rng: random.Random, largest: int) -> np.ndarray:
+        """The columns about a breadth-first cluster of at most ``largest`` nodes around a random node."""
+        size = rng.randint(CLUSTER_SIZES[0], max(CLUSTER_SIZES[0], largest))
+        seed = rng.randrange(len(g.nodes))
+        chosen, frontier = {seed}, [seed]
+        while frontier and len(chosen) < size:
+            u = frontier.pop(rng.randrange(len(frontier)))
+            for w in sorted(set(g.preds[u]) | set(g.succs[u])):
+                if w not in chosen and len(chosen) < size:
+                    chosen.add(w)
+                    frontier.append(w)
+        free = np.zeros(len(self.stage), dtype=bool)
+        for i in chosen:
+            free[self.about[i]] = True
+        return free
+
+    def stages(self, T: int, rng: random.Random) -> np.ndarray:
+        """Every column of a random run of consecutive stages."""
+        width = min(rng.randint(*STAGE_RUNS), T)
+        first = rng.randrange(max(1, T - width + 1))
+        return (self.stage >= first) & (self.stage < first + width)
+
+
+def improve_by_neighbourhoods(
+    f: Formulation,
+    g: CostedGraph,
+    x: np.ndarray,
+    *,
+    time_limit: float,
+    sub_limit: float = 3.0,
+    seed: int = 0,
+    stop=None,
+) -> NeighbourhoodRun:
+    """Improve ``x`` (a solution of ``f``'s MILP) by re-solving neighbourhoods until ``time_limit``
+    seconds have passed or ``stop()`` (see the module)."""
+    p = f.problem
+    t0 = time.perf_counter()
+    best = np.asarray(x, dtype=float).copy()
+    objective = float(p.c @ best)
+    if max_violation(p, best) > 1e-7:
+        raise ValueError("the neighbourhood search needs a solution of the MILP to start from")
+    index, rng = ColumnIndex(f), random.Random(seed)
+    tried = improved = 0
+    largest = CLUSTER_SIZES[1]
+    while True:
+        left = time_limit - (time.perf_counter() - t0)
+        if left <= 0.05 or (stop is not None and stop()):
+            break
+        free = index.cluster(g, rng, largest) if rng.random() < CLUSTER_SHARE else index.stages(f.T, rng)
+        fix = index.integer & ~free
+        lo, hi = p.col_lo.copy(), p.col_hi.copy()
+        lo[fix] = best[fix]
+        hi[fix] = best[fix]
+        sub = replace(p, col_lo=lo, col_hi=hi)
+        r = solve_highs(sub, time_limit=min(sub_limit, left), gap=1e-6, start=best, stop=stop)
+        tried += 1
+        # clusters grow while their sub-MILPs are solved to optimality and shrink when one runs out of time
+        if r.status == "optimal":
+            largest = min(largest + 1, len(g.nodes))
+        elif left > sub_limit:
+            largest = max(CLUSTER_SIZES[0], largest - 2)
+        if r.x is None:
+            continue
+        cost = float(p.c @ r.x)
+        if cost < objective - 1e-9 * (1.0 + abs(objective)) and max_violation(p, r.x) <= 1e-7:
+            best, objective, improved = np.asarray(r.x, dtype=float), cost, improved + 1
+    return NeighbourhoodRun(best, objective, tried, improved, time.perf_counter() - t0)
