@@ -59,7 +59,7 @@ def test_cpsat_first_never_worsens_the_plan_and_stays_valid(depth, tiles, memory
     if s.report.milp is not None:  # the report names the backend whose schedule the MILP phase returned
         assert (
             s.report.milp.backend
-            == {"CP-SAT": "cpsat", "HiGHS": "highs", "neighbourhoods": "highs"}[rec.facts["found_by"]]
+            == {"CP-SAT": "cpsat", "HiGHS": "highs", "neighbourhoods": "cpsat"}[rec.facts["found_by"]]
         )
     assert s.steps
     energy = validate(s.graph, s.steps, s.budget).energy_j

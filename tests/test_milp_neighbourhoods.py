@@ -27,6 +27,8 @@ from poet.solve.stage.emit import emit
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
 import tiled_truth  # noqa: E402
 
+pytest.importorskip("ortools")  # the search solves its sub-MILPs on CP-SAT
+
 
 def tiled(name: str):
     layers, tiles, memory = tiled_truth.INSTANCES[name]

@@ -223,10 +223,10 @@ class SolvePolicy:
     tiled_cpsat_small_nodes: int = 100
     # On those small graphs the pass's time goes in rounds of ``tiled_neighbourhood_round_s``: CP-SAT, then
     # the neighbourhood search on the MILP's columns (milp/neighbourhoods.py: a few tensors' or stages'
-    # decisions freed, the rest fixed, re-solved exactly on HiGHS) for ``tiled_neighbourhood_share`` of
+    # decisions freed, the rest fixed, re-solved on CP-SAT) for ``tiled_neighbourhood_share`` of
     # the round, each from the other's best.  50-s runs from the pass's own start (docs/tiling.md):
-    # cnn2-t2 0.4208 mJ (the best known) in 2 of 2 against 1 in 5 of the pass alone; resnet-t2 1.59 and
-    # 1.76 mJ against 1.82-2.01; cnn3-t2 0.646 in 2 of 2, 1.7% below every schedule known.  0 turns it off.
+    # cnn2-t2 0.4208 mJ (the best known) in 2 of 2 against 1 in 5 of the pass alone; resnet-t2 1.64 and
+    # 1.56 mJ against 1.82-2.01; cnn3-t2 0.668, 0.657 (best known 0.646).  0 turns it off.
     tiled_neighbourhood_share: float = 0.5
     tiled_neighbourhood_round_s: float = 16.0
     window_stages: int = 16

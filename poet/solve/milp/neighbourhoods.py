@@ -13,8 +13,11 @@ search stops on a few plateaus (docs/tiling.md).  Here a neighbourhood is either
 * a **run of stages**: every column of 3-12 consecutive stages.
 
 The sub-MILP is the full MILP with the other integer columns' bounds set to the incumbent, so any of its
-solutions is a solution of the MILP; HiGHS solves it from the incumbent within ``sub_limit`` seconds,
-and its answer is kept only when it satisfies every row of the MILP and costs less.  The sequence of
+solutions is a solution of the MILP; CP-SAT (:mod:`~poet.solve.lp.cpsat`) solves it from the incumbent
+within ``sub_limit`` seconds, and its answer is kept only when it satisfies every row of the MILP (CP-SAT
+solves a relaxation of it) and costs less.  Not HiGHS: on these sub-MILPs HiGHS 1.16 was seen to loop in
+its presolve (``strengthenInequalities``, inside its RINS heuristic) for over 15 minutes past a 3-s time
+limit (resnet-t2 of bench/tiled_truth.py), and CP-SAT holds its limit.  The sequence of
 neighbourhoods comes from ``seed``, so a run is repeatable up to the sub-solves' time limits.  The
 clock and ``stop`` are checked between sub-solves, and each sub-solve ends by the time left.
 """
@@ -28,7 +31,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from ...graph.core import CostedGraph
-from ..lp.highs import solve_highs
+from ..lp.cpsat import solve_cpsat
 from ..lp.problem import max_violation
 from .formulation import Formulation
 
@@ -104,10 +107,12 @@ def improve_by_neighbourhoods(
     time_limit: float,
     sub_limit: float = 3.0,
     seed: int = 0,
+    threads: int | None = None,
     stop=None,
 ) -> NeighbourhoodRun:
     """Improve ``x`` (a solution of ``f``'s MILP) by re-solving neighbourhoods until ``time_limit``
-    seconds have passed or ``stop()`` (see the module)."""
+    seconds have passed or ``stop()`` (see the module); ``threads``: CP-SAT's workers (2 if None).  Needs
+    OR-Tools."""
     p = f.problem
     t0 = time.perf_counter()
     best = np.asarray(x, dtype=float).copy()
@@ -127,7 +132,7 @@ def improve_by_neighbourhoods(
         lo[fix] = best[fix]
         hi[fix] = best[fix]
         sub = replace(p, col_lo=lo, col_hi=hi)
-        r = solve_highs(sub, time_limit=min(sub_limit, left), gap=1e-6, start=best, stop=stop)
+        r = solve_cpsat(sub, time_limit=min(sub_limit, left), threads=threads, gap=1e-6, start=best, stop=stop)
         tried += 1
         # clusters grow while their sub-MILPs are solved to optimality and shrink when one runs out of time
         if r.status == "optimal":

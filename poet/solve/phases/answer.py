@@ -132,8 +132,8 @@ def milp_message(res, strategy: str) -> str:
 def milp_backend(res, asked: str) -> str:
     """The backend whose schedule the MILP phase returned: on a small tiled graph CP-SAT runs first and
     HiGHS after it (``found_by``), whatever backend was asked for; the neighbourhood search between them
-    solves its sub-MILPs on HiGHS."""
-    return {"CP-SAT": "cpsat", "HiGHS": "highs", "neighbourhoods": "highs"}.get(res.extra.get("found_by"), asked)
+    solves its sub-MILPs on CP-SAT."""
+    return {"CP-SAT": "cpsat", "HiGHS": "highs", "neighbourhoods": "cpsat"}.get(res.extra.get("found_by"), asked)
 
 
 def milp_answer(state: SolveState) -> Schedule:

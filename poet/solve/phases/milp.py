@@ -173,6 +173,7 @@ def cpsat_rounds(
             kw["start"],
             time_limit=min(left, policy.tiled_neighbourhood_round_s * hoods),
             seed=rounds,
+            threads=opts.threads,
             stop=opts.stop,
         )
         tried, improved = tried + run.tried, improved + run.improved
