@@ -7,7 +7,7 @@ tiled rows where its CP-SAT pass alone stops in local optima (docs/tiling.md, is
 Each run solves the row as ``poet solve`` does (``method="auto"``) twice, one after the other: with
 ``SolvePolicy.tiled_neighbourhood_share`` 0 (CP-SAT alone in the pass) and with the default (rounds of
 CP-SAT and the neighbourhood search); then the neighbourhood search alone (``improve_by_neighbourhoods``)
-for the same time on the row's MILP, from HiGHS's first incumbent.  Every schedule is validated (the first two
+for the same time on the row's MILP, from the greedy rules' cheapest plan.  Every schedule is validated (the first two
 by ``poet.solve``, the third here); the energies are in mJ with their gap to the cheapest schedule of
 bench/tiled_truth.json (``best known``) and the load.
 """
@@ -25,22 +25,24 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import tiled_truth  # noqa: E402
 
 from poet.schedule import validate  # noqa: E402
-from poet.solve.lp.highs import solve_highs  # noqa: E402
-from poet.solve.milp import build, decode  # noqa: E402
+from poet.solve.milp import build, decode, plan_to_start  # noqa: E402
 from poet.solve.milp.neighbourhoods import improve_by_neighbourhoods  # noqa: E402
 from poet.solve.policy import SolvePolicy  # noqa: E402
+from poet.solve.search.greedy import best_greedy  # noqa: E402
 from poet.solve.stage.emit import emit  # noqa: E402
 
 ROWS = ("cnn2-t2", "cnn3-t2", "resnet-t2")
 
 
 def alone(name: str, limit: float, seed: int) -> float:
-    """The neighbourhood search alone for ``limit`` seconds from HiGHS's first incumbent: the validated energy."""
+    """The neighbourhood search alone for ``limit`` seconds from the greedy rules' plan: the validated energy."""
     s = tiled_truth.solve_row(name, method="heuristic", time_limit=5)
     g, budget = s.graph, s.budget
     f = build(g, budget, tighten=True)
-    first = solve_highs(f.problem, time_limit=limit, options={"mip_max_improving_sols": 1})
-    run = improve_by_neighbourhoods(f, g, first.x, time_limit=limit - first.seconds, seed=seed)
+    x, why = plan_to_start(f, g, best_greedy(g, budget, time_limit=10.0))
+    if x is None:
+        raise SystemExit(f"{name}: the rules' plan does not map onto the MILP ({why})")
+    run = improve_by_neighbourhoods(f, g, x, time_limit=limit, seed=seed)
     return validate(g, emit(g, decode(f, run.x)), budget).energy_j
 
 
