@@ -15,7 +15,6 @@ import numpy as np
 import pytest
 
 import poet
-from poet.graph.tiling import build_tiled
 from poet.schedule import validate
 from poet.solve.lp.problem import max_violation
 from poet.solve.milp import build, decode, plan_to_start
@@ -31,9 +30,8 @@ pytest.importorskip("ortools")  # the search solves its sub-MILPs on CP-SAT
 
 
 def tiled(name: str):
-    layers, tiles, memory = tiled_truth.INSTANCES[name]
-    ml = layers()
-    return build_tiled(ml, {layer.name: tiles for layer in ml.layers}).graph, memory
+    """A bench/tiled_truth.py row's graph and its RAM budget."""
+    return tiled_truth.instance_graph(name), tiled_truth.INSTANCES[name][2]
 
 
 @cache
@@ -123,7 +121,6 @@ def solve_warm(graph, memory, limit, policy):
 
 
 def test_the_milp_phase_runs_rounds_of_cpsat_and_neighbourhoods_on_small_tiled_graphs():
-    pytest.importorskip("ortools")
     graph, memory = tiled("cnn2-t2")
     s = solve_warm(graph, memory, 8, SolvePolicy(tiled_neighbourhood_round_s=2.0))
     rec = next(p for p in s.report.phases if p.name == "MILP")

@@ -31,6 +31,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from ...graph.core import CostedGraph
+from ...schedule.core import OPTIMAL
 from ..lp.cpsat import solve_cpsat
 from ..lp.problem import max_violation
 from .formulation import Formulation
@@ -135,7 +136,7 @@ def improve_by_neighbourhoods(
         r = solve_cpsat(sub, time_limit=min(sub_limit, left), threads=threads, gap=1e-6, start=best, stop=stop)
         tried += 1
         # clusters grow while their sub-MILPs are solved to optimality and shrink when one runs out of time
-        if r.status == "optimal":
+        if r.status == OPTIMAL:
             largest = min(largest + 1, len(g.nodes))
         elif left > sub_limit:
             largest = max(CLUSTER_SIZES[0], largest - 2)
