@@ -54,7 +54,8 @@ DATA_FILE = Path(__file__).with_name("tiled_truth.json")
 # what a portfolio run measured
 CODE = (
     "MILP phase with CP-SAT first; at <=100 nodes LNS only, guide search 10%, "
-    "in rounds with the neighbourhood search on CP-SAT sub-MILPs (policy.tiled_neighbourhood_*)"
+    "in rounds with the neighbourhood search on CP-SAT sub-MILPs (policy.tiled_neighbourhood_*), "
+    "restricted sub-MILPs and swap neighbourhoods"
 )
 DEVICE = "m4"
 RUNTIME = "3x"

@@ -96,6 +96,19 @@ def test_a_cluster_frees_every_column_about_its_nodes_and_a_run_its_stages():
     assert 3 <= len(stages) <= 12 and max(stages) - min(stages) == len(stages) - 1
 
 
+def test_a_swap_frees_some_paged_tensors_and_a_small_cluster():
+    import random
+
+    g, _, f, x = instance("resnet-t2")
+    index = ColumnIndex(f)
+    paged = {i for i in range(f.T) if np.any(f.O[:, i] >= 0) and np.any(x[f.O[:, i][f.O[:, i] >= 0]] > 0.5)}
+    assert paged  # the rules' plan pages on this row
+    free = index.swap(g, random.Random(3), x)
+    chosen = {i for i in range(f.T) if len(index.about[i]) and free[index.about[i]].all()}
+    assert len(paged & chosen) >= min(len(paged), 4)  # four paged tensors drawn (the cluster may hold more)
+    assert len(chosen) <= 4 + 6  # and a cluster of at most six nodes
+
+
 def test_a_start_that_breaks_a_row_is_refused():
     g, _, f, x = instance("cnn2-t2")
     broken = np.zeros_like(x)
