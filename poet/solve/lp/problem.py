@@ -133,30 +133,27 @@ def restrict(p: MilpProblem, fixed: np.ndarray, values: np.ndarray) -> Restricti
 
     Why: a neighbourhood search re-solves a few hundred of a MILP's ten thousand columns; handing the
     solver the whole matrix with most columns' bounds pinned costs more to translate and presolve than
-    the search itself (bench/tiled_rounds.py).  A row left without a kept column is dropped (the caller
-    checks the lifted solution against ``p``'s every row)."""
+    the search itself (docs/tiling.md, "Restricted sub-MILPs").  A row left without a kept column is
+    dropped (the caller checks the lifted solution against ``p``'s every row)."""
     fixed = np.asarray(fixed, dtype=bool)
     fixed_values = np.where(fixed, np.asarray(values, dtype=np.float64), 0.0)
     kept = np.flatnonzero(~fixed)
-    starts = np.asarray(p.starts, dtype=np.int64)
+    offset = row_activities(p, fixed_values)  # each row's part from the fixed columns
     index = np.asarray(p.index, dtype=np.int64)
-    value = np.asarray(p.value, dtype=np.float64)
-    row_of = np.repeat(np.arange(p.num_rows), np.diff(starts))
-    offset = np.bincount(row_of, weights=value * fixed_values[index], minlength=p.num_rows)
-    free_term = ~fixed[index]
-    rows = np.flatnonzero(np.bincount(row_of[free_term], minlength=p.num_rows) > 0)
+    row_of = np.repeat(np.arange(p.num_rows), np.diff(np.asarray(p.starts, dtype=np.int64)))
+    free_term = ~fixed[index]  # a row is kept exactly when it holds one of these
+    counts = np.bincount(row_of[free_term], minlength=p.num_rows)
+    rows = np.flatnonzero(counts)
     new_col = np.full(p.num_cols, -1, dtype=np.int64)
     new_col[kept] = np.arange(len(kept))
-    keep_term = free_term & np.isin(row_of, rows)
-    counts = np.bincount(row_of[keep_term], minlength=p.num_rows)[rows]
     sub = MilpProblem(
         c=np.asarray(p.c, dtype=np.float64)[kept],
         col_lo=np.asarray(p.col_lo, dtype=np.float64)[kept],
         col_hi=np.asarray(p.col_hi, dtype=np.float64)[kept],
         integer=np.asarray(p.integer, dtype=bool)[kept],
-        starts=np.concatenate(([0], np.cumsum(counts))).astype(np.int64),
-        index=new_col[index[keep_term]],
-        value=value[keep_term],
+        starts=np.concatenate(([0], np.cumsum(counts[rows]))).astype(np.int64),
+        index=new_col[index[free_term]],
+        value=np.asarray(p.value, dtype=np.float64)[free_term],
         row_lo=np.asarray(p.row_lo, dtype=np.float64)[rows] - offset[rows],
         row_hi=np.asarray(p.row_hi, dtype=np.float64)[rows] - offset[rows],
     )

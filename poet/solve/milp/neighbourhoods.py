@@ -16,7 +16,7 @@ search stops on a few plateaus (docs/tiling.md).  Here a neighbourhood is one of
   from one, docs/tiling.md).
 
 The sub-MILP is the MILP with the other integer columns fixed at the incumbent and taken out
-(:func:`~poet.solve.lp.problem.restrict`: a tenth to a third of the columns; 3-7 times faster to solve
+(:func:`~poet.solve.lp.problem.restrict`: a tenth to a third of the columns; 2-8 times faster to solve
 than the whole matrix with those columns pinned), so any of its solutions is one of the MILP.  CP-SAT
 (:mod:`~poet.solve.lp.cpsat`) solves it from the incumbent within ``sub_limit`` seconds, and its answer
 is kept only when it satisfies every row of the MILP (CP-SAT solves a relaxation of it) and costs less.
