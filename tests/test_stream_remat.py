@@ -15,7 +15,13 @@ from poet.schedule import validate
 from poet.schedule.core import Budget, Op
 from poet.solve.policy import SolvePolicy
 from poet.solve.problem import costed_graph, make_budget
-from poet.solve.search.order import affinity_order, reordered, stream_remat_reordered
+from poet.solve.search.order import (
+    affinity_order,
+    recency_order,
+    reordered,
+    stream_remat_recency,
+    stream_remat_reordered,
+)
 from poet.solve.search.stream import stream_schedule
 from poet.solve.search.stream_remat import stream_remat_schedule
 
@@ -140,23 +146,33 @@ def test_clock_and_stop_are_honoured():
 
 
 @pytest.mark.parametrize(("tiles", "frac"), [(4, "50%"), (8, "40%")])
-def test_portfolio_holds_the_cheaper_of_the_two_one_pass_schedules(tiles, frac):
+def test_portfolio_holds_the_cheapest_of_the_one_pass_schedules(tiles, frac):
     g = tiled(tiles)
     policy = SolvePolicy(stream_min_nodes=10, tiled_portfolio_max_nodes=10)  # the one-pass route alone
     s = poet.solve(g, memory=frac, runtime="3x", time_limit=3, policy=policy, find_min_budgets=False)
     facts = s.report.phase("one-pass paging").facts
     plain, remat, moved = facts["energy_j"], facts["recompute_energy_j"], facts["reordered_energy_j"]
-    assert plain is not None and remat is not None and moved is not None
+    deep = facts["depth_first_energy_j"]
+    assert None not in (plain, remat, moved, deep)
     assert s.steps and validate(s.graph, s.steps, s.budget).energy_j == pytest.approx(s.totals.energy_j)
-    assert s.totals.energy_j <= min(plain, remat, moved) * (1 + 1e-12)
-    best = min((plain, None), (remat, "recompute"), (moved, "recompute, reordered"), key=lambda e: e[0])
-    assert facts.get("held") == best[1]
+    assert s.totals.energy_j <= min(plain, remat, moved, deep) * (1 + 1e-12)
+    candidates = [(plain, None), (remat, "recompute"), (moved, "recompute, reordered")]
+    candidates.append((deep, "recompute, depth-first"))
+    assert facts.get("held") == min(candidates, key=lambda e: e[0])[1]
 
 
-@pytest.mark.parametrize(("spec", "device"), GRAPHS[:4])
-def test_affinity_order_is_topological_and_its_schedules_are_valid(spec, device):
+ORDERS = [
+    (affinity_order, stream_remat_reordered),
+    (lambda g: recency_order(g, 1), stream_remat_recency),
+    (lambda g: recency_order(g, -1), stream_remat_recency),
+]
+
+
+@pytest.mark.parametrize(("spec", "device"), GRAPHS[:4] + [("layered:300:3", "m4")])
+@pytest.mark.parametrize(("order_of", "rule"), ORDERS)
+def test_orders_are_topological_and_their_schedules_are_valid(spec, device, order_of, rule):
     g = costed_graph(spec, device)
-    order = affinity_order(g)
+    order = order_of(g)
     assert sorted(order) == list(range(len(g.nodes)))
     place = {v: i for i, v in enumerate(order)}
     assert all(place[a] < place[b] for a, b in g.edges)
@@ -165,7 +181,7 @@ def test_affinity_order_is_topological_and_its_schedules_are_valid(spec, device)
     assert r.plain_energy_j == pytest.approx(g.plain_energy_j)
     for frac in ("30%", "60%"):
         budget = make_budget(g, frac, "3x")
-        found = stream_remat_reordered(g, budget)
+        found = rule(g, budget)
         if found.found:
             totals = validate(g, found.steps, budget)  # on the graph's own ids
             assert totals.energy_j == pytest.approx(found.energy_j, rel=1e-9)
@@ -179,13 +195,44 @@ def test_affinity_order_places_readers_of_the_same_tensors_together():
     assert affinity_order(g) == [0, 1, 3, 2]
 
 
-def test_reordered_pass_honours_the_clock_the_stop_and_the_overlap_model():
+def test_depth_first_order_carries_each_tile_through_the_layers_that_read_it():
+    """Each BatchNorm statistics tile right after the convolution tile it reads (the affinity order computes
+    every convolution tile first), and the next convolution's tile as soon as the ReLU tiles it reads are
+    placed; the direction sets the sweep."""
+    g = tiled(4)
+    names = [g.nodes[v].name for v in recency_order(g, 1)]
+    assert names[:8] == [f"{x}[{i}/4]" for i in range(4) for x in ("conv1", "bn1.stats")]
+    # conv2's first tile reads relu1's tiles 0 and 1 (a 3x3 kernel): it comes right after them
+    assert names.index("conv2[0/4]") == names.index("relu1[1/4]") + 1
+    down = [g.nodes[v].name for v in recency_order(g, -1)]
+    assert down[:4] == [f"conv1[{i}/4]" for i in (3, 2, 1, 0)]
+    affinity = [g.nodes[v].name for v in affinity_order(g)]
+    assert affinity.index("bn1.stats[0/4]") > affinity.index("conv1[3/4]")
+    with pytest.raises(ValueError, match="direction must be 1 or -1"):
+        recency_order(g, 0)
+
+
+def test_depth_first_pass_is_never_above_its_two_directions():
+    g = tiled(8)
+    budget = make_budget(g, "40%", "3x")
+    found = stream_remat_recency(g, budget)
+    assert found.found
+    each = [stream_remat_schedule(reordered(g, recency_order(g, d)), budget).energy_j for d in (1, -1)]
+    assert found.energy_j == pytest.approx(min(each), rel=1e-12)
+    assert validate(g, found.steps, budget).energy_j == pytest.approx(found.energy_j, rel=1e-9)
+
+
+@pytest.mark.parametrize("rule", [stream_remat_reordered, stream_remat_recency])
+def test_reordered_passes_honour_the_clock_the_stop_and_the_overlap_model(rule):
     g = costed_graph("chain:300:1", "m4")
     budget = make_budget(g, "40%")
-    assert not stream_remat_reordered(g, budget, time_limit=-1.0).found
-    assert not stream_remat_reordered(g, budget, stop=lambda: True).found
+    assert not rule(g, budget, time_limit=-1.0).found
+    assert not rule(g, budget, stop=lambda: True).found
     assert affinity_order(g, stop=lambda: True) is None
-    assert not stream_remat_reordered(g, Budget(budget.ram_bytes, None, "overlap")).found
+    assert recency_order(g, 1, stop=lambda: True) is None
+    ticks = iter(range(10**6))
+    assert recency_order(g, 1, t_end=5.0, clock=lambda: float(next(ticks)) * 10) is None
+    assert not rule(g, Budget(budget.ram_bytes, None, "overlap")).found
 
 
 def test_variants_get_no_time_past_the_limit(monkeypatch):
@@ -217,7 +264,8 @@ def test_variants_get_no_time_past_the_limit(monkeypatch):
 
     s, facts = solved(lambda: time.perf_counter() + offset[0])
     assert facts["variants_skipped"] == "the time limit was reached"
-    assert facts["recompute_energy_j"] is None and facts["reordered_energy_j"] is None and "held" not in facts
+    skipped = ("recompute_energy_j", "reordered_energy_j", "depth_first_energy_j")
+    assert all(facts[k] is None for k in skipped) and "held" not in facts
     assert s.steps and validate(s.graph, s.steps, s.budget).energy_j == pytest.approx(facts["energy_j"])
     monkeypatch.setattr(one_pass, "stream_schedule", plain)
     s, facts = solved(time.perf_counter)  # with time left the variants run

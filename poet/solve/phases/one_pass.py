@@ -9,9 +9,10 @@ answer (``state.size_rule``: the streaming page rule).
 Beside it runs the same pass with recomputation
 (:func:`~poet.solve.search.stream_remat.stream_remat_schedule`: a tensor cheaper to recompute than to page
 is dropped and recomputed), and that pass again in another topological order
-(:func:`~poet.solve.search.order.stream_remat_reordered`: readers of the same tensors placed together),
-on graphs of at most ``policy.stream_remat_max_nodes``.  Their schedules go through the validator here,
-and the cheapest of the three is held, so they can only help.
+(:func:`~poet.solve.search.order.stream_remat_reordered`: readers of the same tensors placed together)
+and in a depth-first order (:func:`~poet.solve.search.order.stream_remat_recency`: each tile carried
+through the layers that read it), on graphs of at most ``policy.stream_remat_max_nodes``.  Their schedules
+go through the validator here, and the cheapest of the four is held, so they can only help.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from __future__ import annotations
 from ...schedule.report import PhaseRecord
 from ...schedule.validate import ScheduleError, validate
 from ..policy import SolvePolicy
-from ..search.order import stream_remat_reordered
+from ..search.order import stream_remat_recency, stream_remat_reordered
 from ..search.stream import StreamResult, stream_schedule
 from ..search.stream_remat import stream_remat_schedule
 from .state import SolveState
@@ -28,6 +29,7 @@ from .state import SolveState
 VARIANTS = (
     ("recompute", "recompute_energy_j", stream_remat_schedule),
     ("recompute, reordered", "reordered_energy_j", stream_remat_reordered),
+    ("recompute, depth-first", "depth_first_energy_j", stream_remat_recency),
 )
 
 

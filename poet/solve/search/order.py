@@ -10,6 +10,14 @@ inputs and its output) are placed too, up to ``most`` of them, so their inputs a
 resident.  Any topological order is a legal schedule order; the one-pass rule runs on the graph renumbered
 in it (:func:`reordered`) and its steps are mapped back to the graph's ids, then validated like any
 schedule.  Measured: docs/tiling.md, "Recomputation and order in the one-pass rule".
+
+:func:`recency_order` places instead, among the ready nodes, one that reads what was placed last (a
+depth-first order): on a tiled network each tile is carried through the layers that follow as far as
+their other inputs allow, so a BatchNorm's statistics chain runs beside the convolution tiles it reads
+and the next layer's tiles beside the ReLU tiles they read, each read while still resident.  Ties go by
+layer and by tile index, ascending or descending, which decides the direction tiles sweep; both are
+tried (:func:`stream_remat_recency`).  Measured: docs/tiling.md, "A depth-first order for the one-pass
+rule".
 """
 
 from __future__ import annotations
@@ -37,10 +45,40 @@ def affinity_order(
 ) -> list[int] | None:
     """The order of the module docstring (a permutation of the node ids, every node after its inputs), or
     None when ``t_end`` passes or ``stop()`` is true first."""
+    return _placed_order(g, [(v,) for v in range(len(g.nodes))], False, share, most, t_end, stop, clock)
+
+
+def recency_order(
+    g: CostedGraph,
+    direction: int = 1,
+    *,
+    share: float = SHARE,
+    most: int = MOST,
+    t_end: float | None = None,
+    stop=None,
+    clock=time.perf_counter,
+) -> list[int] | None:
+    """The depth-first order of the module docstring, readers of the same tensors still placed together;
+    ties by layer (where its first tile is in the graph), then tile index (``direction`` 1: ascending, -1:
+    descending).  None when ``t_end`` passes or ``stop()`` is true first."""
+    if direction not in (1, -1):
+        raise ValueError(f"direction must be 1 or -1, got {direction!r}")
+    first: dict[str, int] = {}
+    keys = []
+    for v, nd in enumerate(g.nodes):
+        layer = nd.tile.of if nd.tile is not None else nd.name
+        index = nd.tile.index if nd.tile is not None else 0
+        keys.append((first.setdefault(layer, v), direction * index, v))
+    return _placed_order(g, keys, True, share, most, t_end, stop, clock)
+
+
+def _placed_order(g: CostedGraph, keys: list[tuple], recency: bool, share, most, t_end, stop, clock):
+    """Place ready nodes by ``keys`` (or, with ``recency``, by the latest placement among their inputs
+    first, then ``keys``), each followed by the ready readers of mostly what it read."""
     n, preds, succs, m = len(g.nodes), g.preds, g.succs, g.ram
     waiting = [len(set(p)) for p in preds]  # inputs not placed yet
     placed = [False] * n
-    ready = [v for v in range(n) if waiting[v] == 0]
+    ready = [(0, keys[v], v) for v in range(n) if waiting[v] == 0]
     heapq.heapify(ready)
     order: list[int] = []
 
@@ -50,18 +88,18 @@ def affinity_order(
         for r in set(succs[v]):
             waiting[r] -= 1
             if waiting[r] == 0:
-                heapq.heappush(ready, r)
+                heapq.heappush(ready, (-len(order) if recency else 0, keys[r], r))
 
     while ready:
         if len(order) % CLOCK_EVERY == 0 and ((t_end is not None and clock() > t_end) or (stop is not None and stop())):
             return None
-        v = heapq.heappop(ready)
+        v = heapq.heappop(ready)[2]
         if placed[v]:
             continue
         place(v)
         have = set(preds[v]) | {v}
         followers = 0
-        for r in sorted({r for p in have for r in succs[p] if not placed[r] and waiting[r] == 0}):
+        for r in sorted({r for p in have for r in succs[p] if not placed[r] and waiting[r] == 0}, key=keys.__getitem__):
             ins = set(preds[r])
             if sum(m[p] for p in ins & have) >= share * max(1, sum(m[p] for p in ins)):
                 place(r)
@@ -92,7 +130,30 @@ def stream_remat_reordered(
     if budget.paging_time == PAGING_OVERLAP:
         return NOTHING
     t_end = None if time_limit is None else clock() + time_limit
-    order = affinity_order(g, t_end=t_end, stop=stop, clock=clock)
+    return _in_order(g, budget, affinity_order(g, t_end=t_end, stop=stop, clock=clock), t_end, stop, clock)
+
+
+def stream_remat_recency(
+    g: CostedGraph, budget: Budget, *, time_limit: float | None = None, stop=None, clock=time.perf_counter
+) -> StreamResult:
+    """The one-pass rule with recomputation in :func:`recency_order`, tiles ascending and descending, the
+    cheaper (as the pass prices it; the caller validates it), on ``g``'s ids.  Not under the overlap paging
+    model (as :func:`stream_remat_reordered`)."""
+    if budget.paging_time == PAGING_OVERLAP:
+        return NOTHING
+    t_end = None if time_limit is None else clock() + time_limit
+    best = NOTHING
+    for direction in (1, -1):
+        order = recency_order(g, direction, t_end=t_end, stop=stop, clock=clock)
+        found = _in_order(g, budget, order, t_end, stop, clock)
+        if found.found and (not best.found or found.energy_j < best.energy_j):
+            best = found
+    return best
+
+
+def _in_order(g: CostedGraph, budget: Budget, order, t_end, stop, clock) -> StreamResult:
+    """The recomputing pass on ``g`` renumbered in ``order`` (None: no order, nothing found), its steps on
+    ``g``'s ids (each step's stage is its place in ``order``)."""
     if order is None:
         return NOTHING
     left = None if t_end is None else t_end - clock()
