@@ -195,6 +195,18 @@ class SolvePolicy:
     residency_max_nonzeros: int = 300_000
     residency_nonzeros_per_second: float = 20_000.0
     residency_share: float = 0.5
+    # Past residency_max_nodes (up to residency_stretch_max_nodes; its columns grow with the nodes times
+    # the tensors alive at once), or when the whole ILP does not fit its time, the residency-bound phase
+    # sums the bounds of stretches of residency_stretch_moments moments (residency_stretches.py), in
+    # residency_stretch_share of the time left (its bound keeps rising with the time each stretch
+    # gets).  Measured on resnet18_cifar at 32 KiB on the m4 (2,922 nodes; the whole ILP 60.8M
+    # nonzeros): docs/tiling.md, "The residency bound stretch by stretch".
+    # It runs only where the plan held is more than residency_stretch_min_gap above the bound held (the
+    # m0 and a72 tiled answers are proven within 0.3%: their later phases keep their time).
+    residency_stretch_max_nodes: int = 20_000
+    residency_stretch_moments: int = 100
+    residency_stretch_min_gap: float = 0.02
+    residency_stretch_share: float = 0.85
     # On a tiled graph of at most this many nodes the MILP phase runs CP-SAT first (the same MILP,
     # lp/cpsat.py; skipped without OR-Tools) for ``tiled_cpsat_share`` of the time left, then HiGHS
     # warm-started from the cheaper of CP-SAT's schedule and the plan held, for the rest

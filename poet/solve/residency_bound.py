@@ -112,9 +112,29 @@ def residency_bound(
 class ResidencyILP:
     """The ILP of the module's argument on :class:`~poet.solve.lp.problem.MatrixBuilder`."""
 
-    def __init__(self, g: CostedGraph, budget: Budget, *, remat: bool, paging: bool, max_depth: int):
+    def __init__(
+        self,
+        g: CostedGraph,
+        budget: Budget,
+        *,
+        remat: bool,
+        paging: bool,
+        max_depth: int,
+        span: tuple[int, int] | None = None,
+        charged: frozenset[int] | None = None,
+    ):
+        """``span`` = (first, last) moment: the ILP of that stretch alone (:mod:`poet.solve.residency_stretches`;
+        None: the whole graph); ``charged``: the tensors whose page-out it prices (None: all)."""
         self.g, self.budget, self.remat, self.paging, self.max_depth = g, budget, remat, paging, max_depth
-        self.m, self.nd, self.last = g.ram, g.nodes, g.last_reader
+        self.m, self.nd = g.ram, g.nodes
+        n = len(g.nodes)
+        self.t0, self.t1 = (0, n - 1) if span is None else span
+        if not 0 <= self.t0 <= self.t1 < max(n, 1):
+            raise ValueError(f"a stretch is moments first..last within 0..{n - 1}, got {span}")
+        self.charged = charged
+        # each tensor's last reader up to the stretch's last moment (itself if none): past it, a tensor may be
+        # absent for free here, its later readers being another stretch's
+        self.last = g.last_reader if span is None else last_readers_by(g, self.t1)
         self.cap = ram_cap(budget.ram_bytes) - g.fixed_ram_bytes
         self.unit_bytes = float(max(self.cap, 1))  # the absent bytes' unit (keeps the rows' coefficients near 1)
         self.unit = g.plain_energy_j or 1.0
@@ -133,18 +153,23 @@ class ResidencyILP:
         self.absent: dict[int, int] = {}  # gap -> W[t] column
         self.across: list[list[int]] = []
 
-    def alive(self) -> list[list[int]]:
-        """Per moment t: the tensors computed before t and read after t (some may be inputs of t)."""
-        n, m, last = len(self.g.nodes), self.m, self.last
-        out, cur = [], set()
+    def alive(self) -> dict[int, list[int]]:
+        """Per moment t of the stretch: the tensors computed before t and read after t (some may be inputs of
+        t)."""
+        m, last, t0, t1 = self.m, self.last, self.t0, self.t1
+        starts: dict[int, list[int]] = {}  # moment -> the tensors alive from it on
+        for q in range(t1):
+            if m[q] > 0 and last[q] > max(q, t0):
+                starts.setdefault(max(q + 1, t0), []).append(q)
+        out, cur = {}, set()
         ends: dict[int, list[int]] = {}
-        for t in range(n):
-            if t > 0 and m[t - 1] > 0 and last[t - 1] > t:
-                cur.add(t - 1)
-                ends.setdefault(last[t - 1], []).append(t - 1)
+        for t in range(t0, t1 + 1):
+            for q in starts.get(t, ()):
+                cur.add(q)
+                ends.setdefault(last[q], []).append(q)
             for q in ends.pop(t, ()):
                 cur.discard(q)
-            out.append(sorted(cur))
+            out[t] = sorted(cur)
         return out
 
     def var(self, cost: float, allowed: bool = True, seconds: float = 0.0) -> int:
@@ -161,11 +186,13 @@ class ResidencyILP:
         """p's page-in and recomputation columns in gap t."""
         if (p, t) not in self.events:
             nd = self.nd[p]
-            if p not in self.pageout:
+            priced = self.charged is None or p in self.charged  # else another stretch prices its page-out
+            if priced and p not in self.pageout:
                 self.pageout[p] = self.var(nd.pageout_energy_j, self.paging, nd.pageout_time_s * self.serial)
             a = self.var(nd.pagein_energy_j, self.paging, nd.pagein_time_s * self.serial)
             r = self.var(nd.compute_energy_j, self.remat, nd.compute_time_s)
-            self.row({a: 1.0, self.pageout[p]: -1.0}, -math.inf, 0.0)
+            if priced:
+                self.row({a: 1.0, self.pageout[p]: -1.0}, -math.inf, 0.0)
             self.events[(p, t)] = (a, r)
         return self.events[(p, t)]
 
@@ -175,16 +202,16 @@ class ResidencyILP:
         def over() -> bool:
             return self.nonzeros > max_nonzeros or (stop is not None and stop())
 
-        m, n = self.m, len(self.g.nodes)
+        m, moments, gaps = self.m, range(self.t0, self.t1 + 1), range(self.t0, self.t1)
         alive = self.alive()
-        for t in range(n):
+        for t in moments:
             ins = set(self.inputs[t])
             for q in alive[t]:
                 if q not in ins:
                     self.y[(q, t)] = self.var(0.0)
         # alive across gap t: computed by t, read after it
-        self.across = across = [alive[t] + ([t] if m[t] > 0 and self.last[t] > t else []) for t in range(n - 1)]
-        for t in range(n - 1):
+        self.across = across = {t: alive[t] + ([t] if m[t] > 0 and self.last[t] > t else []) for t in gaps}
+        for t in gaps:
             for q in across[t]:
                 a, r = self.event(q, t)
                 after = self.y.get((q, t + 1))
@@ -194,12 +221,12 @@ class ResidencyILP:
                     self.row({col: 1.0, **restored}, -math.inf, 0.0)
             if over():
                 return False
-        for t in range(n - 1):
+        for t in gaps:
             for q in across[t]:
                 self.restore_rows(q, t, 0)
             if over():
                 return False
-        for t in range(n):
+        for t in moments:
             ins = set(self.inputs[t])
             need = m[t] + sum(m[q] for q in ins) + sum(m[q] for q in alive[t] if q not in ins) - self.cap
             coef = {self.y[(q, t)]: float(m[q]) for q in alive[t] if q not in ins and m[q] > 0}
@@ -264,6 +291,8 @@ class ResidencyILP:
         col = self.keep[(p, t)] = self.var(0.0)
         if self.last[p] < t:
             self.kept_at.setdefault(t, {})[col] = float(self.m[p])
+            if t == self.t0:
+                return col  # held at the stretch's first moment: how it got there is outside the stretch
             pa, pr = self.event(p, t - 1)
             self.row({col: 1.0, pa: -1.0, pr: -1.0, self.kept(p, t - 1, depth): -1.0}, -math.inf, 0.0)
             self.restore_rows(p, t - 1, depth + 1)
@@ -277,3 +306,8 @@ class ResidencyILP:
         slack = rt * (1 + 1e-6) - self.g.plain_runtime_s
         scale = max(s for _, s in timed)
         self.row({c: s / scale for c, s in timed}, -math.inf, max(slack, 0.0) / scale)
+
+
+def last_readers_by(g: CostedGraph, t: int) -> list[int]:
+    """Each node's last reader at or before moment ``t`` (-1 if none)."""
+    return [max((r for r in succs if r <= t), default=-1) for succs in g.succs]

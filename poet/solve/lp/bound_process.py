@@ -12,6 +12,7 @@ ends the child.  A child left without its parent ends at its own time limit, or 
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import subprocess
@@ -41,8 +42,19 @@ class BoundRun:
     ended: str
 
 
-def dual_bound(p: MilpProblem, *, time_limit: float, stop=None, grace: float = 1.0) -> BoundRun:
-    """HiGHS's dual bound of ``p`` (minimised), read within ``time_limit`` + ``grace`` seconds."""
+def dual_bound(
+    p: MilpProblem,
+    *,
+    time_limit: float,
+    stop=None,
+    grace: float = 1.0,
+    lp_first: bool = False,
+    options: dict | None = None,
+) -> BoundRun:
+    """HiGHS's dual bound of ``p`` (minimised), read within ``time_limit`` + ``grace`` seconds.  With
+    ``lp_first`` the child solves the LP relaxation first (its optimum is a bound within a few seconds
+    where branch-and-bound has not finished its root node) and gives the MILP the time left; the larger
+    bound is the answer.  ``options``: HiGHS options for the MILP (numbers, strings, booleans)."""
     t0 = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="poet-bound-") as tmp:
         path = Path(tmp) / "milp.npz"
@@ -50,7 +62,15 @@ def dual_bound(p: MilpProblem, *, time_limit: float, stop=None, grace: float = 1
         root = str(Path(__file__).resolve().parents[3])  # the directory holding the poet package
         env = {**os.environ, "PYTHONPATH": os.pathsep.join([root, *filter(None, [os.environ.get("PYTHONPATH")])])}
         child = subprocess.Popen(
-            [sys.executable, "-m", "poet.solve.lp.bound_process", str(path), repr(float(time_limit))],
+            [
+                sys.executable,
+                "-m",
+                "poet.solve.lp.bound_process",
+                str(path),
+                repr(float(time_limit)),
+                str(lp_first),
+                json.dumps(options or {}),
+            ],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
@@ -88,19 +108,38 @@ def dual_bound(p: MilpProblem, *, time_limit: float, stop=None, grace: float = 1
     return BoundRun(bound if bound is None or math.isfinite(bound) else None, infeasible, time.monotonic() - t0, ended)
 
 
-def _child(path: str, time_limit: float) -> None:
+def _child(path: str, time_limit: float, lp_first: bool = False, options: dict | None = None) -> None:
+    from dataclasses import replace
+
     from .highs import solve_highs
 
+    t0 = time.monotonic()
     with np.load(path) as z:
         p = MilpProblem(**{f: z[f] for f in FIELDS})
 
     def report(d: dict) -> None:
         print(f"bound {d['bound']}", flush=True)
 
-    r = solve_highs(p, time_limit=time_limit, gap=1e-6, progress=report)
+    if lp_first:
+        lp = solve_highs(replace(p, integer=np.zeros(p.num_cols, bool)), time_limit=time_limit, gap=1e-9)
+        if lp.detail == "Optimal" and lp.objective is not None:  # the simplex's optimum, to its tolerances
+            print(f"bound {lp.objective - 1e-7 * (1.0 + abs(lp.objective))}", flush=True)
+        elif lp.status == "infeasible":
+            print("status infeasible", flush=True)
+            return
+        time_limit -= time.monotonic() - t0
+        if time_limit < 0.5:
+            print(f"status {lp.status}", flush=True)
+            return
+    r = solve_highs(p, time_limit=time_limit, gap=1e-6, progress=report, options=options)
     print(f"bound {r.bound}", flush=True)
     print(f"status {r.status}", flush=True)
 
 
 if __name__ == "__main__":
-    _child(sys.argv[1], float(sys.argv[2]))
+    _child(
+        sys.argv[1],
+        float(sys.argv[2]),
+        len(sys.argv) > 3 and sys.argv[3] == "True",
+        json.loads(sys.argv[4]) if len(sys.argv) > 4 else None,
+    )
