@@ -42,7 +42,7 @@ SOLVE_LAYERS = [
     ["errors", "policy", "options", "progress", "result"],
     ["stage"],
     ["lp"],
-    ["milp", "bounds", "reader_gaps", "residency_bound"],
+    ["milp", "bounds", "reader_gaps", "residency_bound", "residency_stretches"],
     ["baselines", "problem"],
     ["search"],
     ["min_budgets"],

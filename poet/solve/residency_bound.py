@@ -132,7 +132,7 @@ class ResidencyILP:
         if not 0 <= self.t0 <= self.t1 < max(n, 1):
             raise ValueError(f"a stretch is moments first..last within 0..{n - 1}, got {span}")
         self.charged = charged
-        # each tensor's last reader up to the stretch's last moment (itself if none): past it, a tensor may be
+        # each tensor's last reader up to the stretch's last moment (-1 if none): past it, a tensor may be
         # absent for free here, its later readers being another stretch's
         self.last = g.last_reader if span is None else last_readers_by(g, self.t1)
         self.cap = ram_cap(budget.ram_bytes) - g.fixed_ram_bytes
@@ -151,7 +151,7 @@ class ResidencyILP:
         self.kept_at: dict[int, dict[int, float]] = {}  # moment -> {keep column: bytes}
         self.done: set[tuple[int, int]] = set()  # events whose rows are built
         self.absent: dict[int, int] = {}  # gap -> W[t] column
-        self.across: list[list[int]] = []
+        self.across: dict[int, list[int]] = {}  # gap -> the tensors alive across it
 
     def alive(self) -> dict[int, list[int]]:
         """Per moment t of the stretch: the tensors computed before t and read after t (some may be inputs of

@@ -81,8 +81,8 @@ def stretched_residency_bound(
     progress=None,
     clock=time.perf_counter,
 ) -> StretchedBound:
-    """The bound of the module docstring.  Each stretch gets its share of the time left (the time left
-    times ``workers`` over the stretches still to solve).  With ``workers`` > 1 that many stretches are
+    """The bound of the module docstring.  Each stretch gets a share of the time left in proportion to its
+    size (:func:`stretch_weights`) among the stretches still to solve.  With ``workers`` > 1 that many are
     solved at once, each in a child process (:mod:`~poet.solve.lp.bound_process`), while the next ILP is
     built; with one, a stretch's ILP of more than ``child_past`` nonzeros goes to a child process (so the
     time limit and ``stop`` hold while HiGHS presolves), a smaller one is solved here.  ``progress`` is told
