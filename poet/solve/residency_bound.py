@@ -48,6 +48,7 @@ most ``max_nodes`` nodes and ``max_nonzeros`` nonzeros.
 
 from __future__ import annotations
 
+import bisect
 import math
 from dataclasses import dataclass
 
@@ -104,9 +105,14 @@ def residency_bound(
         infeasible, bound = r.status == "infeasible", r.bound
     if infeasible:
         return ResidencyBound(math.inf, p.num_nonzeros)
+    return ResidencyBound(g.plain_energy_j + proven_extra(bound) * model.unit, p.num_nonzeros)
+
+
+def proven_extra(bound: float | None) -> float:
+    """A dual bound of the ILP (in its units; None or not finite: none) as a safe lower bound on the extra
+    energy: the solver's dual bound is exact only to its tolerances, and the extra is never negative."""
     extra = bound if bound is not None and math.isfinite(bound) else 0.0
-    extra -= 1e-6 * (1.0 + abs(extra))  # the solver's dual bound is exact only to its tolerances
-    return ResidencyBound(g.plain_energy_j + max(0.0, extra) * model.unit, p.num_nonzeros)
+    return max(0.0, extra - 1e-6 * (1.0 + abs(extra)))
 
 
 class ResidencyILP:
@@ -310,4 +316,8 @@ class ResidencyILP:
 
 def last_readers_by(g: CostedGraph, t: int) -> list[int]:
     """Each node's last reader at or before moment ``t`` (-1 if none)."""
-    return [max((r for r in succs if r <= t), default=-1) for succs in g.succs]
+    out = []
+    for readers in g.succs:  # sorted
+        i = bisect.bisect_right(readers, t)
+        out.append(readers[i - 1] if i else -1)
+    return out

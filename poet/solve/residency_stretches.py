@@ -39,7 +39,7 @@ from ..graph.core import CostedGraph
 from ..schedule.core import Budget
 from .lp.bound_process import dual_bound
 from .lp.highs import solve_highs
-from .residency_bound import ResidencyILP
+from .residency_bound import ResidencyILP, last_readers_by, proven_extra
 
 STRETCH = 100  # moments per stretch
 
@@ -95,9 +95,12 @@ def stretched_residency_bound(
     weight = stretch_weights(g, spans)
     run = _Stretches(stop)
     with ThreadPoolExecutor(max_workers=workers) as pool:
+
+        def left() -> float | None:
+            return None if time_limit is None else time_limit - (clock() - t_start)
+
         for k, span in enumerate(spans):
-            if run.over() or (time_limit is not None and clock() - t_start >= time_limit):
-                run.ended = run.ended if run.over() else "time limit"
+            if run.halted(left()):
                 break
             if progress is not None:
                 progress(f"residency bound, stretch {k + 1} of {len(spans)} (moments {span[0]}-{span[1]})")
@@ -112,12 +115,11 @@ def stretched_residency_bound(
                 continue
             while len(run.pending) >= workers and not run.over():
                 run.collect(wait_s=0.2)
-            left = None if time_limit is None else time_limit - (clock() - t_start)
-            if run.over() or (left is not None and left <= 0):
-                run.ended = run.ended if run.over() else "time limit"
+            now = left()
+            if run.halted(now):
                 break
             # the time left, spread over the stretches still to solve by their size (on `workers` cores)
-            share = None if left is None else min(left, left * workers * weight[k] / sum(weight[k:]))
+            share = None if now is None else min(now, now * workers * weight[k] / sum(weight[k:]))
             if workers > 1 or (child_past is not None and p.num_nonzeros > child_past and share is not None):
                 limit = 1e9 if share is None else share
                 run.pending.add(pool.submit(_in_child, p, limit, stop, ilp.unit))
@@ -146,13 +148,8 @@ def stretch_weights(g: CostedGraph, spans: list[tuple[int, int]]) -> list[int]:
     """Per stretch, the moments its tensors are alive in it, summed (what its ILP grows with), at least 1."""
     out = []
     for t0, t1 in spans:
-        total = 0
-        for q in range(t1):
-            readers = g.succs[q]  # sorted
-            i = bisect.bisect_right(readers, t1)
-            if i and readers[i - 1] > max(q, t0):
-                total += readers[i - 1] - max(q + 1, t0)
-        out.append(max(1, total))
+        last = last_readers_by(g, t1)
+        out.append(max(1, sum(last[q] - max(q + 1, t0) for q in range(t1) if last[q] > max(q, t0))))
     return out
 
 
@@ -160,11 +157,10 @@ def stretch_weights(g: CostedGraph, spans: list[tuple[int, int]]) -> list[int]:
 # backward stretch of 1.35M nonzeros proves 88.4 mJ in 11 s so, 75.5 mJ in 14 s with them; its LP
 # relaxation 68.8 mJ in 6 s)
 BOUND_OPTIONS = {"presolve": "off", "mip_heuristic_effort": 0.0}
-LP_FIRST = True
 
 
 def _in_child(p, limit: float, stop, unit: float):
-    r = dual_bound(p, time_limit=limit, stop=stop, lp_first=LP_FIRST, options=BOUND_OPTIONS)
+    r = dual_bound(p, time_limit=limit, stop=stop, lp_first=True, options=BOUND_OPTIONS)
     return r.infeasible, r.bound, unit
 
 
@@ -181,12 +177,21 @@ class _Stretches:
             self.ended = "stopped"
         return self.infeasible or self.ended == "stopped"
 
+    def halted(self, left: float | None) -> bool:
+        """Stopped, a stretch without schedules, or ``left`` seconds (None: no limit) used up; ``ended`` says
+        which."""
+        if self.over():
+            return True
+        if left is not None and left <= 0:
+            self.ended = "time limit"
+            return True
+        return False
+
     def add(self, infeasible: bool, bound: float | None, unit: float) -> None:
         if infeasible:
             self.infeasible = True  # no stage-form schedule: nor of the whole graph
         elif bound is not None and math.isfinite(bound):
-            extra = bound - 1e-6 * (1.0 + abs(bound))  # the solver's dual bound is exact only to its tolerances
-            self.total += max(0.0, extra) * unit
+            self.total += proven_extra(bound) * unit
             self.solved += 1
 
     def collect(self, wait_s: float | None) -> None:
