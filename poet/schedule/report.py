@@ -109,7 +109,7 @@ class SolveReport:
     warm_start: str | None = None  # what the MILP was started from ("greedy", "intervals", "none (why)")
     deadline_bound: bool | None = None  # the cover's evictions took the deadline's whole slack
     nearest_runtime_s: float | None = None  # no plan met the deadline: the nearest one's runtime
-    incumbent: str | None = None  # "capuchin" when that heuristic's schedule beat the portfolio's
+    incumbent: str | None = None  # "capuchin" or "one-pass paging" when that schedule beat the portfolio's
     superseded_method: str | None = None  # and what the portfolio's method was
     phases: tuple[PhaseRecord, ...] = ()
     min_budgets: MinBudgets = field(default_factory=MinBudgets)

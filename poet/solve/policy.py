@@ -251,6 +251,15 @@ class SolvePolicy:
     # On a tiled graph the guide search leaves this share of its time to the window polish of the best
     # plan (when no MILP follows).
     window_polish_share: float = 0.25
+    # Where the one-pass schedule is the cheapest held and not within the gap of the bound, the order
+    # search (search/order_search.py: one node of its order moved at a time, each order priced by the
+    # recomputing one-pass rule) takes this share of the time left, in rounds of order_search_round_tries
+    # tries on every core (the best order handed to each search between rounds; by tries, not seconds, so
+    # that a search that ends before the limit is the same on any machine), before the guide search,
+    # whose stage-form plans do not reach it there.  Measured on resnet18_cifar at 32 KiB on the m4:
+    # docs/tiling.md, "Searching the one-pass rule's order".
+    order_search_share: float = 0.9
+    order_search_round_tries: int = 200
     # A tiled graph has thousands of nodes: without a time limit asked for, it is solved within this
     # many seconds, so that an answer comes within minutes.
     tiled_time_limit_s: float = 240.0

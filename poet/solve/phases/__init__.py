@@ -25,6 +25,7 @@ from .interval_search import IntervalSearch
 from .lower_bound import LowerBound
 from .milp import Milp
 from .one_pass import OnePassPaging
+from .order_search import OrderSearchPhase
 from .residency import LargeResidencyBound
 from .smallest_budgets import SmallestBudgets
 from .state import Phase, SolveState
@@ -41,6 +42,7 @@ PHASES: tuple[Phase, ...] = (
     DeadlineSearch(),  # every rule overran the deadline: search the nearest miss's guide
     ScheduleHunt(),  # still nothing held: randomized searches for a first schedule, until the limit
     LargeResidencyBound(),  # a residency ILP too large for the lower bound phase, once a schedule is held
+    OrderSearchPhase(),  # the one-pass schedule, when the cheapest held: its order searched, node by node
     GuideSearchPhase(),  # local search over the guides of the best plans, in rounds, on every core
     IntervalSearch(),  # retention intervals on CP-SAT, mid-sized graphs
     Milp(),  # the MILP, warm-started from the best plan, while the gap is open

@@ -3,8 +3,9 @@ proven bound, or no schedule with the reason and, where computed, the smallest f
 
 In order: a tiled graph too large for the portfolio gets the streaming page rule's schedule
 (:func:`size_rule_answer`); otherwise the bound's verdict (:func:`bound_answer`), the MILP's answer
-(:func:`milp_answer`) or the best plan held (:func:`plan_answer`); then the Capuchin-style schedule where
-it is cheaper (:func:`with_capuchin`), and the tiling fallback's where nothing else was found
+(:func:`milp_answer`) or the best plan held (:func:`plan_answer`); then the one-pass schedule where it
+beats the MILP's (:func:`with_one_pass`), the Capuchin-style schedule where it is cheaper
+(:func:`with_capuchin`), and the tiling fallback's where nothing else was found
 (:func:`with_fallback`).  The report's ``method`` names the :class:`~poet.solve.phases.state.Origin`.
 """
 
@@ -27,7 +28,7 @@ def answer(state: SolveState) -> Schedule:
     if state.size_rule:
         s = size_rule_answer(state)
     else:
-        s = with_fallback(with_capuchin(portfolio_answer(state), state), state)
+        s = with_fallback(with_capuchin(with_one_pass(portfolio_answer(state), state), state), state)
     s.report = s.report.with_(solve_seconds=state.opts.clock() - state.started, phases=tuple(state.records))
     return s
 
@@ -74,10 +75,20 @@ def plan_answer(state: SolveState) -> Schedule:
         steps, energy, origin = state.stream.steps, state.stream.energy_j, Origin.ONE_PASS
     if state.polished is not None and (energy is None or state.polished.energy_j < energy):
         steps, energy, origin = state.polished.steps, state.polished.energy_j, Origin.WINDOWS
-    gap = None if energy is None else relative_gap(energy, state.lb)
+    lb = state.lb
+    below = energy is not None and energy < lb  # a schedule in another order: the bound is not for it
+    if below:
+        lb = state.g.plain_energy_j  # (every node computed once: what bounds any order)
+    gap = None if energy is None or below else relative_gap(energy, lb)
     proven = gap is not None and gap <= state.opts.gap
     if plan is None and steps is None:
         message = "no schedule found by the greedy"
+    elif below:
+        message = (
+            f"feasible {origin} schedule in another order than the graph's, {energy:.6g} J: below the proven "
+            f"bound for schedules in the graph's order ({state.lb:.6g} J), so cheaper than any of them; "
+            "no bound covers other orders: optimality unknown"
+        )
     elif proven:
         message = f"optimal: the {origin} schedule is within {gap:.2e} of the structural lower bound"
     else:
@@ -87,7 +98,7 @@ def plan_answer(state: SolveState) -> Schedule:
         milp=None,
         gap=gap,
         energy_j=energy,
-        bound_energy_j=state.lb,
+        bound_energy_j=lb,
         message=message,
     )
     skip = state.milp_skip
@@ -188,6 +199,46 @@ def milp_answer(state: SolveState) -> Schedule:
                     message=f"feasible; not proven optimal: gap {gap:.2%} to the structural lower bound ({res.detail})"
                 )
     return schedule(state, emit(state.g, decode(f, res.x)), status)
+
+
+def with_one_pass(s: Schedule, state: SolveState) -> Schedule:
+    """Where the MILP answered, the one-pass schedule (or the window-polished one) when it is cheaper (the
+    plan answer weighs them already): in the order the order search found, which the MILP's stage form
+    (the graph's order) does not have.  Its gap is against the best proven bound; those bounds are for
+    schedules in the graph's order, so one below them gets no gap."""
+    held = [x for x in (state.stream, state.polished) if x is not None and x.found]
+    if state.milp_result is None or not held or (not s.steps and s.status != INFEASIBLE):
+        return s
+    best = min(held, key=lambda x: x.energy_j)
+    mine = checked(s).totals.energy_j if s.steps else math.inf
+    if best.energy_j >= mine:
+        return s
+    rep, e = s.report, best.energy_j
+    lb = max(x for x in (rep.bound_energy_j, rep.structural_bound_energy_j, state.g.plain_energy_j) if x is not None)
+    gap = relative_gap(e, lb) if e >= lb else None
+    status = OPTIMAL if gap is not None and gap <= state.opts.gap else FEASIBLE
+    if gap is None:
+        message = (
+            f"the one-pass schedule in a searched order ({e:.6g} J) is below the proven bound ({lb:.6g} J), "
+            "which holds for schedules in the graph's order only: optimality unknown"
+        )
+        lb = state.g.plain_energy_j  # (every node computed once: what bounds any order)
+    else:
+        theirs = "the MILP found none" if not s.steps else f"the MILP's best: {mine:.6g} J"
+        message = (
+            f"the one-pass schedule in a searched order beat the MILP's ({theirs}); gap {gap:.2%} to the proven bound"
+        )
+    origin = Origin.ONE_PASS if best is state.stream else Origin.WINDOWS
+    rep = rep.with_(
+        gap=gap,
+        bound_energy_j=lb,
+        energy_j=e,
+        message=message,
+        incumbent=origin.value,
+        superseded_method=rep.method,
+        method=origin + "+bound" if status == OPTIMAL else origin.value,
+    )
+    return Schedule(graph=state.g, budget=s.budget, steps=best.steps, status=status, strategy=s.strategy, report=rep)
 
 
 def with_capuchin(s: Schedule, state: SolveState) -> Schedule:

@@ -25,6 +25,8 @@ class WindowResolve:
     def skip_reason(self, state: SolveState, policy: SolvePolicy) -> str | None:
         if state.stream is None:
             return "no one-pass schedule held"
+        if len(state.g.nodes) < policy.stream_min_nodes:  # (a small tiled graph's)
+            return "a graph under policy.stream_min_nodes: the later phases search it whole"
         if state.budget.paging_time == PAGING_OVERLAP:
             return "overlapped paging: the window MILP counts serial or hidden paging only"
         if state.stopped():

@@ -26,7 +26,7 @@ import heapq
 import time
 
 from ...graph.core import CostedGraph
-from ...schedule.core import PAGING_OVERLAP, Budget, Step
+from ...schedule.core import PAGING_OVERLAP, Budget, Op, Step
 from .stream import CLOCK_EVERY, NOTHING, StreamResult
 from .stream_remat import stream_remat_schedule
 
@@ -130,7 +130,7 @@ def stream_remat_reordered(
     if budget.paging_time == PAGING_OVERLAP:
         return NOTHING
     t_end = None if time_limit is None else clock() + time_limit
-    return _in_order(g, budget, affinity_order(g, t_end=t_end, stop=stop, clock=clock), t_end, stop, clock)
+    return stream_remat_in_order(g, budget, affinity_order(g, t_end=t_end, stop=stop, clock=clock), t_end, stop, clock)
 
 
 def stream_remat_recency(
@@ -145,15 +145,16 @@ def stream_remat_recency(
     best = NOTHING
     for direction in (1, -1):
         order = recency_order(g, direction, t_end=t_end, stop=stop, clock=clock)
-        found = _in_order(g, budget, order, t_end, stop, clock)
+        found = stream_remat_in_order(g, budget, order, t_end, stop, clock)
         if found.found and (not best.found or found.energy_j < best.energy_j):
             best = found
     return best
 
 
-def _in_order(g: CostedGraph, budget: Budget, order, t_end, stop, clock) -> StreamResult:
+def stream_remat_in_order(g: CostedGraph, budget: Budget, order, t_end, stop, clock) -> StreamResult:
     """The recomputing pass on ``g`` renumbered in ``order`` (None: no order, nothing found), its steps on
-    ``g``'s ids (each step's stage is its place in ``order``)."""
+    ``g``'s ids (each step's stage is its place in ``order``), until ``t_end`` on ``clock`` (None: no
+    limit) or ``stop()``."""
     if order is None:
         return NOTHING
     left = None if t_end is None else t_end - clock()
@@ -162,3 +163,16 @@ def _in_order(g: CostedGraph, budget: Budget, order, t_end, stop, clock) -> Stre
         return found
     steps = tuple(Step(s.op, order[s.node], s.stage) for s in found.steps)
     return StreamResult(steps, found.energy_j, found.runtime_s, found.resident_pairs)
+
+
+def first_computed_order(steps, n: int) -> list[int] | None:
+    """The nodes in the order ``steps`` first compute them: a topological order of any valid schedule (a
+    node is computed only once its inputs are), and the order a one-pass rule's schedule was made in (its
+    stage t first computes the order's node t).  None when some node of the ``n`` is never computed."""
+    first: dict[int, int] = {}
+    for k, s in enumerate(steps):
+        if s.op == Op.COMPUTE and s.node not in first:
+            first[s.node] = k
+    if len(first) != n:
+        return None
+    return sorted(first, key=first.__getitem__)

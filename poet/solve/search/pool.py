@@ -16,6 +16,7 @@ moves: a search is seeded and only its time share decides how far it gets.
 
 from __future__ import annotations
 
+import gc
 import multiprocessing as mp
 import os
 import signal
@@ -74,6 +75,10 @@ class SearchPool:
         self.job = job  # what a worker runs (a test passes one that dies)
         self.pool = None
         if workers > 1:
+            # the solve's objects out of the collector's sight while the workers run: a worker's full
+            # collections would otherwise walk (and copy, page by page) the whole inherited heap, which
+            # halved the order search's moves a second after the residency bound (docs/tiling.md)
+            gc.freeze()
             ctx = mp.get_context("fork")
             self.reached = ctx.Event()
             self.pool = ProcessPoolExecutor(workers, mp_context=ctx, initializer=_init, initargs=(g, self.reached))
@@ -108,6 +113,7 @@ class SearchPool:
             self.reached.set()  # searches still running (the solve was interrupted) stop at their next move
             self.pool.shutdown(wait=True, cancel_futures=True)
             self.pool = None
+            gc.unfreeze()
 
     def __enter__(self) -> SearchPool:
         return self

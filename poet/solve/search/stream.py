@@ -32,7 +32,7 @@ CLOCK_EVERY = 256  # stages between two looks at the clock and the stop flag
 class StreamResult:
     """What the pass found.  ``steps`` is empty when it found no schedule: some node's inputs and output
     alone exceed the RAM, the paging it needs overruns the deadline (``runtime_s`` then says by how
-    much), or its time ran out or it was asked to stop first."""
+    much), or its time ran out or it was asked to stop first (or, asked for a ceiling, its energy passed it)."""
 
     steps: tuple[Step, ...]
     energy_j: float | None  # the steps' energy and runtime, as the validator prices them

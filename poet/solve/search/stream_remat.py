@@ -48,11 +48,17 @@ def stream_remat_schedule(
     stop=None,
     clock=time.perf_counter,
     max_depth: int = MAX_DEPTH,
+    ceiling_j: float | None = None,
 ) -> StreamResult:
     """The pass of the module docstring: its instructions, energy and runtime (the caller validates
     them), or none (:class:`~poet.solve.search.stream.StreamResult` says why) when it does not fit the
-    budgets, or when ``time_limit`` seconds pass or ``stop()`` is true first."""
-    return _Pass(g, budget, max_depth).run(None if time_limit is None else clock() + time_limit, stop, clock)
+    budgets, or when ``time_limit`` seconds pass or ``stop()`` is true first.  With ``ceiling_j``, none
+    as soon as the energy spent so far is above it (a search pricing many orders needs only to know that
+    one costs more, and most cost more well before their end)."""
+    run = _Pass(g, budget, max_depth)
+    if ceiling_j is not None:  # (the extra energy only grows; the margin covers the running sum's rounding)
+        run.extra_allowed = ceiling_j - g.plain_energy_j + 1e-9 * abs(ceiling_j)
+    return run.run(None if time_limit is None else clock() + time_limit, stop, clock)
 
 
 class _Pass:
@@ -72,6 +78,7 @@ class _Pass:
         self.hkey: dict[int, int] = {}  # the key of each tensor's live heap entry
         self.steps: list[Step] = []
         self.extra_e: list[float] = []  # page and recompute energy
+        self.extra_spent, self.extra_allowed = 0.0, math.inf  # their running sum, and where the pass gives up
         self.stage_t: list[float] = []  # per stage, its paging time (serial / overlap pricing)
         self.stage_c: list[float] = []  # per stage, its compute time, recomputations included
 
@@ -118,18 +125,19 @@ class _Pass:
 
     def chain(self, x: int) -> int:
         """The longest chain of dropped tensors through ``x`` if it were dropped now."""
+        return self.chain_down(x, 1) + self.chain_up(x, 0)
 
-        def down(v: int, d: int) -> int:
-            if d > self.max_depth:
-                return d
-            return max((down(p, d + 1) for p in self.preds[v] if self.absent(p)), default=d)
+    # (methods, not closures inside chain: a recursive closure is a reference cycle, which would keep
+    # each pass's state alive until the garbage collector's next full run)
+    def chain_down(self, v: int, d: int) -> int:
+        if d > self.max_depth:
+            return d
+        return max((self.chain_down(p, d + 1) for p in self.preds[v] if self.absent(p)), default=d)
 
-        def up(v: int, d: int) -> int:
-            if d > self.max_depth:
-                return d
-            return max((up(w, d + 1) for w in self.waiters.get(v, ())), default=d)
-
-        return down(x, 1) + up(x, 0)
+    def chain_up(self, v: int, d: int) -> int:
+        if d > self.max_depth:
+            return d
+        return max((self.chain_up(w, d + 1) for w in self.waiters.get(v, ())), default=d)
 
     def footprint(self, x: int, depth: int = 0) -> int:
         """The RAM that restoring ``x`` takes at once, at most (its dropped inputs restored first)."""
@@ -165,7 +173,7 @@ class _Pass:
             else:
                 self.steps.append(Step(Op.PAGE_OUT, x, t))
                 self.stored.add(x)
-                self.extra_e.append(nd.pageout_energy_j)
+                self.spend(nd.pageout_energy_j)
                 self.stage_t[-1] += nd.pageout_time_s
         self.steps.append(Step(Op.FREE, x, t))
         self.resident.discard(x)
@@ -205,7 +213,7 @@ class _Pass:
         nd = self.nd[x]
         if recompute:
             self.steps.append(Step(Op.COMPUTE, x, t))
-            self.extra_e.append(nd.compute_energy_j)
+            self.spend(nd.compute_energy_j)
             self.stage_c[-1] += nd.compute_time_s
             if x in self.dropped:
                 self.dropped.discard(x)
@@ -213,10 +221,14 @@ class _Pass:
                     self.waiters[p].discard(x)
         else:
             self.steps.append(Step(Op.PAGE_IN, x, t))
-            self.extra_e.append(nd.pagein_energy_j)
+            self.spend(nd.pagein_energy_j)
             self.stage_t[-1] += nd.pagein_time_s
         self.resident.add(x)
         self.used += self.m[x]
+
+    def spend(self, e: float) -> None:
+        self.extra_e.append(e)
+        self.extra_spent += e
 
     def settle(self, x: int, t: int) -> None:
         """After stage ``t``: free ``x`` if nothing reads it any more, else queue it for eviction."""
@@ -238,6 +250,8 @@ class _Pass:
             pairs += len(self.resident)
             if t % CLOCK_EVERY == 0 and ((t_end is not None and clock() > t_end) or (stop is not None and stop())):
                 return NOTHING
+            if self.extra_spent > self.extra_allowed:
+                return NOTHING  # above the ceiling asked for
             self.stage_t.append(0.0)
             self.stage_c.append(self.nd[t].compute_time_s)
             ins = sorted(set(self.preds[t]))
