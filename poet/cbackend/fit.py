@@ -10,6 +10,7 @@ validated against the original budget before its arena is planned.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -63,8 +64,12 @@ class ArenaFit:
 
 def _solve(schedule: Schedule, ram: int, time_limit: float, solve_options: dict) -> Schedule:
     from ..solve.api import solve
+    from ..solve.policy import SolvePolicy
 
     b = schedule.budget
+    options = dict(solve_options)
+    # stage-form schedules pack into arenas better than the one-pass rule's in searched orders
+    options["policy"] = dataclasses.replace(options.get("policy") or SolvePolicy(), stream_small_tiled=False)
     return solve(
         schedule.graph,
         memory=ram,
@@ -73,7 +78,7 @@ def _solve(schedule: Schedule, ram: int, time_limit: float, solve_options: dict)
         paging_time=b.paging_time,
         time_limit=time_limit,
         find_min_budgets=False,
-        **solve_options,
+        **options,
     )
 
 

@@ -124,6 +124,11 @@ class SolvePolicy:
     # linear in the graph (0.4 s on the 2,922-node tiled resnet18_cifar, 1.5 s on 20,000-node chains), it
     # is what a time limit returns when the phases after it cannot finish on a graph that size.
     stream_min_nodes: int = 1000
+    # ... and on tiled graphs of any size: there the one-pass rule in a searched order (order_search.py)
+    # beats every stage-form schedule known on small instances (bench/tiled_truth.py's resnet-t2: 1.264
+    # against 1.457 mJ).  The C backend's re-solves for a smaller arena turn it off: such schedules pack
+    # into arenas worse (tests/test_qemu_zoo.py's 678-node re-solve: an arena of 7,680 B for a 7,168-B peak).
+    stream_small_tiled: bool = True
     # Up to this many nodes the one-pass rule with recomputation (poet.solve.search.stream_remat) runs
     # beside it and the cheaper validated schedule is held: 0.3 s on the 2,922-node tiled
     # resnet18_cifar, 3-4 s on the 33,536-node tiled bert (m4, load 3-5).  Past it (bert at 32 KiB:

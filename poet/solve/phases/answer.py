@@ -76,7 +76,8 @@ def plan_answer(state: SolveState) -> Schedule:
     if state.polished is not None and (energy is None or state.polished.energy_j < energy):
         steps, energy, origin = state.polished.steps, state.polished.energy_j, Origin.WINDOWS
     lb = state.lb
-    below = energy is not None and energy < lb  # a schedule in another order: the bound is not for it
+    # a schedule in another order below the bound, which is not for it (past the bounds' rounding)
+    below = energy is not None and energy < lb * (1 - 1e-6)
     if below:
         lb = state.g.plain_energy_j  # (every node computed once: what bounds any order)
     gap = None if energy is None or below else relative_gap(energy, lb)
@@ -215,7 +216,7 @@ def with_one_pass(s: Schedule, state: SolveState) -> Schedule:
         return s
     rep, e = s.report, best.energy_j
     lb = max(x for x in (rep.bound_energy_j, rep.structural_bound_energy_j, state.g.plain_energy_j) if x is not None)
-    gap = relative_gap(e, lb) if e >= lb else None
+    gap = relative_gap(e, lb) if e >= lb * (1 - 1e-6) else None
     status = OPTIMAL if gap is not None and gap <= state.opts.gap else FEASIBLE
     if gap is None:
         message = (

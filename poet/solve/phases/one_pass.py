@@ -14,9 +14,10 @@ and in a depth-first order (:func:`~poet.solve.search.order.stream_remat_recency
 through the layers that read it), on graphs of at most ``policy.stream_remat_max_nodes``.  Their schedules
 go through the validator here, and the cheapest of the four is held, so they can only help.
 
-On a tiled graph it runs whatever its size: there the one-pass rule in another order, searched by the
-order-search phase, beats every stage-form schedule known on some small instances (bench/tiled_truth.py's
-resnet-t2: 1.264 mJ against 1.457 mJ; docs/tiling.md, "Searching the one-pass rule's order").
+On a tiled graph it runs whatever its size (``policy.stream_small_tiled``): there the one-pass rule in
+another order, searched by the order-search phase, beats every stage-form schedule known on some small
+instances (bench/tiled_truth.py's resnet-t2: 1.264 mJ against 1.457 mJ; docs/tiling.md, "Searching the
+one-pass rule's order").
 """
 
 from __future__ import annotations
@@ -49,7 +50,7 @@ class OnePassPaging:
             return "no paging in the remat strategy"
         if state.method == "faithful":
             return "the faithful method runs the MILP alone"
-        if n < policy.stream_min_nodes and not tiled(state):
+        if n < policy.stream_min_nodes and not (policy.stream_small_tiled and tiled(state)):
             return f"{n:,} nodes, fewer than policy.stream_min_nodes"
         return None
 
