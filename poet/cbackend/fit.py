@@ -62,14 +62,20 @@ class ArenaFit:
         return out
 
 
+def refit_policy(policy=None):
+    """``policy`` (None: the default) for a re-solve towards a smaller arena: without the one-pass rule on
+    small tiled graphs, whose schedules in searched orders pack into arenas worse than stage-form ones."""
+    from ..solve.policy import SolvePolicy
+
+    return dataclasses.replace(policy or SolvePolicy(), stream_small_tiled=False)
+
+
 def _solve(schedule: Schedule, ram: int, time_limit: float, solve_options: dict) -> Schedule:
     from ..solve.api import solve
-    from ..solve.policy import SolvePolicy
 
     b = schedule.budget
     options = dict(solve_options)
-    # stage-form schedules pack into arenas better than the one-pass rule's in searched orders
-    options["policy"] = dataclasses.replace(options.get("policy") or SolvePolicy(), stream_small_tiled=False)
+    options["policy"] = refit_policy(options.get("policy"))
     return solve(
         schedule.graph,
         memory=ram,

@@ -33,8 +33,8 @@ def zoo_resolver(program, progress: Callable[[str], None] | None = None):
     from ..hardware.cost import linear_cost_model
     from ..hardware.weights_cost import place_weights
     from ..solve.api import SolveOptions
-    from ..solve.policy import SolvePolicy
     from ..solve.tiled import TiledProblem, solve_tiled
+    from .fit import refit_policy
 
     def solve_again(schedule: Schedule, ram: int, left: float) -> Schedule:
         device = (schedule.graph.meta or {}).get("device")
@@ -68,9 +68,7 @@ def zoo_resolver(program, progress: Callable[[str], None] | None = None):
         plain = build_model(program.name, program.batch_size) if program.name in MODELS else None
         untiled = price(plain) if plain is not None else g
         problem = TiledProblem(g, budget, untiled, plan, device)
-        # stage-form schedules pack into arenas better than the one-pass rule's in searched orders
-        no_small_stream = SolvePolicy(stream_small_tiled=False)
-        opts = SolveOptions(time_limit_s=max(1.0, min(left, MAX_SOLVE_SECONDS)), policy=no_small_stream)
+        opts = SolveOptions(time_limit_s=max(1.0, min(left, MAX_SOLVE_SECONDS)), policy=refit_policy())
         s = solve_tiled(problem, schedule.strategy, opts)
         s.report = s.report.with_(tiling=plan.summary())
         return s

@@ -75,11 +75,8 @@ def plan_answer(state: SolveState) -> Schedule:
         steps, energy, origin = state.stream.steps, state.stream.energy_j, Origin.ONE_PASS
     if state.polished is not None and (energy is None or state.polished.energy_j < energy):
         steps, energy, origin = state.polished.steps, state.polished.energy_j, Origin.WINDOWS
-    lb = state.lb
-    # a schedule in another order below the bound, which is not for it (past the bounds' rounding)
-    below = energy is not None and energy < lb * (1 - 1e-6)
-    if below:
-        lb = state.g.plain_energy_j  # (every node computed once: what bounds any order)
+    below = energy is not None and below_bound(energy, state.lb)
+    lb = state.g.plain_energy_j if below else state.lb
     gap = None if energy is None or below else relative_gap(energy, lb)
     proven = gap is not None and gap <= state.opts.gap
     if plan is None and steps is None:
@@ -202,6 +199,13 @@ def milp_answer(state: SolveState) -> Schedule:
     return schedule(state, emit(state.g, decode(f, res.x)), status)
 
 
+def below_bound(energy: float, bound: float) -> bool:
+    """A schedule below the proven bound, past the bounds' rounding: one in another order than the graph's,
+    which the bounds (for the graph's order) do not cover; its answer claims no gap, its bound the plain
+    energy (every node computed once: what bounds any order)."""
+    return energy < bound * (1 - 1e-6)
+
+
 def with_one_pass(s: Schedule, state: SolveState) -> Schedule:
     """Where the MILP answered, the one-pass schedule (or the window-polished one) when it is cheaper (the
     plan answer weighs them already): in the order the order search found, which the MILP's stage form
@@ -216,14 +220,14 @@ def with_one_pass(s: Schedule, state: SolveState) -> Schedule:
         return s
     rep, e = s.report, best.energy_j
     lb = max(x for x in (rep.bound_energy_j, rep.structural_bound_energy_j, state.g.plain_energy_j) if x is not None)
-    gap = relative_gap(e, lb) if e >= lb * (1 - 1e-6) else None
+    gap = None if below_bound(e, lb) else relative_gap(e, lb)
     status = OPTIMAL if gap is not None and gap <= state.opts.gap else FEASIBLE
     if gap is None:
         message = (
             f"the one-pass schedule in a searched order ({e:.6g} J) is below the proven bound ({lb:.6g} J), "
             "which holds for schedules in the graph's order only: optimality unknown"
         )
-        lb = state.g.plain_energy_j  # (every node computed once: what bounds any order)
+        lb = state.g.plain_energy_j
     else:
         theirs = "the MILP found none" if not s.steps else f"the MILP's best: {mine:.6g} J"
         message = (
